@@ -1,0 +1,77 @@
+"""Loads the onnx dialect library and registers it with the MLIR bindings.
+
+The library shares the bindings' MLIR (libMLIRPythonCAPI.so), so the C API
+handle it exports can be inserted into the bindings' global DialectRegistry:
+every `mlir.ir.Context` created afterwards knows the dialect.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+from mlir import ir
+from mlir._mlir_libs import _mlir, get_dialect_registry
+
+
+
+def _lib_dir() -> str:
+    """The installed `_lib` folder: beside this file in a normal install, in
+    site-packages when the Python sources are an editable checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for root in [os.path.dirname(here)] + sys.path:
+        candidate = os.path.join(root, "onnx_ad_mlir", "_lib")
+        if os.path.exists(os.path.join(candidate, "libONNXAD.so")):
+            return candidate
+    return os.path.join(here, "_lib")
+
+
+LIB_DIR = _lib_dir()
+LIBRARY = os.path.join(LIB_DIR, "libONNXAD.so")
+PLUGIN = os.path.join(LIB_DIR, "libONNXADPlugin.so")
+
+
+class _Handle(ctypes.Structure):
+    _fields_ = [("ptr", ctypes.c_void_p)]
+
+
+def _capsule_pointer(obj: object, name: bytes) -> int:
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return get(obj._CAPIPtr, name)
+
+
+def _load() -> tuple[ctypes.CDLL, _Handle]:
+    if not os.path.exists(LIBRARY):
+        raise ImportError(f"onnx_ad_mlir: dialect library missing at {LIBRARY}; "
+                          "reinstall the package (pip install .)")
+    lib = ctypes.CDLL(LIBRARY, mode=ctypes.RTLD_GLOBAL)
+    lib.mlirGetDialectHandle__onnx__.restype = _Handle
+    return lib, lib.mlirGetDialectHandle__onnx__()
+
+
+_LIB, _HANDLE = _load()
+_LIB.mlirDialectHandleInsertDialect.argtypes = [_Handle, ctypes.c_void_p]
+_LIB.mlirDialectHandleRegisterDialect.argtypes = [_Handle, ctypes.c_void_p]
+
+
+def register_dialect(target: ir.Context | ir.DialectRegistry | None = None) -> None:
+    """Registers the onnx dialect into a context, a registry, or (None) the
+    bindings' global registry used by every new Context."""
+    if target is None:
+        target = get_dialect_registry()
+    if isinstance(target, ir.Context):
+        ptr = _capsule_pointer(target, b"mlir.ir.Context._CAPIPtr")
+        _LIB.mlirDialectHandleRegisterDialect(_HANDLE, ptr)
+    elif isinstance(target, ir.DialectRegistry):
+        ptr = _capsule_pointer(target, b"mlir.ir.DialectRegistry._CAPIPtr")
+        _LIB.mlirDialectHandleInsertDialect(_HANDLE, ptr)
+    else:
+        raise TypeError(f"register_dialect: expected mlir.ir.Context or "
+                        f"DialectRegistry, got {type(target).__name__}")
+
+
+register_dialect()
+# `op.opview` finds the generated op classes under onnx_ad_mlir.dialects.
+_mlir.globals.append_dialect_search_prefix("onnx_ad_mlir.dialects")

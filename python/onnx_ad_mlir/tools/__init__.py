@@ -1,0 +1,1 @@
+"""Command-line tools: onnx-ad-opt, onnx-ad-translate, onnx-ad-mlir."""

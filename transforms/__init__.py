@@ -1,0 +1,1 @@
+"""Automatic differentiation passes and derivative rules over the onnx dialect."""

@@ -1,0 +1,110 @@
+"""The model-level API: `forward`, `reverse`, `family` on `onnx.ModelProto`.
+
+Each call imports the model into a fresh MLIR context, runs one AD pass and
+the cleanup pipeline (canonicalize, CSE), and exports a new model; the input
+model is never modified. Names and layouts follow CasADi by default (see
+transforms/signature.py): `fwd_<x>`, `adj_<y>`, seed dims `nfwd` / `nadj`.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Callable, Sequence
+
+import onnx
+from mlir import ir
+from mlir.passmanager import PassManager
+
+from .exporter import export_onnx
+from .importer import import_onnx
+
+CLEANUP = "builtin.module(func.func(canonicalize,cse))"
+
+
+def _transform(model: onnx.ModelProto | str | os.PathLike,
+               run: Callable[[ir.Module], None]) -> onnx.ModelProto:
+    from onnx_ad_mlir import transforms  # noqa: F401  (registers rules)
+    with ir.Context() as ctx:
+        module = import_onnx(model, context=ctx)
+        run(module)
+        PassManager.parse(CLEANUP).run(module.operation)
+        return export_onnx(module)
+
+
+def _mode(kind: str, model, inputs, outputs, layout: str, prefix: str | None) -> onnx.ModelProto:
+    from onnx_ad_mlir.transforms import passes
+    options = {"layout": layout}
+    if inputs is not None:
+        options["inputs"] = ",".join(inputs)
+    if outputs is not None:
+        options["outputs"] = ",".join(outputs)
+    if prefix is not None:
+        options["prefix"] = prefix
+    fn = passes.forward_pass if kind == "fwd" else passes.reverse_pass
+    return _transform(model, lambda m: fn(m.operation, options))
+
+
+def forward(model: onnx.ModelProto | str | os.PathLike, inputs: Sequence[str] | None = None,
+            outputs: Sequence[str] | None = None, prefix: str | None = None,
+            layout: str = "casadi") -> onnx.ModelProto:
+    """The forward-derivative model: primal signature, then seeds `fwd_<x>`
+    for `inputs` (default: every float input) and results `fwd_<y>` =
+    J . fwd_x for `outputs` (default: every float output). Any number of
+    seed directions per evaluation."""
+    return _mode("fwd", model, inputs, outputs, layout, prefix)
+
+
+def reverse(model: onnx.ModelProto | str | os.PathLike, inputs: Sequence[str] | None = None,
+            outputs: Sequence[str] | None = None, prefix: str | None = None,
+            layout: str = "casadi") -> onnx.ModelProto:
+    """The adjoint model: primal signature, then seeds `adj_<y>` for `outputs`
+    and results `adj_<x>` = J^T . adj_y for `inputs`."""
+    return _mode("adj", model, inputs, outputs, layout, prefix)
+
+
+def sibling(path: str | os.PathLike, kind: str) -> str:
+    """CasADi's sibling file name: `<dir>/<kind>_<file>`."""
+    folder, name = os.path.split(os.fspath(path))
+    return os.path.join(folder, f"{kind}_{name}")
+
+
+def save_atomic(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """Writes `model` so that `path` is either absent/old or complete."""
+    path = os.fspath(path)
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".onnx")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model.SerializeToString())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def family(model: onnx.ModelProto | str | os.PathLike, path: str | os.PathLike,
+           inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
+           second_order: bool = True, forward_sibling: bool = False) -> list[str]:
+    """Writes the files CasADi's ONNX backend discovers beside a model:
+    `f.onnx`, `adj_f.onnx` and (second_order) `fwd_adj_f.onnx`, the forward
+    derivative of the adjoint with every adjoint input seeded (CasADi needs
+    the complete signature). Returns the paths written."""
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(os.fspath(model))
+    folder = os.path.dirname(os.fspath(path))
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    adjoint = reverse(model, inputs=inputs, outputs=outputs)
+    written = [os.fspath(path), sibling(path, "adj")]
+    save_atomic(model, written[0])
+    save_atomic(adjoint, written[1])
+    if forward_sibling:
+        written.append(sibling(path, "fwd"))
+        save_atomic(forward(model, inputs=inputs, outputs=outputs), written[-1])
+    if second_order:
+        primal_outputs = {o.name for o in model.graph.output}
+        produced = [o.name for o in adjoint.graph.output if o.name not in primal_outputs]
+        written.append(sibling(sibling(path, "adj"), "fwd"))
+        save_atomic(forward(adjoint, outputs=produced), written[-1])
+    return written

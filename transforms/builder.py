@@ -1,0 +1,391 @@
+"""Emitting onnx ops from derivative rules.
+
+The builder inserts at the ambient `ir.InsertionPoint`, picks the op version
+matching the module's opset (rules are written once, against ONNX semantics),
+computes static result types where it can, and knows the derivative layout:
+every tangent or cotangent carries one leading direction axis, so a value of
+shape S has derivatives of shape [k] + S, with k the number of seeds.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+from mlir import ir
+
+from onnx_ad_mlir import _op_table
+from onnx_ad_mlir.errors import UnsupportedOp
+
+DYN = ir.ShapedType.get_dynamic_size()
+Dims = list  # list[int | None]; None is an unknown extent
+
+
+def dims(value_or_type: ir.Value | ir.Type) -> Dims | None:
+    """Static dims (None where unknown), or None for an unranked tensor."""
+    t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    return [None if d == DYN else d for d in t.shape]
+
+
+def rank(value: ir.Value) -> int | None:
+    d = dims(value)
+    return None if d is None else len(d)
+
+
+def element_type(value: ir.Value) -> ir.Type:
+    return value.type.element_type
+
+
+def tensor_type(shape: Dims | None, elem: ir.Type) -> ir.Type:
+    if shape is None:
+        return ir.UnrankedTensorType.get(elem)
+    return ir.RankedTensorType.get([DYN if d is None else d for d in shape], elem)
+
+
+def is_float(value: ir.Value) -> bool:
+    t = value.type
+    return isinstance(t, (ir.RankedTensorType, ir.UnrankedTensorType)) and \
+        isinstance(t.element_type, ir.FloatType)
+
+
+def broadcast_dims(*shapes: Dims | None) -> Dims | None:
+    """ONNX multidirectional broadcasting of static dims (None = unknown)."""
+    if any(s is None for s in shapes):
+        return None
+    out: Dims = []
+    for i in range(max(len(s) for s in shapes)):
+        ext = [s[len(s) - 1 - i] for s in shapes if i < len(s)]
+        known = {e for e in ext if e is not None and e != 1}
+        if len(known) > 1:
+            raise UnsupportedOp(f"shapes {shapes} do not broadcast")
+        if known:
+            out.append(known.pop())
+        elif any(e is None for e in ext):
+            out.append(None)
+        else:
+            out.append(1)
+    return out[::-1]
+
+
+def _attr(value: object) -> ir.Attribute:
+    if isinstance(value, ir.Attribute):
+        return value
+    if isinstance(value, bool) or isinstance(value, (int, np.integer)):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signed(64), int(value))
+    if isinstance(value, float):
+        return ir.FloatAttr.get_f32(value)
+    if isinstance(value, str):
+        return ir.StringAttr.get(value)
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, (int, np.integer)) for v in value):
+            i64 = ir.IntegerType.get_signless(64)
+            return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, int(v)) for v in value])
+        if all(isinstance(v, float) for v in value):
+            return ir.ArrayAttr.get([ir.FloatAttr.get_f32(v) for v in value])
+    raise TypeError(f"no attribute kind for {value!r}")
+
+
+def attribute(op: ir.Operation, name: str):
+    """An attribute of an onnx op as a Python value, the schema default if absent."""
+    if name in op.attributes:
+        a = op.attributes[name]
+        if isinstance(a, ir.IntegerAttr):
+            return a.value
+        if isinstance(a, ir.FloatAttr):
+            return a.value
+        if isinstance(a, ir.StringAttr):
+            return a.value
+        if isinstance(a, ir.ArrayAttr):
+            return [x.value for x in a]
+        return a
+    entry = _op_table.OPS[op.name.removeprefix("onnx.")]["attributes"].get(name)
+    return None if entry is None else entry[2]
+
+
+def op_type(op: ir.Operation) -> str:
+    """The ONNX op type of an onnx-dialect op (`onnx.ReduceSumV11` -> `ReduceSum`)."""
+    return _op_table.OPS[op.name.removeprefix("onnx.")]["op_type"]
+
+
+def resolve(op_type_: str, opset: int) -> str:
+    """The MLIR op name implementing `op_type_` at `opset`."""
+    chosen = None
+    for since, name in _op_table.VERSIONS[op_type_]:
+        if since <= opset:
+            chosen = name
+    if chosen is None:
+        raise UnsupportedOp(f"{op_type_} does not exist at opset {opset}")
+    return chosen
+
+
+class Builder:
+    """Creates onnx ops at the ambient insertion point for one module opset."""
+
+    def __init__(self, opset: int, location: ir.Location | None = None):
+        self.opset = opset
+        self.location = location or ir.Location.unknown()
+        self._none: ir.Value | None = None
+
+    # ---- generic creation -------------------------------------------------
+    def create(self, op_type_: str, operands: Sequence[ir.Value | None],
+               result_types: Sequence[ir.Type], **attrs) -> list[ir.Value]:
+        """An op of the module's opset; None operands become onnx.NoValue."""
+        name = resolve(op_type_, self.opset)
+        operands = [self.none() if v is None else v for v in operands]
+        op = ir.Operation.create(
+            "onnx." + name, results=list(result_types), operands=operands,
+            attributes={k: _attr(v) for k, v in attrs.items() if v is not None},
+            loc=self.location)
+        return list(op.results)
+
+    def op(self, op_type_: str, operands: Sequence[ir.Value | None],
+           result_type: ir.Type, **attrs) -> ir.Value:
+        return self.create(op_type_, operands, [result_type], **attrs)[0]
+
+    def none(self) -> ir.Value:
+        op = ir.Operation.create("onnx.NoValue", results=[ir.NoneType.get()],
+                                 attributes={"value": ir.UnitAttr.get()}, loc=self.location)
+        return op.results[0]
+
+    # ---- constants --------------------------------------------------------
+    def constant(self, attr: ir.DenseElementsAttr) -> ir.Value:
+        op = ir.Operation.create("onnx.Constant", results=[attr.type],
+                                 attributes={"value": attr}, loc=self.location)
+        return op.results[0]
+
+    def scalar(self, value: float, like: ir.Value) -> ir.Value:
+        """A rank-0 constant of `like`'s element type."""
+        elem = element_type(like)
+        t = ir.RankedTensorType.get([], elem)
+        if isinstance(elem, ir.FloatType):
+            return self.constant(ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(elem, value)))
+        return self.constant(ir.DenseElementsAttr.get_splat(t, ir.IntegerAttr.get(elem, int(value))))
+
+    def ints(self, values: Iterable[int]) -> ir.Value:
+        return self.constant(ir.DenseElementsAttr.get(np.asarray(list(values), dtype=np.int64)))
+
+    def int_scalar(self, value: int) -> ir.Value:
+        return self.constant(ir.DenseElementsAttr.get(np.asarray(value, dtype=np.int64)))
+
+    # ---- elementwise ------------------------------------------------------
+    def ew(self, op_type_: str, *operands: ir.Value, **attrs) -> ir.Value:
+        """An elementwise op; result type by broadcasting, element type of operand 0."""
+        shape = broadcast_dims(*(dims(v) for v in operands))
+        return self.op(op_type_, operands, tensor_type(shape, element_type(operands[0])), **attrs)
+
+    def add(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.ew("Add", a, b)
+
+    def sub(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.ew("Sub", a, b)
+
+    def mul(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.ew("Mul", a, b)
+
+    def div(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.ew("Div", a, b)
+
+    def neg(self, a: ir.Value) -> ir.Value:
+        return self.ew("Neg", a)
+
+    def compare(self, op_type_: str, a: ir.Value, b: ir.Value) -> ir.Value:
+        shape = broadcast_dims(dims(a), dims(b))
+        return self.op(op_type_, [a, b], tensor_type(shape, ir.IntegerType.get_signless(1)))
+
+    def where(self, cond: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        shape = broadcast_dims(dims(cond), dims(a), dims(b))
+        return self.op("Where", [cond, a, b], tensor_type(shape, element_type(a)))
+
+    def sum(self, values: Sequence[ir.Value]) -> ir.Value:
+        if len(values) == 1:
+            return values[0]
+        if len(values) == 2:
+            return self.add(values[0], values[1])
+        shape = broadcast_dims(*(dims(v) for v in values))
+        return self.op("Sum", values, tensor_type(shape, element_type(values[0])))
+
+    def cast_like(self, a: ir.Value, like: ir.Value) -> ir.Value:
+        return self.op("CastLike", [a, like], tensor_type(dims(a), element_type(like)))
+
+    # ---- shapes -----------------------------------------------------------
+    def shape(self, x: ir.Value, start: int | None = None, end: int | None = None) -> ir.Value:
+        """Shape(x)[start:end] as a 1-D i64 tensor (a constant when static)."""
+        d = dims(x)
+        if d is not None:
+            part = d[start:end]
+            if all(e is not None for e in part):
+                return self.ints(part)
+        n = None if d is None else len(d[start:end])
+        i64 = ir.IntegerType.get_signless(64)
+        if self.opset >= 15:
+            return self.op("Shape", [x], tensor_type([n], i64), start=start, end=end)
+        full = self.op("Shape", [x], tensor_type([None if d is None else len(d)], i64))
+        if start is None and end is None:
+            return full
+        return self.slice(full, [0], [start or 0], [end if end is not None else 2**62],
+                          tensor_type([n], i64))
+
+    def concat(self, values: Sequence[ir.Value], axis: int) -> ir.Value:
+        ds = [dims(v) for v in values]
+        shape = None
+        if all(d is not None for d in ds):
+            shape = list(ds[0])
+            ax = axis % len(shape)
+            parts = [d[ax] for d in ds]
+            shape[ax] = None if None in parts else sum(parts)
+            for i in range(len(shape)):
+                if i != ax and shape[i] is None:
+                    shape[i] = next((d[i] for d in ds if d[i] is not None), None)
+        return self.op("Concat", values, tensor_type(shape, element_type(values[0])), axis=axis)
+
+    def reshape(self, x: ir.Value, shape: ir.Value | Sequence[int], out: Dims | None) -> ir.Value:
+        target = shape if isinstance(shape, ir.Value) else self.ints(shape)
+        return self.op("Reshape", [x, target], tensor_type(out, element_type(x)))
+
+    def expand(self, x: ir.Value, shape: ir.Value, out: Dims | None) -> ir.Value:
+        return self.op("Expand", [x, shape], tensor_type(out, element_type(x)))
+
+    def transpose(self, x: ir.Value, perm: Sequence[int]) -> ir.Value:
+        d = dims(x)
+        out = None if d is None else [d[p] for p in perm]
+        return self.op("Transpose", [x], tensor_type(out, element_type(x)), perm=list(perm))
+
+    def unsqueeze(self, x: ir.Value, axes: Sequence[int]) -> ir.Value:
+        d = dims(x)
+        out = None
+        if d is not None:
+            n = len(d) + len(axes)
+            norm = sorted(a % n for a in axes)
+            it = iter(d)
+            out = [1 if i in norm else next(it) for i in range(n)]
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.ints(axes)], tensor_type(out, element_type(x)))
+        return self.op("Unsqueeze", [x], tensor_type(out, element_type(x)), axes=list(axes))
+
+    def squeeze(self, x: ir.Value, axes: Sequence[int]) -> ir.Value:
+        d = dims(x)
+        out = None
+        if d is not None:
+            norm = {a % len(d) for a in axes}
+            out = [e for i, e in enumerate(d) if i not in norm]
+        if self.opset >= 13:
+            return self.op("Squeeze", [x, self.ints(axes)], tensor_type(out, element_type(x)))
+        return self.op("Squeeze", [x], tensor_type(out, element_type(x)), axes=list(axes))
+
+    def slice(self, x: ir.Value, axes: Sequence[int], starts: Sequence[int],
+              ends: Sequence[int], result_type: ir.Type,
+              steps: Sequence[int] | None = None) -> ir.Value:
+        operands = [x, self.ints(starts), self.ints(ends), self.ints(axes)]
+        if steps is not None:
+            operands.append(self.ints(steps))
+        return self.op("Slice", operands, result_type)
+
+    def reduce(self, op_type_: str, x: ir.Value, axes: Sequence[int] | ir.Value,
+               keepdims: bool, out: Dims | None = None) -> ir.Value:
+        """ReduceSum/ReduceMax/... over `axes` (a list, or a 1-D i64 value)."""
+        d = dims(x)
+        if out is None and d is not None and not isinstance(axes, ir.Value):
+            norm = {a % len(d) for a in axes}
+            out = [1 if i in norm else e for i, e in enumerate(d) if keepdims or i not in norm]
+        t = tensor_type(out, element_type(x))
+        axes_as_input = self.opset >= (13 if op_type_ == "ReduceSum" else 18)
+        if axes_as_input:
+            axes_v = axes if isinstance(axes, ir.Value) else self.ints(axes)
+            return self.op(op_type_, [x, axes_v], t, keepdims=int(keepdims),
+                           noop_with_empty_axes=1)
+        if isinstance(axes, ir.Value):
+            raise UnsupportedOp(f"{op_type_} over axes computed at run time needs opset >= 13")
+        return self.op(op_type_, [x], t, axes=list(axes), keepdims=int(keepdims))
+
+    # ---- derivative layout: a leading direction axis ----------------------
+    def derivative_type(self, primal: ir.Value) -> ir.Type:
+        d = dims(primal)
+        return tensor_type(None if d is None else [None] + d, element_type(primal))
+
+    def align(self, t: ir.Value, out_rank: int) -> ir.Value:
+        """Insert unit axes after the direction axis so `t` has rank 1 + out_rank:
+        ONNX broadcasting aligns trailing axes, the direction axis must stay first."""
+        r = rank(t)
+        if r is None or r - 1 >= out_rank:
+            return t
+        return self.unsqueeze(t, list(range(1, 1 + out_rank - (r - 1))))
+
+    def fit(self, t: ir.Value, primal: ir.Value) -> ir.Value:
+        """Broadcast derivative `t` to exactly [k] + shape(primal)."""
+        td, pd = dims(t), dims(primal)
+        if td is not None and pd is not None and len(td) == len(pd) + 1 and \
+                all(a is not None and a == b for a, b in zip(td[1:], pd)):
+            return t
+        t = self.align(t, len(pd)) if pd is not None else t
+        target = self.concat([self.shape(t, 0, 1), self.shape(primal)], 0)
+        out = None if pd is None else [None] + pd
+        return self.expand(t, target, out)
+
+    def unbroadcast(self, ct: ir.Value, target: ir.Value) -> ir.Value:
+        """Sum cotangent `ct` back to the shape of derivative value `target`
+        (both carry the direction axis, which is never summed)."""
+        cd, td = dims(ct), dims(target)
+        if cd is not None and td is not None and cd == td and None not in cd[1:]:
+            return ct
+        if cd is not None and td is not None and None not in cd[1:] and None not in td[1:]:
+            lead = len(cd) - len(td)
+            axes = list(range(1, 1 + lead))
+            axes += [lead + i for i in range(1, len(td)) if td[i] == 1 and cd[lead + i] != 1]
+            out = ct
+            if axes:
+                out = self.reduce("ReduceSum", ct, axes, keepdims=True)
+            if lead:
+                out = self.squeeze(out, list(range(1, 1 + lead)))
+            return out
+        return self._unbroadcast_dynamic(ct, target)
+
+    def _unbroadcast_dynamic(self, ct: ir.Value, target: ir.Value) -> ir.Value:
+        """Axes computed at run time: those where target's extent is 1 and ct's
+        is not, over the ranks aligned to the right; then a Reshape. The
+        direction axis is ct's: in reverse mode `target` may be a stand-in."""
+        cr, tr = rank(ct), rank(target)
+        if cr is None or tr is None:
+            raise UnsupportedOp("unbroadcasting a derivative of unknown rank")
+        i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
+        k = self.shape(ct, 0, 1)
+        padded = [k, self.shape(target, 1)]
+        if cr > tr:
+            padded.insert(1, self.ints([1] * (cr - tr)))
+        tshape = self.concat(padded, 0)
+        differs = self.op("Not", [self.compare("Equal", tshape, self.shape(ct))],
+                          tensor_type([cr], i1))
+        mask = self.op("And", [self.compare("Equal", tshape, self.ints([1])), differs],
+                       tensor_type([cr], i1))
+        axes = self.reshape(self.op("NonZero", [mask], tensor_type([1, None], i64)),
+                            [-1], [None])
+        summed = self.reduce("ReduceSum", ct, axes, keepdims=True, out=[None] * cr)
+        return self.reshape(summed, self.like_shape(ct, target),
+                            [None] + (dims(target)[1:]))
+
+    def like_shape(self, ct: ir.Value, target: ir.Value) -> ir.Value:
+        """[k of ct] + shape(target)[1:]: the run-time shape of a cotangent for
+        the derivative value `target`."""
+        return self.concat([self.shape(ct, 0, 1), self.shape(target, 1)], 0)
+
+
+def constant_ints(value: ir.Value) -> list[int] | None:
+    """The integers of a value defined by onnx.Constant, else None."""
+    owner = value.owner
+    if not isinstance(owner, ir.OpView) and not isinstance(owner, ir.Operation):
+        return None
+    op = owner.operation
+    if op.name != "onnx.Constant" or "value" not in op.attributes:
+        return None
+    attr = op.attributes["value"]
+    if isinstance(attr, ir.DenseIntElementsAttr):
+        return [int(v) for v in np.asarray(attr).reshape(-1)]
+    return None
+
+
+def operand_or_none(op: ir.Operation, index: int) -> ir.Value | None:
+    """Operand `index`, None when absent (past the end or onnx.NoValue)."""
+    if index >= len(op.operands):
+        return None
+    v = op.operands[index]
+    return None if isinstance(v.type, ir.NoneType) else v

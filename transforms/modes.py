@@ -1,0 +1,142 @@
+"""Forward and reverse mode over one function.
+
+Forward: seeds `fwd_<x>` become tangents, the JVP walk (linearize.py)
+propagates them, tangents of the outputs are returned as `fwd_<y>`.
+
+Reverse = linearize + transpose (JAX's recipe): the JVP walk runs from
+stand-in tangents of the inputs, leaving a program linear in them; the
+transposition walks those linear ops backwards from the seeds `adj_<y>`,
+each transpose rule handing cotangent contributions to the op's linear
+operands, summed where a value has several consumers. What reaches the
+stand-ins is `adj_<x>`. The linear forward ops are then dead and erased.
+
+The stand-in tangent of an input x is Unsqueeze(x, 0): shape [1] + shape(x),
+so a transpose rule that must read a linear operand's run-time shape (only
+when shapes are symbolic) finds one without computing anything new.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from mlir import ir
+from mlir.dialects import func
+
+from onnx_ad_mlir.errors import UnsupportedOp
+
+from . import signature as sig
+from .builder import Builder, dims, is_float
+from .linearize import Tangents, linearize, node_label
+from .registry import TRANSPOSE
+
+
+def _entry(f: func.FuncOp) -> tuple[ir.Block, ir.Operation]:
+    block = f.regions[0].blocks[0]
+    return block, block.operations[len(block.operations) - 1]
+
+
+def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
+            outputs: list[str] | None = None, layout: str = "casadi",
+            prefix: str | None = None) -> None:
+    block, ret = _entry(f)
+    in_names, out_names = sig.arg_names(f), sig.result_names(f)
+    xs = sig.select(in_names, list(block.arguments), inputs, "input")
+    ys = sig.select(out_names, list(ret.operands), outputs, "output")
+    prefix = prefix or sig.diff_prefix(in_names + out_names, "fwd")
+    primal_x = [block.arguments[i] for i in xs]
+    seeds = sig.append_arguments(f, [sig.boundary_type(x, layout) for x in primal_x],
+                                 [prefix + in_names[i] for i in xs])
+    state = Tangents(opset)
+    b = Builder(opset, f.location)
+    with ir.InsertionPoint.at_block_begin(block):
+        for x, seed in zip(primal_x, seeds):
+            state.of[x] = sig.unpack(b, seed, x, layout)
+    linearize(f, state)
+    _, ret = _entry(f)
+    results = []
+    with ir.InsertionPoint(ret):
+        k = sig.seed_count(b, seeds[0], primal_x[0], layout)
+        for i in ys:
+            y = ret.operands[i]
+            t = state.get(y)
+            results.append(sig.pack(b, sig.zeros(b, y, k) if t is None else t, y, layout))
+    sig.append_results(f, results, [prefix + out_names[i] for i in ys])
+
+
+def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
+            outputs: list[str] | None = None, layout: str = "casadi",
+            prefix: str | None = None) -> None:
+    block, ret = _entry(f)
+    in_names, out_names = sig.arg_names(f), sig.result_names(f)
+    xs = sig.select(in_names, list(block.arguments), inputs, "input")
+    ys = sig.select(out_names, list(ret.operands), outputs, "output")
+    prefix = prefix or sig.diff_prefix(in_names + out_names, "adj")
+    primal_x = [block.arguments[i] for i in xs]
+    primal_y = [ret.operands[i] for i in ys]
+
+    state = Tangents(opset)
+    b = Builder(opset, f.location)
+    with ir.InsertionPoint.at_block_begin(block):
+        stand_ins = [b.unsqueeze(x, [0]) for x in primal_x]
+    for x, t in zip(primal_x, stand_ins):
+        state.of[x] = t
+    linearize(f, state)
+
+    linear_ops, linear = _linear_ops(block, stand_ins)
+    seeds = sig.append_arguments(f, [sig.boundary_type(y, layout) for y in primal_y],
+                                 [prefix + out_names[i] for i in ys])
+    _, ret = _entry(f)
+    cotangents: dict[ir.Value, list[ir.Value]] = defaultdict(list)
+    with ir.InsertionPoint(ret):
+        for y, seed in zip(primal_y, seeds):
+            t = state.get(y)
+            if t is not None:
+                cotangents[t].append(sig.unpack(b, seed, y, layout))
+        _transpose(linear_ops, linear, cotangents, opset)
+        k = sig.seed_count(b, seeds[0], primal_y[0], layout)
+        results = []
+        for x, t in zip(primal_x, stand_ins):
+            ct = _total(b, cotangents.pop(t, []))
+            ct = sig.zeros(b, x, k) if ct is None else b.fit(ct, x)
+            results.append(sig.pack(b, ct, x, layout))
+    sig.append_results(f, results, [prefix + in_names[i] for i in xs])
+    for op in reversed(linear_ops + [t.owner for t in stand_ins]):
+        if all(len(list(r.uses)) == 0 for r in op.results):
+            op.erase()
+
+
+def _linear_ops(block: ir.Block, stand_ins: list[ir.Value]
+                ) -> tuple[list[ir.Operation], set[ir.Value]]:
+    """Ops of the block whose float results depend on the stand-ins, in order."""
+    linear = set(stand_ins)
+    ops = []
+    for op in block.operations:
+        if any(v in linear for v in op.operands):
+            float_results = [r for r in op.results if is_float(r)]
+            if float_results:
+                ops.append(op.operation)
+                linear.update(float_results)
+    return ops, linear
+
+
+def _total(b: Builder, contributions: list[ir.Value]) -> ir.Value | None:
+    if not contributions:
+        return None
+    return b.sum(contributions)
+
+
+def _transpose(ops: list[ir.Operation], linear: set[ir.Value],
+               cotangents: dict[ir.Value, list[ir.Value]], opset: int) -> None:
+    for op in reversed(ops):
+        b = Builder(opset, op.location)
+        cts = [_total(b, cotangents.pop(r, [])) for r in op.results]
+        if all(ct is None for ct in cts):
+            continue
+        rule = TRANSPOSE.get(op.name)
+        if rule is None:
+            raise UnsupportedOp(f"{node_label(op)}: no transpose rule for this linear op "
+                                "(a JVP rule emitted it; this is a bug in the rule table)")
+        is_linear = [v in linear for v in op.operands]
+        contributions = rule(b, op, cts, is_linear)
+        for v, ct, lin in zip(op.operands, contributions, is_linear):
+            if ct is not None and lin:
+                cotangents[v].append(ct)

@@ -1,0 +1,80 @@
+"""The AD passes, registered for onnx-ad-opt and pass pipelines.
+
+  onnx-ad-forward{inputs=x,y outputs=z layout=casadi|onnx prefix=fwd_ func=main_graph}
+  onnx-ad-reverse{... same options ...}
+
+Both rewrite one function of the module in place (by default the only one,
+or @main_graph): the primal signature stays a prefix, seeds and derivative
+results are appended (see signature.py for names and layouts).
+"""
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import func
+
+from onnx_ad_mlir import _op_table
+from onnx_ad_mlir.errors import OnnxAdError
+from onnx_ad_mlir.passes import register_pass
+
+from . import modes, rules  # noqa: F401  (rules register themselves)
+from .signature import LAYOUTS
+
+
+class PassOptionError(OnnxAdError):
+    """A pass option with a bad value."""
+
+
+def module_opset(module: ir.Operation) -> int:
+    """The default-domain opset recorded by the importer (newest if absent)."""
+    attrs = module.attributes
+    if "onnx.opset_import" in attrs:
+        for entry in attrs["onnx.opset_import"]:
+            if ir.StringAttr(entry[0]).value in ("", "ai.onnx"):
+                return ir.IntegerAttr(entry[1]).value
+    return _op_table.MAX_OPSET
+
+
+def target_function(module: ir.Operation, name: str | None) -> func.FuncOp:
+    funcs = [op.opview for op in module.regions[0].blocks[0].operations
+             if op.operation.name == "func.func"]
+    if name is not None:
+        for f in funcs:
+            if ir.StringAttr(f.attributes["sym_name"]).value == name:
+                return f
+        raise PassOptionError(f"no function @{name} in the module")
+    if len(funcs) == 1:
+        return funcs[0]
+    for f in funcs:
+        if ir.StringAttr(f.attributes["sym_name"]).value == "main_graph":
+            return f
+    raise PassOptionError("the module has several functions; choose one with func=<name>")
+
+
+def _names(options: dict[str, str], key: str) -> list[str] | None:
+    text = options.get(key)
+    if text is None:
+        return None
+    return [n for n in text.replace(",", " ").split() if n]
+
+
+def _run(mode, module: ir.Operation, options: dict[str, str]) -> None:
+    unknown = set(options) - {"inputs", "outputs", "layout", "prefix", "func"}
+    if unknown:
+        raise PassOptionError(f"unknown option(s) {sorted(unknown)}")
+    layout = options.get("layout", "casadi")
+    if layout not in LAYOUTS:
+        raise PassOptionError(f"layout={layout}: expected one of {LAYOUTS}")
+    f = target_function(module, options.get("func"))
+    with module.context, module.location:
+            mode(f, module_opset(module), _names(options, "inputs"), _names(options, "outputs"),
+             layout, options.get("prefix"))
+
+
+@register_pass("onnx-ad-forward", "Forward mode (JVP): seeds fwd_<x>, results fwd_<y>")
+def forward_pass(module: ir.Operation, options: dict[str, str]) -> None:
+    _run(modes.forward, module, options)
+
+
+@register_pass("onnx-ad-reverse", "Reverse mode (VJP): seeds adj_<y>, results adj_<x>")
+def reverse_pass(module: ir.Operation, options: dict[str, str]) -> None:
+    _run(modes.reverse, module, options)

@@ -1,0 +1,380 @@
+"""Elementwise ops: JVP rules, and transposes of the linear ones they emit.
+
+A unary op's JVP is `t * f'(x)`, with f' built from the primal operand x and
+result y (Tanh' = 1 - y*y reuses the primal result). Tangents are aligned to
+the result's rank before they meet primal coefficients, so the direction axis
+stays first under ONNX's right-aligned broadcasting.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence
+
+import onnx
+from mlir import ir
+
+from onnx_ad_mlir.errors import UnsupportedOp
+
+from ..builder import Builder, attribute, dims, element_type, is_float, rank, tensor_type
+from ..registry import jvp, transpose, zero_derivative
+
+Coefficient = Callable[[Builder, ir.Operation, ir.Value, ir.Value], ir.Value]
+
+
+def _c(b: Builder, value: float, like: ir.Value) -> ir.Value:
+    return b.scalar(value, like)
+
+
+def _mask(b: Builder, cond: ir.Value, like: ir.Value) -> ir.Value:
+    """A bool tensor as 0/1 of `like`'s type."""
+    return b.cast_like(cond, like)
+
+
+def _select(b: Builder, cond: ir.Value, a: ir.Value, c: ir.Value) -> ir.Value:
+    return b.where(cond, a, c)
+
+
+def _sigmoid(b: Builder, x: ir.Value) -> ir.Value:
+    return b.ew("Sigmoid", x)
+
+
+def _out_rank(op: ir.Operation) -> int:
+    r = rank(op.results[0])
+    if r is None:
+        raise UnsupportedOp("needs the rank of its result")
+    return r
+
+
+def scale(b: Builder, t: Optional[ir.Value], coef: ir.Value, out_rank: int) -> Optional[ir.Value]:
+    """The linear term t * coef (None stays None)."""
+    if t is None:
+        return None
+    return b.mul(b.align(t, out_rank), coef)
+
+
+def total(b: Builder, terms: Sequence[Optional[ir.Value]]) -> Optional[ir.Value]:
+    terms = [t for t in terms if t is not None]
+    return b.sum(terms) if terms else None
+
+
+# ---- unary ops: t * f'(x, y) ------------------------------------------------
+
+UNARY: dict[str, Coefficient] = {
+    "Exp": lambda b, op, x, y: y,
+    "Log": lambda b, op, x, y: b.ew("Reciprocal", x),
+    "Sqrt": lambda b, op, x, y: b.div(_c(b, 0.5, y), y),
+    "Reciprocal": lambda b, op, x, y: b.neg(b.mul(y, y)),
+    "Abs": lambda b, op, x, y: b.ew("Sign", x),
+    "Sin": lambda b, op, x, y: b.ew("Cos", x),
+    "Cos": lambda b, op, x, y: b.neg(b.ew("Sin", x)),
+    "Tan": lambda b, op, x, y: b.add(_c(b, 1.0, y), b.mul(y, y)),
+    "Sinh": lambda b, op, x, y: b.ew("Cosh", x),
+    "Cosh": lambda b, op, x, y: b.ew("Sinh", x),
+    "Asin": lambda b, op, x, y: b.ew("Reciprocal", b.ew("Sqrt", b.sub(_c(b, 1.0, x), b.mul(x, x)))),
+    "Acos": lambda b, op, x, y: b.neg(b.ew("Reciprocal", b.ew("Sqrt", b.sub(_c(b, 1.0, x), b.mul(x, x))))),
+    "Atan": lambda b, op, x, y: b.ew("Reciprocal", b.add(_c(b, 1.0, x), b.mul(x, x))),
+    "Asinh": lambda b, op, x, y: b.ew("Reciprocal", b.ew("Sqrt", b.add(b.mul(x, x), _c(b, 1.0, x)))),
+    "Acosh": lambda b, op, x, y: b.ew("Reciprocal", b.ew("Sqrt", b.sub(b.mul(x, x), _c(b, 1.0, x)))),
+    "Atanh": lambda b, op, x, y: b.ew("Reciprocal", b.sub(_c(b, 1.0, x), b.mul(x, x))),
+    "Erf": lambda b, op, x, y: b.mul(_c(b, 2.0 / math.sqrt(math.pi), x),
+                                     b.ew("Exp", b.neg(b.mul(x, x)))),
+    "Tanh": lambda b, op, x, y: b.sub(_c(b, 1.0, y), b.mul(y, y)),
+    "Sigmoid": lambda b, op, x, y: b.mul(y, b.sub(_c(b, 1.0, y), y)),
+    "Relu": lambda b, op, x, y: _mask(b, b.compare("Greater", x, _c(b, 0.0, x)), x),
+    "LeakyRelu": lambda b, op, x, y: _select(
+        b, b.compare("Greater", x, _c(b, 0.0, x)), _c(b, 1.0, x),
+        _c(b, attribute(op, "alpha"), x)),
+    "Elu": lambda b, op, x, y: _select(
+        b, b.compare("Greater", x, _c(b, 0.0, x)), _c(b, 1.0, x),
+        b.add(y, _c(b, attribute(op, "alpha"), x))),
+    "Selu": lambda b, op, x, y: _select(
+        b, b.compare("Greater", x, _c(b, 0.0, x)), _c(b, attribute(op, "gamma"), x),
+        b.add(y, _c(b, attribute(op, "alpha") * attribute(op, "gamma"), x))),
+    "Celu": lambda b, op, x, y: _select(
+        b, b.compare("Greater", x, _c(b, 0.0, x)), _c(b, 1.0, x),
+        b.ew("Exp", b.div(x, _c(b, attribute(op, "alpha"), x)))),
+    "ThresholdedRelu": lambda b, op, x, y: _mask(
+        b, b.compare("Greater", x, _c(b, attribute(op, "alpha"), x)), x),
+    "Softplus": lambda b, op, x, y: _sigmoid(b, x),
+    "Softsign": lambda b, op, x, y: b.ew("Reciprocal", _square(b, b.add(_c(b, 1.0, x), b.ew("Abs", x)))),
+    "HardSigmoid": lambda b, op, x, y: b.mul(
+        _c(b, attribute(op, "alpha"), x),
+        _mask(b, b.op("And", [b.compare("Greater", y, _c(b, 0.0, y)),
+                              b.compare("Less", y, _c(b, 1.0, y))],
+                      _bool_like(b, y)), x)),
+    "HardSwish": lambda b, op, x, y: _hard_swish(b, x),
+    "Mish": lambda b, op, x, y: _mish(b, x),
+    "Gelu": lambda b, op, x, y: _gelu(b, op, x),
+}
+
+
+def _square(b: Builder, v: ir.Value) -> ir.Value:
+    return b.mul(v, v)
+
+
+def _bool_like(b: Builder, v: ir.Value) -> ir.Type:
+    return tensor_type(dims(v), ir.IntegerType.get_signless(1))
+
+
+def _hard_swish(b: Builder, x: ir.Value) -> ir.Value:
+    # y = x * clip(x/6 + 1/2, 0, 1): slope 0 below -3, 1 above 3, x/3 + 1/2 between
+    mid = b.add(b.div(x, _c(b, 3.0, x)), _c(b, 0.5, x))
+    high = b.compare("Greater", x, _c(b, 3.0, x))
+    low = b.compare("Less", x, _c(b, -3.0, x))
+    return _select(b, high, _c(b, 1.0, x), _select(b, low, _c(b, 0.0, x), mid))
+
+
+def _mish(b: Builder, x: ir.Value) -> ir.Value:
+    # y = x tanh(sp(x)): y' = tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)
+    th = b.ew("Tanh", b.ew("Softplus", x))
+    return b.add(th, b.mul(b.mul(x, _sigmoid(b, x)), b.sub(_c(b, 1.0, x), _square(b, th))))
+
+
+def _gelu(b: Builder, op: ir.Operation, x: ir.Value) -> ir.Value:
+    if attribute(op, "approximate") == "tanh":
+        # u = sqrt(2/pi) (x + 0.044715 x^3); y = x/2 (1 + tanh u)
+        s = math.sqrt(2.0 / math.pi)
+        x2 = _square(b, x)
+        u = b.mul(_c(b, s, x), b.add(x, b.mul(_c(b, 0.044715, x), b.mul(x2, x))))
+        th = b.ew("Tanh", u)
+        du = b.mul(_c(b, s, x), b.add(_c(b, 1.0, x), b.mul(_c(b, 3 * 0.044715, x), x2)))
+        return b.add(b.mul(_c(b, 0.5, x), b.add(_c(b, 1.0, x), th)),
+                     b.mul(b.mul(_c(b, 0.5, x), x), b.mul(b.sub(_c(b, 1.0, x), _square(b, th)), du)))
+    # y = x Phi(x): y' = Phi(x) + x phi(x)
+    phi_big = b.mul(_c(b, 0.5, x), b.add(_c(b, 1.0, x),
+                                          b.ew("Erf", b.mul(x, _c(b, 1 / math.sqrt(2), x)))))
+    density = b.mul(_c(b, 1 / math.sqrt(2 * math.pi), x),
+                    b.ew("Exp", b.mul(_c(b, -0.5, x), _square(b, x))))
+    return b.add(phi_big, b.mul(x, density))
+
+
+def _unary_rule(coefficient: Coefficient):
+    def rule(b: Builder, op: ir.Operation, tangents):
+        x, y = op.operands[0], op.results[0]
+        return [b.mul(tangents[0], coefficient(b, op, x, y))]
+    return rule
+
+
+for _name, _coef in UNARY.items():
+    jvp(_name)(_unary_rule(_coef))
+
+
+@jvp("Neg")
+def _neg(b: Builder, op, tangents):
+    return [b.neg(tangents[0])]
+
+
+@jvp("Identity")
+def _identity(b: Builder, op, tangents):
+    return [tangents[0]]
+
+
+# ---- binary and variadic ----------------------------------------------------
+
+@jvp("Add", "Sub")
+def _add_sub(b: Builder, op, tangents):
+    r = _out_rank(op)
+    ta, tb = (None if t is None else b.align(t, r) for t in tangents)
+    if op.name == "onnx.Sub" and tb is not None:
+        tb = b.neg(tb)
+    return [total(b, [ta, tb])]
+
+
+@jvp("Mul")
+def _mul(b: Builder, op, tangents):
+    a, c = op.operands
+    r = _out_rank(op)
+    return [total(b, [scale(b, tangents[0], c, r), scale(b, tangents[1], a, r)])]
+
+
+@jvp("Div")
+def _div(b: Builder, op, tangents):
+    a, c = op.operands
+    r = _out_rank(op)
+    ta = None if tangents[0] is None else b.div(b.align(tangents[0], r), c)
+    tc = scale(b, tangents[1], b.neg(b.div(op.results[0], c)), r)
+    return [total(b, [ta, tc])]
+
+
+@jvp("Pow")
+def _pow(b: Builder, op, tangents):
+    a, e = op.operands
+    y = op.results[0]
+    r = _out_rank(op)
+    terms = []
+    if tangents[0] is not None:
+        ef = e if is_float(e) and element_type(e) == element_type(a) else b.cast_like(e, a)
+        terms.append(scale(b, tangents[0], b.mul(ef, b.ew("Pow", a, b.sub(ef, _c(b, 1.0, a)))), r))
+    if tangents[1] is not None:
+        terms.append(scale(b, tangents[1], b.mul(y, b.ew("Log", a)), r))
+    return [total(b, terms)]
+
+
+@jvp("Mod")
+def _mod(b: Builder, op, tangents):
+    if attribute(op, "fmod") != 1:
+        raise UnsupportedOp("Mod with fmod=0 on floating point is not defined by ONNX")
+    a, c = op.operands
+    r = _out_rank(op)
+    q = b.div(a, c)
+    trunc = b.mul(b.ew("Sign", q), b.ew("Floor", b.ew("Abs", q)))
+    ta = None if tangents[0] is None else b.align(tangents[0], r)
+    return [total(b, [ta, scale(b, tangents[1], b.neg(trunc), r)])]
+
+
+@jvp("Sum", "Mean")
+def _sum_mean(b: Builder, op, tangents):
+    r = _out_rank(op)
+    t = total(b, [None if t is None else b.align(t, r) for t in tangents])
+    if op.name.startswith("onnx.Mean") and t is not None:
+        t = b.div(t, _c(b, float(len(tangents)), op.results[0]))
+    return [t]
+
+
+@jvp("Max", "Min")
+def _max_min(b: Builder, op, tangents):
+    # The first operand equal to the result carries the derivative.
+    y = op.results[0]
+    r = _out_rank(op)
+    taken = None
+    terms = []
+    for x, t in zip(op.operands, tangents):
+        hit = b.compare("Equal", x, y)
+        first = hit if taken is None else b.op("And", [hit, b.op("Not", [taken], _bool_like(b, taken))],
+                                                _bool_like(b, hit))
+        taken = hit if taken is None else b.op("Or", [taken, hit], _bool_like(b, hit))
+        terms.append(scale(b, t, _mask(b, first, y), r))
+    return [total(b, terms)]
+
+
+@jvp("PRelu")
+def _prelu(b: Builder, op, tangents):
+    x, slope = op.operands
+    r = _out_rank(op)
+    pos = b.compare("Greater", x, _c(b, 0.0, x))
+    dx = _select(b, pos, _c(b, 1.0, x), slope)
+    dslope = _select(b, pos, _c(b, 0.0, x), x)
+    return [total(b, [scale(b, tangents[0], dx, r), scale(b, tangents[1], dslope, r)])]
+
+
+@jvp("Where")
+def _where(b: Builder, op, tangents):
+    cond = op.operands[0]
+    r = _out_rank(op)
+    _, ta, tc = (None if t is None else b.align(t, r) for t in tangents)
+    if ta is None and tc is None:
+        return [None]
+    zero = _c(b, 0.0, op.results[0])
+    return [b.where(cond, zero if ta is None else ta, zero if tc is None else tc)]
+
+
+@jvp("Clip")
+def _clip(b: Builder, op, tangents):
+    x = op.operands[0]
+    y = op.results[0]
+    r = _out_rank(op)
+    inside = b.compare("Equal", x, y)
+    terms = [scale(b, tangents[0], _mask(b, inside, y), r)]
+    # Clip >= 11: optional min/max operands (onnx.NoValue when absent).
+    for t, bound in zip(tangents[1:], op.operands[1:]):
+        if t is not None:
+            at_bound = b.op("And", [b.op("Not", [inside], _bool_like(b, inside)),
+                                    b.compare("Equal", y, bound)], _bool_like(b, inside))
+            terms.append(scale(b, t, _mask(b, at_bound, y), r))
+    return [total(b, terms)]
+
+
+@jvp("Cast", "CastLike")
+def _cast(b: Builder, op, tangents):
+    y = op.results[0]
+    if tangents[0] is None or not is_float(y):
+        return [None]
+    return [b.cast_like(tangents[0], y)]
+
+
+zero_derivative(
+    "Sign", "Floor", "Ceil", "Round", "Equal", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "BitShift",
+    "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Shape", "Size", "NonZero",
+    "ArgMax", "ArgMin", "Hardmax", "OneHot", "ConstantOfShape", "EyeLike", "RandomNormal",
+    "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
+    "QuantizeLinear", "NonMaxSuppression", "BitCast", "Det", "Constant")
+
+
+# ---- transposes of the linear ops the rules above emit ----------------------
+
+@transpose("Add", "Sub")
+def _t_add_sub(b: Builder, op, cts, linear):
+    ct = cts[0]
+    a, c = op.operands
+    out = [b.unbroadcast(ct, a) if linear[0] else None, None]
+    if linear[1]:
+        neg = b.neg(ct) if op.name == "onnx.Sub" else ct
+        out[1] = b.unbroadcast(neg, c)
+    return out
+
+
+@transpose("Neg")
+def _t_neg(b: Builder, op, cts, linear):
+    return [b.neg(cts[0])]
+
+
+@transpose("Mul")
+def _t_mul(b: Builder, op, cts, linear):
+    a, c = op.operands
+    if linear[0] and linear[1]:
+        raise UnsupportedOp("Mul of two linear values is not linear")
+    if linear[0]:
+        return [b.unbroadcast(b.mul(cts[0], c), a), None]
+    return [None, b.unbroadcast(b.mul(cts[0], a), c)]
+
+
+@transpose("Div")
+def _t_div(b: Builder, op, cts, linear):
+    a, c = op.operands
+    if linear[1]:
+        raise UnsupportedOp("Div by a linear value is not linear")
+    return [b.unbroadcast(b.div(cts[0], c), a), None]
+
+
+@transpose("Sum")
+def _t_sum(b: Builder, op, cts, linear):
+    return [b.unbroadcast(cts[0], v) if lin else None for v, lin in zip(op.operands, linear)]
+
+
+@transpose("Where")
+def _t_where(b: Builder, op, cts, linear):
+    cond, a, c = op.operands
+    ct = cts[0]
+    zero = _c(b, 0.0, ct)
+    return [None,
+            b.unbroadcast(b.where(cond, ct, zero), a) if linear[1] else None,
+            b.unbroadcast(b.where(cond, zero, ct), c) if linear[2] else None]
+
+
+@transpose("CastLike")
+def _t_cast_like(b: Builder, op, cts, linear):
+    x = op.operands[0]
+    return [b.op("Cast", [cts[0]], tensor_type(dims(cts[0]), element_type(x)),
+                 to=onnx_dtype(element_type(x))), None]
+
+
+@transpose("Cast")
+def _t_cast(b: Builder, op, cts, linear):
+    x = op.operands[0]
+    return [b.op("Cast", [cts[0]], tensor_type(dims(cts[0]), element_type(x)),
+                 to=onnx_dtype(element_type(x)))]
+
+
+@transpose("Identity")
+def _t_identity(b: Builder, op, cts, linear):
+    return [cts[0]]
+
+
+def onnx_dtype(elem: ir.Type) -> int:
+    """The TensorProto data type of a float element type."""
+    for t, code in ((ir.F16Type, onnx.TensorProto.FLOAT16), (ir.BF16Type, onnx.TensorProto.BFLOAT16),
+                    (ir.F32Type, onnx.TensorProto.FLOAT), (ir.F64Type, onnx.TensorProto.DOUBLE)):
+        if isinstance(elem, t):
+            return code
+    raise UnsupportedOp(f"no derivative for element type {elem}")

@@ -1,0 +1,193 @@
+"""Function signatures of derivative models: names, seed layouts, arguments.
+
+A derivative function keeps the primal signature as a prefix and appends
+seeds and derivative results, named by CasADi's conventions: `fwd_<x>` /
+`adj_<y>`, with seed dimension `nfwd` / `nadj`; a function that already
+carries `fwd_` names gets `fwd2_` / `nfwd2` (CasADi's `diff_prefix`).
+
+Layouts of a seed or derivative at the boundary (internally the direction
+axis k leads: [k] + shape):
+  "onnx":   shape + [k]
+  "casadi": CasADi reads a tensor as a matrix (rank 0 as 1x1, rank 1 as a
+            column, rank 2 as is, higher ranks flattened to a column) and
+            wants k seeds of an r-by-c value as one r-by-(k*c) matrix,
+            seed-major.
+"""
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+from mlir.dialects import func
+
+from onnx_ad_mlir.errors import UnsupportedOp
+
+from .builder import Builder, dims, element_type, is_float, tensor_type
+
+NAME = "onnx.name"
+DIM_PARAMS = "onnx.dim_params"
+LAYOUTS = ("casadi", "onnx")
+
+
+def _names(attrs: ir.ArrayAttr | None, count: int, stem: str) -> list[str]:
+    names = []
+    for i in range(count):
+        d = attrs[i] if attrs is not None and i < len(attrs) else None
+        names.append(ir.StringAttr(d[NAME]).value if d is not None and NAME in d
+                     else f"{stem}{i}")
+    return names
+
+
+def arg_names(f: func.FuncOp) -> list[str]:
+    attrs = f.attributes["arg_attrs"] if "arg_attrs" in f.attributes else None
+    return _names(attrs, len(f.regions[0].blocks[0].arguments), "input")
+
+
+def result_names(f: func.FuncOp) -> list[str]:
+    attrs = f.attributes["res_attrs"] if "res_attrs" in f.attributes else None
+    return _names(attrs, len(f.type.results), "output")
+
+
+def diff_prefix(names: list[str], kind: str) -> str:
+    """CasADi's rule: the next `<kind><n>_` after the highest one in use."""
+    highest = 0
+    for name in names:
+        end = name.find("_")
+        if not name.startswith(kind) or end < len(kind):
+            continue
+        digits = name[len(kind):end]
+        if digits == "":
+            highest = max(highest, 1)
+        elif digits.isdigit():
+            highest = max(highest, int(digits))
+    return f"{kind}_" if highest == 0 else f"{kind}{highest + 1}_"
+
+
+def select(names: list[str], values: list[ir.Value], wanted: list[str] | None,
+           what: str) -> list[int]:
+    """Indices of the values to differentiate: the named ones, else every
+    floating-point one."""
+    if wanted is None:
+        chosen = [i for i, v in enumerate(values) if is_float(v)]
+        if not chosen:
+            raise UnsupportedOp(f"the function has no floating-point {what} to differentiate")
+        return chosen
+    chosen = []
+    for name in wanted:
+        if name not in names:
+            raise UnsupportedOp(f"'{name}' is not a function {what}; {what}s are {names}")
+        i = names.index(name)
+        if not is_float(values[i]):
+            raise UnsupportedOp(f"{what} '{name}' is not floating-point: {values[i].type}")
+        chosen.append(i)
+    return chosen
+
+
+def boundary_type(primal: ir.Value, layout: str) -> ir.Type:
+    """The type of a seed or derivative of `primal` at the function boundary."""
+    d = dims(primal)
+    elem = element_type(primal)
+    if d is None:
+        raise UnsupportedOp(f"a derivative at the boundary needs the rank of {primal.type}")
+    if layout == "onnx":
+        return tensor_type(d + [None], elem)
+    if len(d) <= 1:
+        return tensor_type([d[0] if d else 1, None], elem)
+    if len(d) == 2:
+        return tensor_type([d[0], None], elem)
+    numel = None if None in d else math.prod(d)
+    return tensor_type([numel, None], elem)
+
+
+def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
+    """Boundary layout -> internal [k] + shape."""
+    d = dims(primal)
+    r = len(d)
+    if layout == "onnx":
+        return b.transpose(seed, [r] + list(range(r)))
+    if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
+        target = b.concat([b.shape(primal, 0, 1), b.ints([-1]), b.shape(primal, 1, 2)], 0)
+        split = b.reshape(seed, target, [d[0], None, d[1]])
+        return b.transpose(split, [1, 0, 2])
+    flat = b.transpose(seed, [1, 0])  # [numel, k] -> [k, numel]
+    if r == 1:
+        return flat
+    target = b.concat([b.ints([-1]), b.shape(primal)], 0)
+    return b.reshape(flat, target, [None] + d)
+
+
+def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
+    """Internal [k] + shape -> boundary layout."""
+    d = dims(primal)
+    r = len(d)
+    if layout == "onnx":
+        return b.transpose(t, list(range(1, r + 1)) + [0])
+    if r == 2:  # [k, r, c] -> [r, k, c] -> [r, k*c]
+        moved = b.transpose(t, [1, 0, 2])
+        target = b.concat([b.shape(primal, 0, 1), b.ints([-1])], 0)
+        return b.reshape(moved, target, [d[0], None])
+    flat = t if r == 1 else b.reshape(t, [0, -1], [None, math.prod(d) if None not in d else None])
+    return b.transpose(flat, [1, 0])  # [k, numel] -> [numel, k]
+
+
+def seed_count(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
+    """k as a 1-element i64 tensor, read from a boundary seed."""
+    if layout == "onnx":
+        return b.shape(seed, -1)
+    d = dims(primal)
+    if len(d) != 2:
+        return b.shape(seed, 1, 2)
+    cols = b.shape(seed, 1, 2)
+    return b.ew("Div", cols, b.shape(primal, 1, 2))
+
+
+def zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
+    """A zero derivative [k] + shape(primal), for requested results that do
+    not depend on the differentiated values (CasADi needs every result)."""
+    target = b.concat([k, b.shape(primal)], 0)
+    zero = b.scalar(0.0, primal)
+    return b.expand(zero, target, [None] + dims(primal))
+
+
+def append_arguments(f: func.FuncOp, types: list[ir.Type], names: list[str]) -> list[ir.Value]:
+    block = f.regions[0].blocks[0]
+    new = [block.add_argument(t, f.location) for t in types]
+    _update_signature(f, arg_names(f)[:len(block.arguments) - len(new)] + names, None)
+    return new
+
+
+def append_results(f: func.FuncOp, values: list[ir.Value], names: list[str]) -> None:
+    block = f.regions[0].blocks[0]
+    ret = block.operations[len(block.operations) - 1]
+    old = list(ret.operands)
+    with ir.InsertionPoint(ret), ret.location:
+        func.ReturnOp(old + values)
+    ret.erase()
+    _update_signature(f, None, result_names(f) + names)
+
+
+def _update_signature(f: func.FuncOp, args: list[str] | None, results: list[str] | None) -> None:
+    block = f.regions[0].blocks[0]
+    ret = block.operations[len(block.operations) - 1]
+    f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [a.type for a in block.arguments], [v.type for v in ret.operands]))
+    if args is not None:
+        f.attributes["arg_attrs"] = _merged(f, "arg_attrs", args)
+    if results is not None:
+        f.attributes["res_attrs"] = _merged(f, "res_attrs", results)
+
+
+def _merged(f: func.FuncOp, key: str, names: list[str]) -> ir.ArrayAttr:
+    """Per-value attribute dicts with `onnx.name` set, other entries kept."""
+    old = f.attributes[key] if key in f.attributes else None
+    out = []
+    for i, name in enumerate(names):
+        entries = {}
+        if old is not None and i < len(old):
+            d = old[i]
+            for j in range(len(d)):
+                named = d[j]
+                entries[named.name] = named.attr
+        entries[NAME] = ir.StringAttr.get(name)
+        out.append(ir.DictAttr.get(entries))
+    return ir.ArrayAttr.get(out)

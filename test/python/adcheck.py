@@ -1,0 +1,138 @@
+"""Checks derivative models against references that know nothing of the rules.
+
+  check_derivatives(model, feeds)   forward and reverse models, run in ONNX
+      Runtime, against central finite differences of the primal model in
+      float64, plus the identity <J v, w> == <v, J^T w> between the two modes.
+  check_hessian(model, feeds)       forward(reverse(model)) against finite
+      differences of the reverse model's gradient.
+
+Both use layout="onnx" (seed count as a trailing axis) and several random
+directions at once. Models should be float64 for tight tolerances; float32
+models are checked with looser defaults.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from onnx_ad_mlir.api import forward, reverse
+
+FLOAT_TYPES = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
+               onnx.TensorProto.FLOAT16: np.float16}
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    s = session(model)
+    names = [o.name for o in s.get_outputs()]
+    return dict(zip(names, s.run(None, feeds)))
+
+
+def _float_names(values, only: Sequence[str] | None) -> list[str]:
+    names = [v.name for v in values if v.type.tensor_type.elem_type in FLOAT_TYPES]
+    return [n for n in names if only is None or n in only]
+
+
+def _seeds(rng: np.random.Generator, like: np.ndarray, k: int) -> np.ndarray:
+    """k random directions in the onnx layout: shape + [k]."""
+    return rng.standard_normal(like.shape + (k,)).astype(like.dtype)
+
+
+def _tol(dtype) -> tuple[float, float, float]:
+    """(finite-difference step, rtol, atol) for a dtype."""
+    if dtype == np.float64:
+        return 1e-6, 1e-5, 1e-6
+    return 1e-2, 2e-2, 2e-3
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-direction inner products of two shape + [k] arrays."""
+    k = a.shape[-1]
+    return (a.astype(np.float64) * b.astype(np.float64)).reshape(-1, k).sum(axis=0)
+
+
+def check_derivatives(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                      inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
+                      k: int = 3, seed: int = 0, rtol: float | None = None,
+                      atol: float | None = None) -> dict[str, float]:
+    """Asserts forward mode == central differences and reverse == transpose
+    of forward; returns the max errors measured."""
+    rng = np.random.default_rng(seed)
+    xs = _float_names(model.graph.input, inputs)
+    ys = _float_names(model.graph.output, outputs)
+    fwd = forward(model, inputs=xs, outputs=ys, layout="onnx")
+    adj = reverse(model, inputs=xs, outputs=ys, layout="onnx")
+    for m in (fwd, adj):
+        onnx.checker.check_model(m, full_check=True)
+    primal = session(model)
+    dtype = feeds[xs[0]].dtype
+    eps, rt, at = _tol(dtype)
+    rt, at = rtol or rt, atol or at
+
+    v = {x: _seeds(rng, feeds[x], k) for x in xs}
+    got = run(fwd, {**feeds, **{f"fwd_{x}": v[x] for x in xs}})
+    errors = {"fd": 0.0, "dot": 0.0}
+    # Central differences, one direction at a time, in float64 where possible.
+    for j in range(k):
+        plus = {**feeds, **{x: np.asarray(feeds[x] + eps * v[x][..., j], dtype=dtype) for x in xs}}
+        minus = {**feeds, **{x: np.asarray(feeds[x] - eps * v[x][..., j], dtype=dtype) for x in xs}}
+        yp = dict(zip([o.name for o in primal.get_outputs()], primal.run(None, plus)))
+        ym = dict(zip([o.name for o in primal.get_outputs()], primal.run(None, minus)))
+        for y in ys:
+            fd = (yp[y].astype(np.float64) - ym[y].astype(np.float64)) / (2 * eps)
+            jv = got[f"fwd_{y}"][..., j].astype(np.float64)
+            err = np.abs(jv - fd).max(initial=0.0)
+            errors["fd"] = max(errors["fd"], float(err))
+            np.testing.assert_allclose(jv, fd, rtol=rt, atol=at,
+                                       err_msg=f"forward mode of {y} vs finite differences")
+    w = {y: _seeds(rng, got[f"fwd_{y}"][..., 0], k) for y in ys}
+    back = run(adj, {**feeds, **{f"adj_{y}": w[y] for y in ys}})
+    lhs = sum(_dot(got[f"fwd_{y}"], w[y]) for y in ys)
+    rhs = sum(_dot(v[x], back[f"adj_{x}"]) for x in xs)
+    scale = max(1.0, float(np.abs(lhs).max()))
+    errors["dot"] = float(np.abs(lhs - rhs).max() / scale)
+    np.testing.assert_allclose(lhs, rhs, rtol=rt, atol=at * scale,
+                               err_msg="<J v, w> != <v, J^T w>")
+    return errors
+
+
+def check_hessian(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                  inputs: Sequence[str] | None = None, output: str | None = None,
+                  k: int = 2, seed: int = 1) -> float:
+    """forward(reverse(model)) against central differences of the gradient."""
+    rng = np.random.default_rng(seed)
+    xs = _float_names(model.graph.input, inputs)
+    ys = _float_names(model.graph.output, None if output is None else [output])[:1]
+    adj = reverse(model, inputs=xs, outputs=ys, layout="onnx")
+    grads = [f"adj_{x}" for x in xs]
+    hess = forward(adj, inputs=xs, outputs=grads, layout="onnx")
+    onnx.checker.check_model(hess, full_check=True)
+    dtype = feeds[xs[0]].dtype
+    eps, rt, at = _tol(dtype)
+    y0 = run(model, feeds)[ys[0]]
+    w = rng.standard_normal(y0.shape + (1,)).astype(dtype)
+    v = {x: _seeds(rng, feeds[x], k) for x in xs}
+    got = run(hess, {**feeds, f"adj_{ys[0]}": w, **{f"fwd_{x}": v[x] for x in xs}})
+    worst = 0.0
+    for j in range(k):
+        plus = run(adj, {**feeds, f"adj_{ys[0]}": w,
+                         **{x: np.asarray(feeds[x] + eps * v[x][..., j], dtype=dtype) for x in xs}})
+        minus = run(adj, {**feeds, f"adj_{ys[0]}": w,
+                          **{x: np.asarray(feeds[x] - eps * v[x][..., j], dtype=dtype) for x in xs}})
+        for g in grads:
+            fd = (plus[g].astype(np.float64) - minus[g].astype(np.float64))[..., 0] / (2 * eps)
+            hv = got[f"fwd_{g}"][..., 0, j].astype(np.float64)
+            worst = max(worst, float(np.abs(hv - fd).max(initial=0.0)))
+            np.testing.assert_allclose(hv, fd, rtol=rt * 10, atol=at * 10,
+                                       err_msg=f"Hessian-vector product for {g}")
+    return worst

@@ -1,0 +1,112 @@
+"""Elementwise rules against finite differences, both modes, and Hessians."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+from adcheck import check_derivatives, check_hessian, session
+
+D = TP.DOUBLE
+
+
+def model(nodes, inputs, outputs, opset=18, initializers=()):
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                     [h.make_tensor_value_info(n, t, s) for n, t, s in outputs], list(initializers))
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+
+
+def runs_in_double(m: onnx.ModelProto) -> bool:
+    """ONNX Runtime lacks double kernels for many ops (and Celu's schema is
+    float-only): those are checked in float32 with looser tolerances."""
+    try:
+        onnx.checker.check_model(m, full_check=True)
+        session(m)
+        return True
+    except Exception:
+        return False
+
+
+def unary(op, low=-2.0, high=2.0, dtype=None, **attrs):
+    make = lambda t: model([h.make_node(op, ["x"], ["y"], **attrs)], [("x", t, [2, 3])],
+                           [("y", t, [2, 3])], opset=20)
+    if dtype is None:
+        dtype = D if runs_in_double(make(D)) else TP.FLOAT
+    m = make(dtype)
+    rng = np.random.default_rng(42)
+    x = rng.uniform(low, high, (2, 3))
+    return m, {"x": x.astype(np.float64 if dtype == D else np.float32)}
+
+
+UNARY = [("Exp", {}), ("Sin", {}), ("Cos", {}), ("Tan", dict(low=-1, high=1)), ("Sinh", {}),
+         ("Cosh", {}), ("Asin", dict(low=-0.9, high=0.9)), ("Acos", dict(low=-0.9, high=0.9)),
+         ("Atan", {}), ("Asinh", {}), ("Acosh", dict(low=1.2, high=3)),
+         ("Atanh", dict(low=-0.9, high=0.9)), ("Tanh", {}), ("Sigmoid", {}),
+         ("Log", dict(low=0.2, high=3)), ("Sqrt", dict(low=0.2, high=3)),
+         ("Reciprocal", dict(low=0.5, high=3)), ("Abs", {}), ("Neg", {}), ("Relu", {}),
+         ("Softplus", {}), ("Softsign", {}), ("Identity", {}),
+         ("LeakyRelu", dict(alpha=0.3)), ("Elu", dict(alpha=0.7)), ("Selu", {}),
+         ("Celu", dict(alpha=1.5)), ("ThresholdedRelu", dict(alpha=0.4)),
+         ("HardSigmoid", {}), ("HardSwish", dict(low=-5, high=5)), ("Mish", {}),
+         ("Gelu", {}), ("Gelu", dict(approximate="tanh")), ("Erf", {})]
+
+
+@pytest.mark.parametrize("op,kw", UNARY, ids=[f"{o}-{k.get('approximate', '')}" for o, k in UNARY])
+def test_unary(op, kw):
+    kw = dict(kw)
+    low, high = kw.pop("low", -2.0), kw.pop("high", 2.0)
+    m, feeds = unary(op, low, high, **kw)
+    check_derivatives(m, feeds)
+    if op not in ("Relu", "Abs", "ThresholdedRelu", "HardSigmoid", "HardSwish", "LeakyRelu"):
+        check_hessian(m, feeds)
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"])
+def test_binary_broadcast(op):
+    m = model([h.make_node(op, ["a", "b"], ["y"])], [("a", D, [2, 3]), ("b", D, [3])],
+              [("y", D, [2, 3])])
+    rng = np.random.default_rng(1)
+    feeds = {"a": rng.uniform(0.5, 2, (2, 3)), "b": rng.uniform(0.5, 2, (3,))}
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)
+
+
+def test_broadcast_both_ways():
+    m = model([h.make_node("Mul", ["a", "b"], ["y"])], [("a", D, [2, 1]), ("b", D, [1, 3])],
+              [("y", D, [2, 3])])
+    rng = np.random.default_rng(2)
+    check_derivatives(m, {"a": rng.standard_normal((2, 1)), "b": rng.standard_normal((1, 3))})
+
+
+def test_dynamic_batch_broadcast():
+    m = model([h.make_node("Add", ["a", "b"], ["s"]), h.make_node("Mul", ["s", "a"], ["y"])],
+              [("a", D, ["batch", 3]), ("b", D, [1, 3])], [("y", D, ["batch", 3])])
+    rng = np.random.default_rng(3)
+    check_derivatives(m, {"a": rng.standard_normal((4, 3)), "b": rng.standard_normal((1, 3))})
+
+
+def test_where_clip_sum_mean():
+    nodes = [h.make_node("Greater", ["a", "b"], ["c"]), h.make_node("Where", ["c", "a", "b"], ["w"]),
+             h.make_node("Clip", ["w", "lo", "hi"], ["k"]), h.make_node("Sum", ["k", "a", "b"], ["s"]),
+             h.make_node("Max", ["s", "a"], ["y"])]
+    m = model(nodes, [("a", D, [2, 3]), ("b", D, [2, 3]), ("lo", D, []), ("hi", D, [])],
+              [("y", D, [2, 3])])
+    rng = np.random.default_rng(4)
+    feeds = {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal((2, 3)),
+             "lo": np.array(-0.5), "hi": np.array(0.6)}
+    check_derivatives(m, feeds)
+
+
+def test_mean_float32():
+    m = model([h.make_node("Mean", ["a", "b"], ["y"])], [("a", TP.FLOAT, [2, 3]), ("b", TP.FLOAT, [3])],
+              [("y", TP.FLOAT, [2, 3])])
+    rng = np.random.default_rng(5)
+    check_derivatives(m, {"a": rng.standard_normal((2, 3)).astype(np.float32),
+                          "b": rng.standard_normal(3).astype(np.float32)})
+
+
+def test_float32_model():
+    m, feeds = unary("Tanh", dtype=TP.FLOAT)
+    check_derivatives(m, feeds)

@@ -227,6 +227,12 @@ class Builder:
                           tensor_type([n], i64))
 
     def concat(self, values: Sequence[ir.Value], axis: int) -> ir.Value:
+        # Shapes assembled from static pieces fold to one constant here, so
+        # the derivative graph carries no shape arithmetic when shapes are known.
+        pieces = [constant_ints(v) for v in values]
+        if all(p is not None for p in pieces) and all(rank(v) == 1 for v in values) and \
+                element_type(values[0]) == ir.IntegerType.get_signless(64):
+            return self.ints([x for p in pieces for x in p])
         ds = [dims(v) for v in values]
         shape = None
         if all(d is not None for d in ds):

@@ -43,8 +43,10 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     ys = sig.select(out_names, list(ret.operands), outputs, "output")
     prefix = prefix or sig.diff_prefix(in_names + out_names, "fwd")
     primal_x = [block.arguments[i] for i in xs]
-    seeds = sig.append_arguments(f, [sig.boundary_type(x, layout) for x in primal_x],
-                                 [prefix + in_names[i] for i in xs])
+    dim = "n" + prefix[:-1]
+    seeds = sig.append_arguments(f, [sig.boundary_type(x, layout) for x in primal_x], [
+        (prefix + in_names[i], sig.boundary_dim_params(
+            block.arguments[i], sig.dim_params(f, "arg_attrs", i), dim)[layout]) for i in xs])
     state = Tangents(opset)
     b = Builder(opset, f.location)
     with ir.InsertionPoint.at_block_begin(block):
@@ -59,7 +61,9 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             y = ret.operands[i]
             t = state.get(y)
             results.append(sig.pack(b, sig.zeros(b, y, k) if t is None else t, y, layout))
-    sig.append_results(f, results, [prefix + out_names[i] for i in ys])
+    sig.append_results(f, results, [
+        (prefix + out_names[i], sig.boundary_dim_params(
+            ret.operands[i], sig.dim_params(f, "res_attrs", i), dim)[layout]) for i in ys])
 
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
@@ -82,8 +86,12 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     linearize(f, state)
 
     linear_ops, linear = _linear_ops(block, stand_ins)
-    seeds = sig.append_arguments(f, [sig.boundary_type(y, layout) for y in primal_y],
-                                 [prefix + out_names[i] for i in ys])
+    dim = "n" + prefix[:-1]
+    seeds = sig.append_arguments(f, [sig.boundary_type(y, layout) for y in primal_y], [
+        (prefix + out_names[i], sig.boundary_dim_params(
+            y, sig.dim_params(f, "res_attrs", i), dim)[layout]) for i, y in zip(ys, primal_y)])
+    x_params = [sig.boundary_dim_params(block.arguments[i], sig.dim_params(f, "arg_attrs", i),
+                                        dim)[layout] for i in xs]
     _, ret = _entry(f)
     cotangents: dict[ir.Value, list[ir.Value]] = defaultdict(list)
     with ir.InsertionPoint(ret):
@@ -98,7 +106,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             ct = _total(b, cotangents.pop(t, []))
             ct = sig.zeros(b, x, k) if ct is None else b.fit(ct, x)
             results.append(sig.pack(b, ct, x, layout))
-    sig.append_results(f, results, [prefix + in_names[i] for i in xs])
+    sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
     for op in reversed(linear_ops + [t.owner for t in stand_ins]):
         if all(len(list(r.uses)) == 0 for r in op.results):
             op.erase()

@@ -83,6 +83,38 @@ def select(names: list[str], values: list[ir.Value], wanted: list[str] | None,
     return chosen
 
 
+def _attr_dicts(f: func.FuncOp, key: str) -> ir.ArrayAttr | None:
+    return f.attributes[key] if key in f.attributes else None
+
+
+def dim_params(f: func.FuncOp, key: str, index: int) -> list[str]:
+    """Symbolic dim names of argument/result `index` ('' where none)."""
+    attrs = _attr_dicts(f, key)
+    if attrs is None or index >= len(attrs) or DIM_PARAMS not in attrs[index]:
+        return []
+    return [ir.StringAttr(p).value for p in attrs[index][DIM_PARAMS]]
+
+
+def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str) -> dict[str, list[str]]:
+    """Names for the `?` dims of a seed or derivative, per layout: the primal's
+    own names, and `seed_dim` (nfwd, nadj...) for the seed count. In CasADi's
+    packed matrix the columns are seed_dim * c: named `<seed_dim>_<c>` as
+    CasADi's derivative wrapper expects."""
+    d = dims(primal)
+    params = params + [""] * (len(d) - len(params))
+    named = [p if p else "" for p in params]
+    onnx_layout = named + [seed_dim]
+    if len(d) <= 1:
+        casadi = [named[0] if d else "", seed_dim]
+    elif len(d) == 2:
+        cols = d[1]
+        casadi = [named[0], seed_dim if cols == 1 else
+                  f"{seed_dim}_{named[1] or 'cols'}" if cols is None else f"{seed_dim}_x{cols}"]
+    else:
+        casadi = ["" if None not in d else "rows", seed_dim]
+    return {"onnx": onnx_layout, "casadi": casadi}
+
+
 def boundary_type(primal: ir.Value, layout: str) -> ir.Type:
     """The type of a seed or derivative of `primal` at the function boundary."""
     d = dims(primal)
@@ -149,45 +181,41 @@ def zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
     return b.expand(zero, target, [None] + dims(primal))
 
 
-def append_arguments(f: func.FuncOp, types: list[ir.Type], names: list[str]) -> list[ir.Value]:
+Boundary = list  # [(name, dim params)] of appended arguments or results
+
+
+def append_arguments(f: func.FuncOp, types: list[ir.Type], named: Boundary) -> list[ir.Value]:
     block = f.regions[0].blocks[0]
+    count = len(block.arguments)
     new = [block.add_argument(t, f.location) for t in types]
-    _update_signature(f, arg_names(f)[:len(block.arguments) - len(new)] + names, None)
+    _update_signature(f, "arg_attrs", count, named)
     return new
 
 
-def append_results(f: func.FuncOp, values: list[ir.Value], names: list[str]) -> None:
+def append_results(f: func.FuncOp, values: list[ir.Value], named: Boundary) -> None:
     block = f.regions[0].blocks[0]
     ret = block.operations[len(block.operations) - 1]
     old = list(ret.operands)
     with ir.InsertionPoint(ret), ret.location:
         func.ReturnOp(old + values)
     ret.erase()
-    _update_signature(f, None, result_names(f) + names)
+    _update_signature(f, "res_attrs", len(old), named)
 
 
-def _update_signature(f: func.FuncOp, args: list[str] | None, results: list[str] | None) -> None:
+def _update_signature(f: func.FuncOp, key: str, count: int, named: Boundary) -> None:
+    """New function type; attribute dicts of the first `count` values kept,
+    `onnx.name` and `onnx.dim_params` for the appended ones."""
     block = f.regions[0].blocks[0]
     ret = block.operations[len(block.operations) - 1]
     f.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
         [a.type for a in block.arguments], [v.type for v in ret.operands]))
-    if args is not None:
-        f.attributes["arg_attrs"] = _merged(f, "arg_attrs", args)
-    if results is not None:
-        f.attributes["res_attrs"] = _merged(f, "res_attrs", results)
-
-
-def _merged(f: func.FuncOp, key: str, names: list[str]) -> ir.ArrayAttr:
-    """Per-value attribute dicts with `onnx.name` set, other entries kept."""
-    old = f.attributes[key] if key in f.attributes else None
-    out = []
-    for i, name in enumerate(names):
-        entries = {}
-        if old is not None and i < len(old):
-            d = old[i]
-            for j in range(len(d)):
-                named = d[j]
-                entries[named.name] = named.attr
-        entries[NAME] = ir.StringAttr.get(name)
-        out.append(ir.DictAttr.get(entries))
-    return ir.ArrayAttr.get(out)
+    old = _attr_dicts(f, key)
+    kept = [old[i] if old is not None and i < len(old) else ir.DictAttr.get({})
+            for i in range(count)]
+    if old is None:  # unnamed primal values get their default names
+        defaults = arg_names(f) if key == "arg_attrs" else result_names(f)
+        kept = [ir.DictAttr.get({NAME: ir.StringAttr.get(defaults[i])}) for i in range(count)]
+    added = [ir.DictAttr.get({NAME: ir.StringAttr.get(name),
+                              DIM_PARAMS: ir.ArrayAttr.get([ir.StringAttr.get(p) for p in params])})
+             for name, params in named]
+    f.attributes[key] = ir.ArrayAttr.get(kept + added)

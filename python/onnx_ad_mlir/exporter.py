@@ -1,0 +1,347 @@
+"""MLIR module in the onnx dialect -> ONNX ModelProto (DESIGN.md,
+"Import/export conventions").
+
+Names come from the importer's locations and `onnx.name` attributes when they
+are still unique; everything else gets a fresh name that collides with
+nothing already used in the model.
+"""
+from __future__ import annotations
+
+import onnx
+from mlir import ir
+
+from . import _op_table
+from .errors import ExportFailure
+from .export_opset import model_versions
+from .onnx_types import fill_type_proto
+from .tensors import ResourceReader, array_to_tensor
+from .onnx_types import element_of
+
+_A = onnx.AttributeProto
+_TERMINATORS = ("onnx.Yield", "func.return")
+
+
+def export_onnx(module: ir.Module) -> onnx.ModelProto:
+    """The ONNX model of `module`'s `main_graph` function (or its only one)."""
+    func = _main_function(module)
+    exporter = _Exporter(module)
+    model = onnx.ModelProto()
+    exporter.main_graph(func, model.graph)
+    _restore_model_fields(module.operation.attributes, model, exporter.op_names)
+    return model
+
+
+def _main_function(module: ir.Module) -> ir.Operation:
+    funcs = [op.operation for op in module.body.operations if op.operation.name == "func.func"]
+    for f in funcs:
+        if ir.StringAttr(f.attributes["sym_name"]).value == "main_graph":
+            return f
+    if len(funcs) == 1:
+        return funcs[0]
+    raise ExportFailure(f"expected a func.func @main_graph, found {len(funcs)} functions")
+
+
+def _restore_model_fields(attrs, model: onnx.ModelProto, op_names: set[str]) -> None:
+    stored = {}
+    if "onnx.opset_import" in attrs:
+        for pair in ir.ArrayAttr(attrs["onnx.opset_import"]):
+            domain, version = ir.ArrayAttr(pair)
+            stored[ir.StringAttr(domain).value] = ir.IntegerAttr(version).value
+    ir_version = ir.IntegerAttr(attrs["onnx.ir_version"]).value \
+        if "onnx.ir_version" in attrs else None
+    ir_version, opsets = model_versions(ir_version, stored, op_names)
+    model.ir_version = ir_version
+    for domain, version in opsets.items():
+        model.opset_import.add(domain=domain, version=version)
+    for field in ("producer_name", "producer_version", "domain", "doc_string"):
+        if f"onnx.{field}" in attrs:
+            setattr(model, field, ir.StringAttr(attrs[f"onnx.{field}"]).value)
+    if "onnx.model_version" in attrs:
+        model.model_version = ir.IntegerAttr(attrs["onnx.model_version"]).value
+    if "onnx.metadata_props" in attrs:
+        _restore_props(attrs["onnx.metadata_props"], model.metadata_props)
+
+
+def _restore_props(attr: ir.Attribute, target) -> None:
+    for pair in ir.ArrayAttr(attr):
+        key, value = ir.ArrayAttr(pair)
+        target.add(key=ir.StringAttr(key).value, value=ir.StringAttr(value).value)
+
+
+class _Names:
+    """Unique value and node names for one model."""
+
+    def __init__(self):
+        self.taken: set[str] = set()
+        self.node_names: set[str] = set()
+        self._counter = 0
+
+    def claim(self, wanted: str | None, base: str = "v") -> str:
+        """`wanted` if it is still free, else a fresh name."""
+        if wanted and wanted not in self.taken:
+            self.taken.add(wanted)
+            return wanted
+        return self.fresh(wanted or base)
+
+    def fresh(self, base: str) -> str:
+        while True:
+            self._counter += 1
+            name = f"{base}__{self._counter}"
+            if name not in self.taken:
+                self.taken.add(name)
+                return name
+
+    def node(self, wanted: str) -> str:
+        if not wanted:
+            return ""
+        name = wanted
+        while name in self.node_names:
+            self._counter += 1
+            name = f"{wanted}__{self._counter}"
+        self.node_names.add(name)
+        return name
+
+
+class _Exporter:
+    def __init__(self, module: ir.Module):
+        self.reader = ResourceReader(module)
+        self.names = _Names()
+        self.value_names: dict[ir.Value, str] = {}
+        self.op_names: set[str] = set()  # MLIR op names present, for opsets
+
+    # ----------------------------------------------------------------- graphs
+    def main_graph(self, func: ir.Operation, graph: onnx.GraphProto) -> None:
+        attrs = func.attributes
+        block = func.regions[0].blocks[0]
+        arg_attrs = _dicts(attrs, "arg_attrs", len(block.arguments))
+        ftype = ir.FunctionType(ir.TypeAttr(attrs["function_type"]).value)
+        res_attrs = _dicts(attrs, "res_attrs", len(ftype.results))
+        for arg, a in zip(block.arguments, arg_attrs):
+            name = self.names.claim(_str_attr(a, "onnx.name"), "input")
+            self.value_names[arg] = name
+            vi = graph.input.add(name=name)
+            self._fill_value_info(vi, arg.type, a)
+            if a is not None and "onnx.initializer" in a:
+                graph.initializer.append(self._tensor(a["onnx.initializer"], name))
+        terminator = _terminator(block)
+        outputs = self._claim_outputs(list(terminator.operands),
+                                      [_str_attr(a, "onnx.name") for a in res_attrs])
+        self._block(block, graph)
+        self._graph_outputs(graph, list(terminator.operands), outputs, res_attrs)
+        if "onnx.graph_name" in attrs:
+            graph.name = ir.StringAttr(attrs["onnx.graph_name"]).value
+        else:
+            graph.name = "main_graph"
+        if "onnx.doc_string" in attrs:
+            graph.doc_string = ir.StringAttr(attrs["onnx.doc_string"]).value
+        if "onnx.metadata_props" in attrs:
+            _restore_props(attrs["onnx.metadata_props"], graph.metadata_props)
+
+    def _region(self, region: ir.Region, graph: onnx.GraphProto) -> None:
+        block = region.blocks[0]
+        for arg in block.arguments:
+            name = self.names.claim(_loc_name(arg.location), "arg")
+            self.value_names[arg] = name
+            fill_type_proto(graph.input.add(name=name).type, arg.type)
+        terminator = _terminator(block)
+        graph_name, wanted = _names_from_loc(terminator.location)
+        operands = list(terminator.operands)
+        if len(wanted) != len(operands):
+            wanted = [None] * len(operands)
+        outputs = self._claim_outputs(operands, wanted)
+        self._block(block, graph)
+        self._graph_outputs(graph, operands, outputs, [None] * len(operands))
+        graph.name = graph_name or self.names.fresh("graph")
+
+    def _claim_outputs(self, values: list[ir.Value], wanted: list[str | None]) -> list[str]:
+        """Graph output names, claimed before the body so they win over names
+        inside it. A value produced in this block and not yet an output takes
+        the output name itself; others will need an Identity."""
+        outputs = []
+        for value, name in zip(values, wanted):
+            if value in self.value_names and self.value_names[value] == name:
+                outputs.append(name)  # an argument passed straight through
+                continue
+            name = self.names.claim(name, "output")
+            outputs.append(name)
+            if _is_op_result(value) and value not in self.value_names:
+                self.value_names[value] = name
+        return outputs
+
+    def _graph_outputs(self, graph: onnx.GraphProto, values: list[ir.Value],
+                       outputs: list[str], attrs: list) -> None:
+        for value, name, a in zip(values, outputs, attrs):
+            source = self.value_names[value]
+            if source != name:
+                graph.node.add(op_type="Identity", input=[source], output=[name],
+                               name=self.names.node(name + "_identity"))
+                self.op_names.add("Identity")
+            self._fill_value_info(graph.output.add(name=name), value.type, a)
+
+    def _block(self, block: ir.Block, graph: onnx.GraphProto) -> None:
+        for opview in block.operations:
+            op = opview.operation
+            name = op.name
+            if name in _TERMINATORS:
+                continue
+            if name == "onnx.NoValue":
+                self.value_names[op.result] = ""
+            elif name == "onnx.Constant" and "onnx.initializer" in op.attributes:
+                self._initializer(op, graph)
+            elif name.startswith("onnx."):
+                self._node(op, name[5:], graph)
+            else:
+                raise ExportFailure(f"op '{name}' is not an onnx dialect op and has no "
+                                    "ONNX equivalent")
+
+    # ----------------------------------------------------------------- ops
+    def _initializer(self, op: ir.Operation, graph: onnx.GraphProto) -> None:
+        result = op.result
+        _, wanted = _names_from_loc(op.location)
+        name = self.value_names.get(result) or self.names.claim(wanted[0] if wanted else None,
+                                                                "init")
+        self.value_names[result] = name
+        attrs = op.attributes
+        if "value" in attrs:
+            graph.initializer.append(self._tensor(attrs["value"], name))
+        else:
+            sparse = self._sparse(attrs["sparse_value"])
+            sparse.values.name = name
+            graph.sparse_initializer.append(sparse)
+
+    def _node(self, op: ir.Operation, mlir_name: str, graph: onnx.GraphProto) -> None:
+        spec = _op_table.OPS.get(mlir_name)
+        if spec is None:
+            raise ExportFailure(f"op 'onnx.{mlir_name}' has no ONNX schema")
+        self.op_names.add(mlir_name)
+        node = graph.node.add(op_type=spec["op_type"])
+        names = self.value_names
+        inputs = [names[v] for v in op.operands]
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        node.input.extend(inputs)
+        node_name, wanted = _names_from_loc(op.location)
+        results = list(op.results)
+        produced = [r for r in results if not isinstance(r.type, ir.NoneType)]
+        if len(wanted) != len(produced):
+            wanted = [None] * len(produced)
+        wanted_iter = iter(wanted)
+        outputs = []
+        for r in results:
+            if isinstance(r.type, ir.NoneType):
+                outputs.append("")
+                continue
+            want = next(wanted_iter)
+            if r not in names:
+                names[r] = self.names.claim(want)
+            outputs.append(names[r])
+        while outputs and not outputs[-1]:
+            outputs.pop()
+        node.output.extend(outputs)
+        node.name = self.names.node(node_name or "")
+        kinds = spec["attributes"]
+        attrs = op.attributes
+        for attr_name in attrs:
+            attr = attrs[attr_name]
+            if "." in attr_name:  # discardable: our own metadata or a pass's
+                if attr_name == "onnx.doc_string":
+                    node.doc_string = ir.StringAttr(attr).value
+                elif attr_name == "onnx.metadata_props":
+                    _restore_props(attr, node.metadata_props)
+                continue
+            kind = kinds.get(attr_name)
+            if kind is None:
+                raise ExportFailure(f"onnx.{mlir_name}: attribute '{attr_name}' is not in "
+                                    "its ONNX schema")
+            self._attribute(node.attribute.add(name=attr_name), kind[0], attr)
+        for region_name, region in zip(spec["regions"], op.regions):
+            a = node.attribute.add(name=region_name, type=_A.GRAPH)
+            self._region(region, a.g)
+
+    def _attribute(self, a: onnx.AttributeProto, kind: str, attr: ir.Attribute) -> None:
+        if kind == "int":
+            a.type, a.i = _A.INT, ir.IntegerAttr(attr).value
+        elif kind == "float":
+            a.type, a.f = _A.FLOAT, ir.FloatAttr(attr).value
+        elif kind == "string":
+            a.type, a.s = _A.STRING, ir.StringAttr(attr).value_bytes
+        elif kind == "ints":
+            a.type = _A.INTS
+            a.ints.extend(ir.IntegerAttr(x).value for x in ir.ArrayAttr(attr))
+        elif kind == "floats":
+            a.type = _A.FLOATS
+            a.floats.extend(ir.FloatAttr(x).value for x in ir.ArrayAttr(attr))
+        elif kind == "strings":
+            a.type = _A.STRINGS
+            a.strings.extend(ir.StringAttr(x).value_bytes for x in ir.ArrayAttr(attr))
+        elif kind == "tensor":
+            a.type = _A.TENSOR
+            a.t.CopyFrom(self._tensor(attr, ""))
+        elif kind == "sparse_tensor":
+            a.type = _A.SPARSE_TENSOR
+            a.sparse_tensor.CopyFrom(self._sparse(attr))
+        else:
+            a.type = _A.TYPE_PROTO
+            fill_type_proto(a.tp, ir.TypeAttr(attr).value)
+
+    # ----------------------------------------------------------------- data
+    def _tensor(self, attr: ir.Attribute, name: str) -> onnx.TensorProto:
+        elem = element_of(attr.type.element_type)
+        return array_to_tensor(self.reader.array(attr), elem, name)
+
+    def _sparse(self, attr: ir.Attribute) -> onnx.SparseTensorProto:
+        d = ir.DictAttr(attr)
+        sparse = onnx.SparseTensorProto()
+        sparse.values.CopyFrom(self._tensor(d["values"], ""))
+        sparse.indices.CopyFrom(self._tensor(d["indices"], ""))
+        sparse.dims.extend(ir.IntegerAttr(x).value for x in ir.ArrayAttr(d["dims"]))
+        return sparse
+
+    def _fill_value_info(self, vi: onnx.ValueInfoProto, t: ir.Type, attrs) -> None:
+        params = None
+        if attrs is not None:
+            if "onnx.dim_params" in attrs:
+                params = [ir.StringAttr(p).value for p in ir.ArrayAttr(attrs["onnx.dim_params"])]
+            if "onnx.doc_string" in attrs:
+                vi.doc_string = ir.StringAttr(attrs["onnx.doc_string"]).value
+        fill_type_proto(vi.type, t, params)
+
+
+def _dicts(attrs, key: str, count: int) -> list:
+    if key not in attrs:
+        return [None] * count
+    return [ir.DictAttr(a) for a in ir.ArrayAttr(attrs[key])]
+
+
+def _str_attr(d, key: str) -> str | None:
+    if d is None or key not in d:
+        return None
+    return ir.StringAttr(d[key]).value
+
+
+def _terminator(block: ir.Block) -> ir.Operation:
+    ops = block.operations
+    last = ops[len(ops) - 1].operation
+    if last.name not in _TERMINATORS:
+        raise ExportFailure(f"block ends with '{last.name}', expected onnx.Yield or func.return")
+    return last
+
+
+def _is_op_result(value: ir.Value) -> bool:
+    return isinstance(value, ir.OpResult) and value.owner.name != "onnx.NoValue"
+
+
+def _loc_name(loc: ir.Location) -> str | None:
+    return loc.name_str if loc.is_a_name() else None
+
+
+def _names_from_loc(loc: ir.Location) -> tuple[str | None, list[str]]:
+    """(node name, output names) of the importer's `name(outputs)` locations."""
+    if not loc.is_a_name():
+        return None, []
+    child = loc.child_loc
+    if child.is_a_name():
+        return loc.name_str, [child.name_str]
+    if child.is_a_fused():
+        return loc.name_str, [x.name_str if x.is_a_name() else "" for x in child.locations]
+    return loc.name_str, []

@@ -1,0 +1,158 @@
+"""Getting an ONNX model ready for import: load, inline local functions,
+infer shapes, order nodes.  All failures become `ImportFailure`."""
+from __future__ import annotations
+
+import heapq
+import os
+from typing import Callable
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from .errors import ImportFailure
+
+# Protobuf cannot serialise 2 GB; shape inference of bigger models runs on a
+# copy whose large tensors are reduced to their metadata.
+_PROTO_LIMIT = 2**31 - 2**26
+_BIG_TENSOR = 1 << 16
+
+
+def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
+                  ) -> tuple[onnx.ModelProto, str]:
+    """The model with local functions inlined and shapes inferred, and the
+    folder its external data is relative to."""
+    base_dir = ""
+    if isinstance(model, (str, os.PathLike)):
+        base_dir = os.path.dirname(os.path.abspath(model))
+        try:
+            model = onnx.load(model)
+        except (DecodeError, RuntimeError, ValueError) as e:
+            raise ImportFailure(f"{os.fspath(model)}: not a valid ONNX model ({e})") from e
+        except OSError as e:
+            raise ImportFailure(f"cannot read {os.fspath(model)}: {e}") from e
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            model = onnx.load_from_string(bytes(model))
+        except (DecodeError, RuntimeError, ValueError) as e:
+            raise ImportFailure(f"not a valid ONNX model ({e})") from e
+    elif not isinstance(model, onnx.ModelProto):
+        raise ImportFailure(f"expected an onnx.ModelProto or a path, got {type(model).__name__}")
+    if not model.HasField("graph"):
+        raise ImportFailure("the model has no graph (not an ONNX model?)")
+    if model.functions:
+        try:
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception as e:  # the inliner reports bad functions in many ways
+            raise ImportFailure(f"cannot inline the model's local functions: {e}") from e
+    return _infer_shapes(model), base_dir
+
+
+def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Types and shapes for every value ONNX can infer; a model inference
+    rejects is imported as is (the importer derives missing types itself)."""
+    big = sum(t.ByteSize() for t in model.graph.initializer) > _PROTO_LIMIT
+    skeleton = _without_big_data(model) if big else model
+    try:
+        inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
+    except Exception:  # inference errors on odd but importable models
+        return model
+    if big:
+        inferred.graph.ClearField("initializer")
+        inferred.graph.initializer.extend(model.graph.initializer)
+    return inferred
+
+
+def _without_big_data(model: onnx.ModelProto) -> onnx.ModelProto:
+    # Inference reads only the version, the opsets and the graph.
+    skeleton = onnx.ModelProto()
+    skeleton.ir_version = model.ir_version
+    skeleton.opset_import.extend(model.opset_import)
+    graph = skeleton.graph
+    for field in ("node", "input", "output", "value_info", "sparse_initializer"):
+        getattr(graph, field).extend(getattr(model.graph, field))
+    for t in model.graph.initializer:
+        small = graph.initializer.add()
+        if t.ByteSize() < _BIG_TENSOR:
+            small.CopyFrom(t)
+        else:  # dims and type only: inference needs no data of big weights
+            small.name, small.data_type = t.name, t.data_type
+            small.dims.extend(t.dims)
+            small.data_location = onnx.TensorProto.EXTERNAL
+            entry = small.external_data.add()
+            entry.key, entry.value = "location", "omitted"
+    return skeleton
+
+
+def sorted_nodes(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list[onnx.NodeProto]:
+    """The graph's nodes in an order where every name is defined before use
+    (the given order when it already is). `outer(name)` tells whether an
+    enclosing scope defines a name."""
+    nodes = list(graph.node)
+    defined = _graph_own_names(graph)
+    needs = [_needed_names(n) for n in nodes]
+    for node, needed in zip(nodes, needs):
+        if any(name not in defined and outer(name) is None for name in needed):
+            break
+        defined.update(node.output)
+    else:
+        return nodes
+    return _topological(nodes, needs)
+
+
+def _topological(nodes: list[onnx.NodeProto], needs: list[set[str]]) -> list[onnx.NodeProto]:
+    # Kahn's algorithm, picking the earliest ready node to stay close to the
+    # original order. Names no node produces are left for the importer to
+    # report (or to resolve in an outer scope).
+    producer = {name: i for i, n in enumerate(nodes) for name in n.output if name}
+    waiting = [0] * len(nodes)
+    users: list[list[int]] = [[] for _ in nodes]
+    for i, needed in enumerate(needs):
+        for name in needed:
+            p = producer.get(name)
+            if p is not None and p != i:
+                waiting[i] += 1
+                users[p].append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(nodes[i])
+        for u in users[i]:
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        stuck = next(n for i, n in enumerate(nodes) if waiting[i])
+        raise ImportFailure(f"the graph has a cycle through node '{stuck.name}' "
+                            f"({stuck.op_type})")
+    return order
+
+
+def _graph_own_names(graph: onnx.GraphProto) -> set[str]:
+    names = {vi.name for vi in graph.input}
+    names.update(t.name for t in graph.initializer)
+    names.update(t.values.name for t in graph.sparse_initializer)
+    return names
+
+
+def _needed_names(node: onnx.NodeProto) -> set[str]:
+    """Inputs of a node, including names its subgraphs capture."""
+    needed = {name for name in node.input if name}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            needed |= _free_names(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            for g in a.graphs:
+                needed |= _free_names(g)
+    return needed
+
+
+def _free_names(graph: onnx.GraphProto) -> set[str]:
+    defined = _graph_own_names(graph)
+    free: set[str] = set()
+    for node in graph.node:
+        free |= _needed_names(node)
+        defined.update(node.output)
+    return free - defined
+

@@ -1,0 +1,447 @@
+"""ONNX model -> MLIR module in the onnx dialect (DESIGN.md, "Import/export
+conventions").
+
+Table-driven: `_op_table` says, per op, the schema inputs, outputs, attribute
+kinds and regions; every node is built with the generic `Operation.create`.
+Everything that could trip an MLIR assertion is validated in Python first.
+"""
+from __future__ import annotations
+
+import os
+
+import onnx
+from mlir import ir
+
+from . import _op_table
+from .errors import ImportFailure, UnsupportedOp
+from .import_prep import prepare_model, sorted_nodes
+from .onnx_types import TypeConverter
+from .schema_types import fallback_result_type
+from .tensors import tensor_to_attr
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+_A = onnx.AttributeProto
+# Schema attribute kind -> the AttributeProto type a node must use for it.
+_KIND_TYPES = {"int": _A.INT, "float": _A.FLOAT, "string": _A.STRING, "ints": _A.INTS,
+               "floats": _A.FLOATS, "strings": _A.STRINGS, "tensor": _A.TENSOR,
+               "sparse_tensor": _A.SPARSE_TENSOR, "type": _A.TYPE_PROTO}
+
+
+def import_onnx(model: onnx.ModelProto | str | os.PathLike,
+                context: ir.Context | None = None) -> ir.Module:
+    """Imports an ONNX model (a ModelProto or a file path) into a new module
+    holding `func.func @main_graph`."""
+    model, base_dir = prepare_model(model)
+    context = context or ir.Context()
+    return _ModelImporter(model, context, base_dir).run()
+
+
+class _Scope:
+    """Names visible in one graph; subgraph scopes chain to their parent so
+    inner names shadow outer ones."""
+
+    def __init__(self, parent: _Scope | None, types: dict[str, onnx.TypeProto]):
+        self.parent = parent
+        self.values: dict[str, ir.Value] = {}
+        self.types = types  # declared/inferred types of this graph's names
+        self.no_value: ir.Value | None = None
+
+    def lookup(self, name: str) -> ir.Value | None:
+        scope = self
+        while scope is not None:
+            value = scope.values.get(name)
+            if value is not None:
+                return value
+            scope = scope.parent
+        return None
+
+
+class _ModelImporter:
+    def __init__(self, model: onnx.ModelProto, context: ir.Context, base_dir: str):
+        self.model = model
+        self.context = context
+        self.base_dir = base_dir
+        self.types = TypeConverter(context)
+        self.opset = _default_opset(model)
+        self.unknown_loc = ir.Location.unknown(context)
+        self._si64 = ir.IntegerType.get_signed(64, context)
+        self._i64 = ir.IntegerType.get_signless(64, context)
+        self._f32 = ir.F32Type.get(context)
+        self._int_attrs: dict[int, ir.Attribute] = {}
+        self._list_ints: dict[int, ir.Attribute] = {}
+        self._none_type = ir.NoneType.get(context)
+        self._unit = ir.UnitAttr.get(context)
+
+    # ----------------------------------------------------------------- model
+    def run(self) -> ir.Module:
+        m, g = self.model, self.model.graph
+        with self.context, self.unknown_loc:
+            module = ir.Module.create()
+            attrs = module.operation.attributes
+            attrs["onnx.ir_version"] = ir.IntegerAttr.get(self._i64, m.ir_version)
+            attrs["onnx.opset_import"] = ir.ArrayAttr.get(
+                [ir.ArrayAttr.get([self._str(o.domain), ir.IntegerAttr.get(self._i64, o.version)])
+                 for o in m.opset_import])
+            for field in ("producer_name", "producer_version", "domain", "doc_string"):
+                if getattr(m, field):
+                    attrs[f"onnx.{field}"] = self._str(getattr(m, field))
+            if m.model_version:
+                attrs["onnx.model_version"] = ir.IntegerAttr.get(self._i64, m.model_version)
+            if m.metadata_props:
+                attrs["onnx.metadata_props"] = self._props(m.metadata_props)
+            self._main_graph(g, module)
+        return module
+
+    def _main_graph(self, g: onnx.GraphProto, module: ir.Module) -> None:
+        scope = _Scope(None, _declared_types(g))
+        initializers = {t.name: t for t in g.initializer}
+        arg_types, arg_attrs = [], []
+        for vi in g.input:
+            t, params = self._value_type(vi, scope)
+            arg_types.append(t)
+            attrs = self._value_attrs(vi, params)
+            if vi.name in initializers:  # an overridable default: keep its data
+                attrs["onnx.initializer"] = tensor_to_attr(
+                    initializers.pop(vi.name), self.types, self.base_dir)
+            arg_attrs.append(ir.DictAttr.get(attrs))
+        func_op = ir.Operation.create("func.func", regions=1, attributes={
+            "sym_name": self._str("main_graph"),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get(arg_types, [])),
+        }, ip=ir.InsertionPoint(module.body))
+        block = ir.Block.create_at_start(func_op.regions[0], arg_types,
+                                         [self.unknown_loc] * len(arg_types))
+        for vi, arg in zip(g.input, block.arguments):
+            scope.values[vi.name] = arg
+        self._graph_body(g, scope, block, initializers.values())
+        results, res_attrs = [], []
+        for vi in g.output:
+            results.append(self._resolve(vi.name, scope, f"graph output '{vi.name}'"))
+            _, params = self._value_type(vi, scope, required=False)
+            res_attrs.append(ir.DictAttr.get(self._value_attrs(vi, params)))
+        ir.Operation.create("func.return", operands=results, ip=ir.InsertionPoint(block))
+        fattrs = func_op.attributes
+        fattrs["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(arg_types, [v.type for v in results]))
+        fattrs["arg_attrs"] = ir.ArrayAttr.get(arg_attrs)
+        fattrs["res_attrs"] = ir.ArrayAttr.get(res_attrs)
+        if g.name:
+            fattrs["onnx.graph_name"] = self._str(g.name)
+        if g.doc_string:
+            fattrs["onnx.doc_string"] = self._str(g.doc_string)
+        if g.metadata_props:
+            fattrs["onnx.metadata_props"] = self._props(g.metadata_props)
+
+    # ----------------------------------------------------------------- graphs
+    def _graph_body(self, g: onnx.GraphProto, scope: _Scope, block: ir.Block,
+                    initializers) -> None:
+        """Initializers as marked constants, then the nodes in dependency order."""
+        ip = ir.InsertionPoint(block)
+        for tensor in initializers:
+            value = tensor_to_attr(tensor, self.types, self.base_dir)
+            op = ir.Operation.create(
+                "onnx.Constant", results=[value.type],
+                attributes={"value": value, "onnx.initializer": self._unit},
+                loc=self._names_loc("", [tensor.name]), ip=ip)
+            scope.values[tensor.name] = op.result
+        for sparse in g.sparse_initializer:
+            name = sparse.values.name
+            value = self._sparse_attr(sparse)
+            ttype = self.types.tensor(sparse.values.data_type, tuple(sparse.dims))
+            op = ir.Operation.create(
+                "onnx.Constant", results=[ttype],
+                attributes={"sparse_value": value, "onnx.initializer": self._unit},
+                loc=self._names_loc("", [name]), ip=ip)
+            scope.values[name] = op.result
+        for node in sorted_nodes(g, scope.lookup):
+            self._node(node, scope, block, ip)
+
+    def _subgraph(self, g: onnx.GraphProto, parent: _Scope, region: ir.Region,
+                  op_name: str, operands: list[ir.Value], node: onnx.NodeProto) -> None:
+        scope = _Scope(parent, _declared_types(g))
+        arg_types = []
+        for i, vi in enumerate(g.input):
+            if vi.type.WhichOneof("value") is None:
+                arg_types.append(_default_region_arg(op_name, i, operands, node, self))
+            else:
+                arg_types.append(self._value_type(vi, scope)[0])
+        locs = [ir.Location.name(vi.name, context=self.context) for vi in g.input]
+        block = ir.Block.create_at_start(region, arg_types, locs)
+        for vi, arg in zip(g.input, block.arguments):
+            scope.values[vi.name] = arg
+        self._graph_body(g, scope, block, g.initializer)
+        results = [self._resolve(vi.name, scope, f"subgraph output '{vi.name}'")
+                   for vi in g.output]
+        ir.Operation.create("onnx.Yield", operands=results,
+                            loc=self._names_loc(g.name, [vi.name for vi in g.output]),
+                            ip=ir.InsertionPoint(block))
+
+    # ----------------------------------------------------------------- nodes
+    def _node(self, node: onnx.NodeProto, scope: _Scope, block: ir.Block,
+              ip: ir.InsertionPoint) -> None:
+        what = f"node '{node.name}' ({node.op_type})" if node.name else f"node {node.op_type}"
+        if node.domain not in DEFAULT_DOMAINS:
+            raise UnsupportedOp(f"{what}: op '{node.op_type}' of domain '{node.domain}' "
+                                "is not supported (only the default ONNX domain is)")
+        name = _mlir_op_name(node.op_type, self.opset, what)
+        spec = _op_table.OPS[name]
+        operands = self._operands(node, spec, scope, block, what)
+        attributes, graphs = self._attributes(node, spec, what)
+        result_types, produced = self._result_types(node, spec, scope, operands, what)
+        op = ir.Operation.create(
+            "onnx." + name, results=result_types, operands=operands, attributes=attributes,
+            regions=len(spec["regions"]), loc=self._names_loc(node.name, produced), ip=ip)
+        for region, region_name in zip(op.regions, spec["regions"]):
+            self._subgraph(graphs[region_name], scope, region, node.op_type, operands, node)
+        for out_name, result in zip(_padded_outputs(node, spec), op.results):
+            if out_name:
+                scope.values[out_name] = result
+
+    def _operands(self, node: onnx.NodeProto, spec: dict, scope: _Scope, block: ir.Block,
+                  what: str) -> list[ir.Value]:
+        inputs = list(node.input)
+        operands: list[ir.Value] = []
+        for i, (in_name, kind) in enumerate(spec["inputs"]):
+            names = inputs[i:] if kind == "variadic" else inputs[i:i + 1]
+            if kind != "variadic" and not (names and names[0]):
+                if kind == "single":
+                    raise ImportFailure(f"{what}: required input '{in_name}' is missing")
+                operands.append(self._no_value(scope, block))
+                continue
+            for name in names:
+                if not name:
+                    raise ImportFailure(f"{what}: empty name in variadic input '{in_name}'")
+                operands.append(self._resolve(name, scope, f"{what}: input '{name}'"))
+        schema = spec["inputs"]
+        if len(inputs) > len(schema) and not (schema and schema[-1][1] == "variadic"):
+            raise ImportFailure(f"{what}: {len(inputs)} inputs, the schema has "
+                                f"{len(spec['inputs'])}")
+        return operands
+
+    def _result_types(self, node: onnx.NodeProto, spec: dict, scope: _Scope,
+                      operands: list[ir.Value], what: str) -> tuple[list[ir.Type], list[str]]:
+        outputs = _padded_outputs(node, spec)
+        if outputs is None:
+            raise ImportFailure(f"{what}: {len(node.output)} outputs, the schema has "
+                                f"{len(spec['outputs'])}")
+        types, produced = [], []
+        for i, name in enumerate(outputs):
+            if not name:
+                types.append(self._none_type)
+                continue
+            if scope.values.get(name) is not None:
+                raise ImportFailure(f"{what}: output '{name}' is already defined "
+                                    "(graphs must be in SSA form)")
+            tp = scope.types.get(name)
+            if tp is not None and tp.WhichOneof("value") is not None:
+                types.append(self.types.from_type_proto(tp, f"value '{name}'")[0])
+            else:
+                types.append(fallback_result_type(node, i, self.opset, operands, self.types,
+                                                  what))
+            produced.append(name)
+        return types, produced
+
+    def _attributes(self, node: onnx.NodeProto, spec: dict, what: str
+                    ) -> tuple[dict[str, ir.Attribute], dict[str, onnx.GraphProto]]:
+        attrs: dict[str, ir.Attribute] = {}
+        graphs: dict[str, onnx.GraphProto] = {}
+        kinds = spec["attributes"]
+        for a in node.attribute:
+            if a.ref_attr_name:
+                raise ImportFailure(f"{what}: attribute '{a.name}' refers to a function "
+                                    "attribute outside a function")
+            if a.name in spec["regions"]:
+                if a.type != _A.GRAPH:
+                    raise ImportFailure(f"{what}: attribute '{a.name}' must be a graph")
+                graphs[a.name] = a.g
+                continue
+            kind = kinds.get(a.name)
+            if kind is None:
+                raise ImportFailure(f"{what}: unknown attribute '{a.name}'")
+            if a.type != _KIND_TYPES[kind[0]]:
+                raise ImportFailure(
+                    f"{what}: attribute '{a.name}' has type "
+                    f"{_A.AttributeType.Name(a.type)}, expected {kind[0].upper()}")
+            attrs[a.name] = self._attribute(a, kind[0], what)
+        for attr_name, (kind, required, _default) in kinds.items():
+            if required and attr_name not in attrs:
+                raise ImportFailure(f"{what}: required attribute '{attr_name}' is missing")
+        for region in spec["regions"]:
+            if region not in graphs:
+                raise ImportFailure(f"{what}: graph attribute '{region}' is missing")
+        if node.doc_string:
+            attrs["onnx.doc_string"] = self._str(node.doc_string)
+        if node.metadata_props:
+            attrs["onnx.metadata_props"] = self._props(node.metadata_props)
+        return attrs, graphs
+
+    def _attribute(self, a: onnx.AttributeProto, kind: str, what: str) -> ir.Attribute:
+        if kind == "int":
+            return self._si64_attr(a.i)
+        if kind == "float":
+            return ir.FloatAttr.get(self._f32, a.f)
+        if kind == "string":
+            return self._str(a.s)
+        if kind == "ints":
+            return ir.ArrayAttr.get([self._i64_attr(v) for v in a.ints])
+        if kind == "floats":
+            return ir.ArrayAttr.get([ir.FloatAttr.get(self._f32, v) for v in a.floats])
+        if kind == "strings":
+            return ir.ArrayAttr.get([self._str(s) for s in a.strings])
+        if kind == "tensor":
+            return tensor_to_attr(a.t, self.types, self.base_dir)
+        if kind == "sparse_tensor":
+            return self._sparse_attr(a.sparse_tensor)
+        return ir.TypeAttr.get(self.types.from_type_proto(a.tp, f"{what}: attribute '{a.name}'")[0])
+
+    # ----------------------------------------------------------------- helpers
+    def _resolve(self, name: str, scope: _Scope, what: str) -> ir.Value:
+        value = scope.lookup(name)
+        if value is None:
+            raise ImportFailure(f"{what} is not defined by any graph input, initializer "
+                                "or earlier node")
+        return value
+
+    def _no_value(self, scope: _Scope, block: ir.Block) -> ir.Value:
+        """The block's one shared `onnx.NoValue`, created at the block start."""
+        if scope.no_value is None:
+            op = ir.Operation.create("onnx.NoValue", results=[self._none_type],
+                                     attributes={"value": self._unit},
+                                     ip=ir.InsertionPoint.at_block_begin(block))
+            scope.no_value = op.result
+        return scope.no_value
+
+    def _value_type(self, vi: onnx.ValueInfoProto, scope: _Scope, required: bool = True
+                    ) -> tuple[ir.Type | None, list[str] | None]:
+        tp = vi.type if vi.type.WhichOneof("value") else scope.types.get(vi.name)
+        if tp is None or tp.WhichOneof("value") is None:
+            if required:
+                raise ImportFailure(f"value '{vi.name}' has no type")
+            return None, None
+        return self.types.from_type_proto(tp, f"value '{vi.name}'")
+
+    def _value_attrs(self, vi: onnx.ValueInfoProto, params: list[str] | None
+                     ) -> dict[str, ir.Attribute]:
+        attrs = {"onnx.name": self._str(vi.name)}
+        if params:
+            attrs["onnx.dim_params"] = ir.ArrayAttr.get([self._str(p) for p in params])
+        if vi.doc_string:
+            attrs["onnx.doc_string"] = self._str(vi.doc_string)
+        return attrs
+
+    def _names_loc(self, node_name: str, outputs: list[str]) -> ir.Location:
+        """NameLoc(node name) whose child names the produced outputs in order."""
+        ctx = self.context
+        if len(outputs) == 1:
+            child = ir.Location.name(outputs[0], context=ctx)
+        elif outputs:
+            child = ir.Location.fused([ir.Location.name(n, context=ctx) for n in outputs],
+                                      context=ctx)
+        else:
+            child = self.unknown_loc
+        return ir.Location.name(node_name, childLoc=child, context=ctx)
+
+    def _sparse_attr(self, sparse: onnx.SparseTensorProto) -> ir.Attribute:
+        return ir.DictAttr.get({
+            "values": tensor_to_attr(sparse.values, self.types, self.base_dir),
+            "indices": tensor_to_attr(sparse.indices, self.types, self.base_dir),
+            "dims": ir.ArrayAttr.get([self._i64_attr(d) for d in sparse.dims]),
+        })
+
+    def _props(self, props) -> ir.Attribute:
+        return ir.ArrayAttr.get([ir.ArrayAttr.get([self._str(p.key), self._str(p.value)])
+                                 for p in props])
+
+    def _str(self, s: str | bytes) -> ir.Attribute:
+        return ir.StringAttr.get(s, context=self.context)
+
+    def _si64_attr(self, v: int) -> ir.Attribute:
+        attr = self._int_attrs.get(v)
+        if attr is None:
+            attr = self._int_attrs[v] = ir.IntegerAttr.get(self._si64, v)
+        return attr
+
+    def _i64_attr(self, v: int) -> ir.Attribute:
+        attr = self._list_ints.get(v)
+        if attr is None:
+            attr = self._list_ints[v] = ir.IntegerAttr.get(self._i64, v)
+        return attr
+
+
+def _default_opset(model: onnx.ModelProto) -> int | None:
+    for o in model.opset_import:
+        if o.domain in DEFAULT_DOMAINS:
+            return o.version
+    return None
+
+
+def _mlir_op_name(op_type: str, opset: int | None, what: str) -> str:
+    if opset is None:
+        raise ImportFailure(f"{what}: the model imports no version of the default "
+                            "ONNX domain")
+    versions = _op_table.VERSIONS.get(op_type)
+    if versions is None:
+        raise UnsupportedOp(f"{what}: unknown op '{op_type}' in the default domain")
+    chosen = None
+    for since, name in versions:
+        if since > opset:
+            break
+        chosen = name
+    if chosen is None:
+        raise UnsupportedOp(f"{what}: op '{op_type}' does not exist at opset {opset} "
+                            f"(first version {versions[0][0]})")
+    since_versions = _op_table.OPS[chosen]["since_versions"]
+    if opset < _op_table.MIN_OPSET and since_versions[-1] > opset:
+        # The version in effect at this old opset was not kept by the dialect.
+        raise UnsupportedOp(f"{what}: op '{op_type}' at opset {opset} predates the "
+                            f"dialect (opsets {_op_table.MIN_OPSET}-{_op_table.MAX_OPSET})")
+    return chosen
+
+
+def _padded_outputs(node: onnx.NodeProto, spec: dict) -> list[str] | None:
+    """Node output names aligned to the schema outputs ('' = not produced),
+    or None when the node has more outputs than the schema allows."""
+    outputs = list(node.output)
+    schema = spec["outputs"]
+    if schema and schema[-1][1] == "variadic":
+        fixed = len(schema) - 1
+        return outputs[:fixed] + [""] * (fixed - len(outputs)) + outputs[fixed:]
+    if len(outputs) > len(schema):
+        return None
+    return outputs + [""] * (len(schema) - len(outputs))
+
+
+def _declared_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
+    """Types known for a graph's own names; declared outputs win over inferred
+    value_info (they carry the user's symbolic dims) unless they lack a shape."""
+    types = {vi.name: vi.type for vi in g.value_info}
+    for vi in g.input:
+        types[vi.name] = vi.type
+    for vi in g.output:
+        if _has_shape(vi.type) or vi.name not in types:
+            types[vi.name] = vi.type
+    return types
+
+
+def _has_shape(tp: onnx.TypeProto) -> bool:
+    return tp.WhichOneof("value") not in ("tensor_type", None) or \
+        tp.tensor_type.HasField("shape")
+
+
+def _default_region_arg(op_type: str, index: int, operands: list[ir.Value],
+                        node: onnx.NodeProto, importer: _ModelImporter) -> ir.Type:
+    """The type of an untyped subgraph input, from its op's operands."""
+    tensor = importer.types.tensor
+    if op_type == "Loop":
+        if index == 0:
+            return tensor(onnx.TensorProto.INT64, ())
+        if index == 1:
+            return tensor(onnx.TensorProto.BOOL, ())
+        if index < len(operands):  # body arg k >= 2 is carried operand k
+            return operands[index].type
+    elif op_type == "Scan" and index < len(operands):
+        t = operands[index].type
+        if isinstance(t, (ir.RankedTensorType, ir.UnrankedTensorType)):
+            return ir.UnrankedTensorType.get(t.element_type)
+        return t
+    raise ImportFailure(f"node '{node.name}' ({op_type}): subgraph input {index} has no "
+                        "type and none can be derived")

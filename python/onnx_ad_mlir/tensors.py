@@ -1,0 +1,215 @@
+"""ONNX TensorProto <-> MLIR ElementsAttr.
+
+Small tensors of numpy-native element types become DenseElementsAttr, so
+folders and patterns can read them.  Large ones, and element types numpy and
+the MLIR bindings cannot exchange as buffers (bf16, float8/6/4, int4/2,
+complex), become DenseResourceElementsAttr blobs that wrap the numpy buffer
+without copying it.  Sub-byte types are stored one element per byte.
+
+The bindings cannot read a blob back, so every blob made here is remembered
+by its resource name (weakly: MLIR owns the buffer for the blob's lifetime).
+Blobs that came from parsed MLIR text are read from the module's printed
+`dialect_resources` section instead (`ResourceReader`).
+"""
+from __future__ import annotations
+
+import itertools
+import re
+import weakref
+
+import numpy as np
+import onnx
+from mlir import ir
+from onnx import helper, numpy_helper
+
+from .errors import ExportFailure, ImportFailure
+from .onnx_types import TypeConverter, element_of
+
+# Above this many bytes a tensor becomes a resource blob: printing, parsing and
+# uniquing dense attributes gets expensive, and folders rarely want big data.
+DENSE_LIMIT_BYTES = 1024
+# Element types DenseElementsAttr can hand back as a numpy buffer.
+_BUFFER_ELEMENTS = {
+    onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.BOOL, onnx.TensorProto.INT8, onnx.TensorProto.INT16,
+    onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
+    onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+}
+_BLOBS: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
+_BLOB_IDS = itertools.count()
+_RESOURCE_NAME = re.compile(r"dense_resource<([^>]+)>")
+_NON_IDENT = re.compile(r"[^A-Za-z0-9_]")
+
+
+def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str = "") -> ir.Attribute:
+    """The ElementsAttr holding `tensor`'s data (type = its MLIR tensor type)."""
+    elem = tensor.data_type
+    ttype = types.tensor(elem, tuple(tensor.dims))
+    if elem == onnx.TensorProto.STRING:
+        return _string_attr(tensor, ttype, types.context)
+    try:
+        array = numpy_helper.to_array(tensor, base_dir)
+    except Exception as e:  # onnx raises many kinds on malformed data
+        raise ImportFailure(f"tensor '{tensor.name}': unreadable data ({e})") from e
+    array = np.ascontiguousarray(array)
+    if elem in _BUFFER_ELEMENTS and array.nbytes <= DENSE_LIMIT_BYTES:
+        if elem == onnx.TensorProto.BOOL:
+            packed = np.packbits(array.reshape(-1), bitorder="little")
+            return ir.DenseElementsAttr.get(packed, type=ttype.element_type,
+                                            shape=list(tensor.dims), context=types.context)
+        return ir.DenseElementsAttr.get(array, type=ttype.element_type,
+                                        shape=list(tensor.dims), context=types.context)
+    return _blob_attr(array, tensor.name, ttype, types.context)
+
+
+def _blob_attr(array: np.ndarray, hint: str, ttype: ir.Type, context: ir.Context) -> ir.Attribute:
+    # A process-unique name: MLIR would otherwise rename on collision and the
+    # registry key would no longer match.
+    name = f"{_NON_IDENT.sub('_', hint)[:40]}_{next(_BLOB_IDS)}"
+    raw = array.reshape(-1).view(np.uint8)
+    _BLOBS[name] = raw
+    return ir.DenseResourceElementsAttr.get_from_buffer(
+        raw, name, ttype, alignment=max(1, array.dtype.itemsize), context=context)
+
+
+def _string_attr(tensor: onnx.TensorProto, ttype: ir.Type, context: ir.Context) -> ir.Attribute:
+    values = list(tensor.string_data)
+    if len(values) != int(np.prod(tensor.dims, dtype=np.int64)):
+        raise ImportFailure(f"tensor '{tensor.name}': {len(values)} strings for shape "
+                            f"{list(tensor.dims)}")
+    literal = _nest([_escape(v) for v in values], list(tensor.dims))
+    return ir.Attribute.parse(f"dense<{literal}> : {ttype}", context)
+
+
+def _escape(value: bytes) -> str:
+    # MLIR string literals: printable ASCII as is, everything else as \XX.
+    return '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:02X}"
+                         for b in value) + '"'
+
+
+def _nest(flat: list[str], dims: list[int]) -> str:
+    if not dims:
+        return flat[0]
+    if len(dims) == 1:
+        return "[" + ", ".join(flat) + "]"
+    step = len(flat) // dims[0] if dims[0] else 0
+    return "[" + ", ".join(_nest(flat[i * step:(i + 1) * step], dims[1:])
+                           for i in range(dims[0])) + "]"
+
+
+class ResourceReader:
+    """Reads ElementsAttrs back as numpy arrays for one module."""
+
+    def __init__(self, module: ir.Module):
+        self._module = module
+        self._printed: dict[str, bytes] | None = None
+
+    def array(self, attr: ir.Attribute) -> np.ndarray:
+        ttype = attr.type
+        elem = element_of(ttype.element_type)
+        shape = list(ttype.shape)
+        dtype = helper.tensor_dtype_to_np_dtype(elem)
+        if isinstance(attr, ir.DenseResourceElementsAttr):
+            raw = self._blob(attr)
+            return raw.view(dtype).reshape(shape)
+        if elem == onnx.TensorProto.STRING:
+            return _parse_strings(str(attr), shape)
+        if elem in _BUFFER_ELEMENTS:
+            if attr.is_splat:
+                return np.full(shape, _splat(attr, dtype), dtype=dtype)
+            return np.array(attr).reshape(shape)
+        return _parse_hex(str(attr), dtype, shape)
+
+    def _blob(self, attr: ir.Attribute) -> np.ndarray:
+        name = _RESOURCE_NAME.search(str(attr)).group(1)
+        raw = _BLOBS.get(name)
+        if raw is not None:
+            return raw
+        if self._printed is None:
+            self._printed = _printed_resources(self._module)
+        data = self._printed.get(name)
+        if data is None:
+            raise ExportFailure(f"resource blob '{name}' has no data")
+        return np.frombuffer(data, dtype=np.uint8)
+
+
+def _splat(attr: ir.Attribute, dtype: np.dtype) -> object:
+    # A splat DenseElementsAttr exposes its one value as an attribute.
+    value = attr.get_splat_value()
+    if dtype == np.bool_:
+        return bool(ir.BoolAttr(value).value) if isinstance(value, ir.BoolAttr) \
+            else bool(ir.IntegerAttr(value).value)
+    if np.issubdtype(dtype, np.floating):
+        return ir.FloatAttr(value).value
+    return ir.IntegerAttr(value).value
+
+
+def _printed_resources(module: ir.Module) -> dict[str, bytes]:
+    """Blob data from the module's printed `dialect_resources` section:
+    `name: "0x<4-byte alignment><hex data>"`."""
+    text = module.operation.get_asm(large_elements_limit=None)
+    start = text.rfind("dialect_resources")
+    blobs = {}
+    if start >= 0:
+        for name, hexdata in re.findall(r'(\S+?):\s*"0x([0-9A-Fa-f]*)"', text[start:]):
+            blobs[name.strip('"')] = bytes.fromhex(hexdata)[4:]
+    return blobs
+
+
+def _parse_hex(text: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    # Element types without buffer access print as hex when large; small ones
+    # need the bindings' textual form which is not exact for all types.
+    match = re.match(r'dense<"0x([0-9A-Fa-f]*)">', text)
+    if not match:
+        raise ExportFailure(f"cannot read constant data of {text[:80]}: use a "
+                            "dense_resource or a numpy-native element type")
+    data = np.frombuffer(bytes.fromhex(match.group(1)), dtype=np.uint8)
+    count = int(np.prod(shape, dtype=np.int64))
+    if data.size == np.dtype(dtype).itemsize:  # splat
+        data = np.tile(data, count)
+    return data.view(dtype).reshape(shape)
+
+
+_STRING_LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def _parse_strings(text: str, shape: list[int]) -> np.ndarray:
+    body = text[: text.rfind(":")]
+    values = [_unescape(s) for s in _STRING_LITERAL.findall(body)]
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(values) == 1 and count != 1:  # splat
+        values = values * count
+    out = np.empty(count, dtype=object)
+    out[:] = values
+    return out.reshape(shape)
+
+
+def _unescape(s: str) -> bytes:
+    out = bytearray()
+    i = 0
+    while i < len(s):
+        if s[i] == "\\":
+            nxt = s[i + 1]
+            if nxt in "\\\"":
+                out.append(ord(nxt))
+                i += 2
+            elif nxt == "n":
+                out.append(10)
+                i += 2
+            elif nxt == "t":
+                out.append(9)
+                i += 2
+            else:
+                out.append(int(s[i + 1:i + 3], 16))
+                i += 3
+        else:
+            out.extend(s[i].encode())
+            i += 1
+    return bytes(out)
+
+
+def array_to_tensor(array: np.ndarray, elem: int, name: str) -> onnx.TensorProto:
+    """A TensorProto of ONNX element type `elem` (array's dtype must match)."""
+    if elem == onnx.TensorProto.STRING:
+        return helper.make_tensor(name, elem, array.shape, array.reshape(-1).tolist())
+    return numpy_helper.from_array(array, name)

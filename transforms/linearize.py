@@ -21,10 +21,13 @@ from .registry import JVP, JvpRule
 
 
 def node_label(op: ir.Operation) -> str:
-    """`onnx.Tanh` node 'name' (from the op's location) for messages."""
+    """`onnx.Tanh (node 'name')` for messages; the importer puts the ONNX node
+    name first in the op's location."""
     loc = str(op.location)
-    name = loc[5:-2] if loc.startswith('loc("') and loc.endswith('")') else loc
-    return f"{op.name} (node {name})"
+    start = loc.find('"')
+    end = loc.find('"', start + 1)
+    name = loc[start + 1:end] if 0 <= start < end else loc
+    return f"{op.name} (node '{name}')"
 
 
 class Tangents:

@@ -109,7 +109,8 @@ class ResourceReader:
         elem = element_of(ttype.element_type)
         shape = list(ttype.shape)
         dtype = helper.tensor_dtype_to_np_dtype(elem)
-        if isinstance(attr, ir.DenseResourceElementsAttr):
+        # The bindings do not downcast dense_resource attributes to their class.
+        if isinstance(attr, ir.DenseResourceElementsAttr) or str(attr).startswith("dense_resource<"):
             raw = self._blob(attr)
             return raw.view(dtype).reshape(shape)
         if elem == onnx.TensorProto.STRING:

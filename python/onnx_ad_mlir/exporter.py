@@ -238,7 +238,8 @@ class _Exporter:
         while outputs and not outputs[-1]:
             outputs.pop()
         node.output.extend(outputs)
-        node.name = self.names.node(node_name or "")
+        if node_name:
+            node.name = self.names.node(node_name)
         kinds = spec["attributes"]
         attrs = op.attributes
         for attr_name in attrs:

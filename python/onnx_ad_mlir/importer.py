@@ -63,6 +63,7 @@ class _ModelImporter:
         self.base_dir = base_dir
         self.types = TypeConverter(context)
         self.opset = _default_opset(model)
+        self.used_names = _used_names(model.graph)
         self.unknown_loc = ir.Location.unknown(context)
         self._si64 = ir.IntegerType.get_signed(64, context)
         self._i64 = ir.IntegerType.get_signless(64, context)
@@ -186,13 +187,17 @@ class _ModelImporter:
         spec = _op_table.OPS[name]
         operands = self._operands(node, spec, scope, block, what)
         attributes, graphs = self._attributes(node, spec, what)
-        result_types, produced = self._result_types(node, spec, scope, operands, what)
+        outputs = _padded_outputs(node, spec)
+        if outputs is None:
+            raise ImportFailure(f"{what}: {len(node.output)} outputs, the schema has "
+                                f"{len(spec['outputs'])}")
+        result_types, produced = self._result_types(node, outputs, spec, scope, operands, what)
         op = ir.Operation.create(
             "onnx." + name, results=result_types, operands=operands, attributes=attributes,
             regions=len(spec["regions"]), loc=self._names_loc(node.name, produced), ip=ip)
         for region, region_name in zip(op.regions, spec["regions"]):
             self._subgraph(graphs[region_name], scope, region, node.op_type, operands, node)
-        for out_name, result in zip(_padded_outputs(node, spec), op.results):
+        for out_name, result in zip(outputs, op.results):
             if out_name:
                 scope.values[out_name] = result
 
@@ -217,15 +222,20 @@ class _ModelImporter:
                                 f"{len(spec['inputs'])}")
         return operands
 
-    def _result_types(self, node: onnx.NodeProto, spec: dict, scope: _Scope,
-                      operands: list[ir.Value], what: str) -> tuple[list[ir.Type], list[str]]:
-        outputs = _padded_outputs(node, spec)
-        if outputs is None:
-            raise ImportFailure(f"{what}: {len(node.output)} outputs, the schema has "
-                                f"{len(spec['outputs'])}")
+    def _result_types(self, node: onnx.NodeProto, outputs: list[str], spec: dict,
+                      scope: _Scope, operands: list[ir.Value], what: str
+                      ) -> tuple[list[ir.Type], list[str]]:
+        """Result types for the schema-aligned `outputs`; blanks the names of
+        outputs that are not materialised."""
         types, produced = [], []
+        kinds = [kind for _, kind in spec["outputs"]]
         for i, name in enumerate(outputs):
-            if not name:
+            optional = i < len(kinds) and kinds[i] == "optional"
+            if not name or optional and name not in self.used_names:
+                # An optional output nobody reads is not materialised: it
+                # simplifies the IR (and old Dropout masks of another type
+                # than the dialect's merged schema never reach MLIR).
+                outputs[i] = ""
                 types.append(self._none_type)
                 continue
             if scope.values.get(name) is not None:
@@ -408,6 +418,18 @@ def _padded_outputs(node: onnx.NodeProto, spec: dict) -> list[str] | None:
     if len(outputs) > len(schema):
         return None
     return outputs + [""] * (len(schema) - len(outputs))
+
+
+def _used_names(g: onnx.GraphProto, used: set[str] | None = None) -> set[str]:
+    """Every name read by a node or returned by a graph, subgraphs included."""
+    used = set() if used is None else used
+    used.update(vi.name for vi in g.output)
+    for node in g.node:
+        used.update(node.input)
+        for a in node.attribute:
+            if a.type == _A.GRAPH:
+                _used_names(a.g, used)
+    return used
 
 
 def _declared_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:

@@ -109,16 +109,19 @@ class ResourceReader:
         elem = element_of(ttype.element_type)
         shape = list(ttype.shape)
         dtype = helper.tensor_dtype_to_np_dtype(elem)
-        # The bindings do not downcast dense_resource attributes to their class.
-        if isinstance(attr, ir.DenseResourceElementsAttr) or str(attr).startswith("dense_resource<"):
+        if _cast(ir.DenseResourceElementsAttr, attr) is not None:
             raw = self._blob(attr)
             return raw.view(dtype).reshape(shape)
         if elem == onnx.TensorProto.STRING:
             return _parse_strings(str(attr), shape)
+        dense = _cast(ir.DenseElementsAttr, attr)
+        if dense is None:
+            raise ExportFailure(f"constant of type {attr.type} is neither dense nor "
+                                "dense_resource")
         if elem in _BUFFER_ELEMENTS:
-            if attr.is_splat:
-                return np.full(shape, _splat(attr, dtype), dtype=dtype)
-            return np.array(attr).reshape(shape)
+            if dense.is_splat:
+                return np.full(shape, _splat(dense, dtype), dtype=dtype)
+            return np.array(dense).reshape(shape)
         return _parse_hex(str(attr), dtype, shape)
 
     def _blob(self, attr: ir.Attribute) -> np.ndarray:
@@ -132,6 +135,16 @@ class ResourceReader:
         if data is None:
             raise ExportFailure(f"resource blob '{name}' has no data")
         return np.frombuffer(data, dtype=np.uint8)
+
+
+def _cast(cls: type, attr: ir.Attribute) -> ir.Attribute | None:
+    """`attr` as `cls`, or None. Attributes read back from ops are not always
+    downcast by the bindings (dense_resource never is); the cast tells their
+    kind without printing them."""
+    try:
+        return cls(attr)
+    except ValueError:
+        return None
 
 
 def _splat(attr: ir.Attribute, dtype: np.dtype) -> object:

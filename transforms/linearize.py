@@ -19,6 +19,10 @@ from onnx_ad_mlir.errors import OnnxAdError, UnsupportedOp
 from .builder import Builder, dims, is_float
 from .registry import JVP, JvpRule
 
+# Region ops (If, Loop, Scan): rule(op, rewriter, state) -> bool (rewritten),
+# filled by rules/control_flow.py.
+REGION_RULES: dict = {}
+
 
 def node_label(op: ir.Operation) -> str:
     """`onnx.Tanh (node 'name')` for messages; the importer puts the ONNX node
@@ -31,10 +35,20 @@ def node_label(op: ir.Operation) -> str:
 
 
 class Tangents:
-    """Primal value -> tangent, with the first refusal met during the walk."""
+    """Primal value -> tangent, with the first refusal met during the walk.
 
-    def __init__(self, opset: int):
+    `mode` is "forward" (region bodies are differentiated in place) or
+    "linear" (reverse mode's linearization: only the ops of `scope`, one
+    block, are visited; a region op there gets an opaque linear stand-in
+    that control_flow.py transposes directly). `k` is the seed count as a
+    1-D i64 value visible everywhere in scope (zeros for region yields)."""
+
+    def __init__(self, opset: int, mode: str = "forward", scope: ir.Block | None = None,
+                 k: ir.Value | None = None):
         self.opset = opset
+        self.mode = mode
+        self.scope = scope
+        self.k = k
         self.of: dict[ir.Value, ir.Value] = {}
         self.error: OnnxAdError | None = None
 
@@ -45,8 +59,12 @@ class Tangents:
 def _pattern(rule: JvpRule | None, state: Tangents):
     def apply(op: ir.OpView, rewriter) -> bool:
         op = op.operation
+        if state.error is not None or (state.scope is not None and op.block != state.scope):
+            return True
+        if op.name in REGION_RULES:
+            return _region(op, rewriter, state)
         tangents = [state.get(v) for v in op.operands]
-        if state.error is not None or all(t is None for t in tangents):
+        if all(t is None for t in tangents):
             return True  # no match: nothing differentiated reaches this op
         if rule is None:
             i = next(i for i, t in enumerate(tangents) if t is not None)
@@ -68,6 +86,17 @@ def _pattern(rule: JvpRule | None, state: Tangents):
     return apply
 
 
+def _region(op: ir.Operation, rewriter, state: Tangents) -> bool:
+    """If/Loop/Scan: the rule itself decides whether anything differentiated
+    reaches the op (operands, values captured by its bodies, body arguments
+    given tangents by the pre-step) and replaces the op."""
+    try:
+        return not REGION_RULES[op.name](op, rewriter, state)
+    except OnnxAdError as e:
+        state.error = type(e)(f"{node_label(op)}: {e}")
+        return True
+
+
 def patterns(state: Tangents):
     ps = RewritePatternSet()
     for name in _op_table.OPS:
@@ -76,7 +105,14 @@ def patterns(state: Tangents):
 
 
 def linearize(f: ir.Operation, state: Tangents) -> None:
-    """Runs the JVP walk over `f`; `state.of` must hold the seed tangents."""
+    """Runs the JVP walk over `f`; `state.of` must hold the seed tangents.
+    In forward mode, Loop/Scan bodies first get tangent block arguments for
+    their active loop-carried and scanned values (a fixpoint, see
+    control_flow.prepare_loops): the post-order walk reaches a body before
+    its op, so the body must already know its tangent inputs."""
+    if state.mode == "forward" and REGION_RULES:
+        from .rules.control_flow import prepare_loops
+        prepare_loops(f, state)
     walk_and_apply_patterns(f, patterns(state))
     if state.error is not None:
         raise state.error

@@ -27,6 +27,7 @@ from . import signature as sig
 from .builder import Builder, dims, is_float
 from .linearize import Tangents, linearize, node_label
 from .registry import TRANSPOSE
+from .rules.control_flow import inline_constant_ifs
 
 
 def _entry(f: func.FuncOp) -> tuple[ir.Block, ir.Operation]:
@@ -47,11 +48,13 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     seeds = sig.append_arguments(f, [sig.boundary_type(x, layout) for x in primal_x], [
         (prefix + in_names[i], sig.boundary_dim_params(
             block.arguments[i], sig.dim_params(f, "arg_attrs", i), dim)[layout]) for i in xs])
+    inline_constant_ifs(f)
     state = Tangents(opset)
     b = Builder(opset, f.location)
     with ir.InsertionPoint.at_block_begin(block):
         for x, seed in zip(primal_x, seeds):
             state.of[x] = sig.unpack(b, seed, x, layout)
+        state.k = b.shape(state.of[primal_x[0]], 0, 1)
     linearize(f, state)
     _, ret = _entry(f)
     results = []
@@ -77,15 +80,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     primal_x = [block.arguments[i] for i in xs]
     primal_y = [ret.operands[i] for i in ys]
 
-    state = Tangents(opset)
+    inline_constant_ifs(f)
     b = Builder(opset, f.location)
-    with ir.InsertionPoint.at_block_begin(block):
-        stand_ins = [b.unsqueeze(x, [0]) for x in primal_x]
-    for x, t in zip(primal_x, stand_ins):
-        state.of[x] = t
-    linearize(f, state)
-
-    linear_ops, linear = _linear_ops(block, stand_ins)
     dim = "n" + prefix[:-1]
     seeds = sig.append_arguments(f, [sig.boundary_type(y, layout) for y in primal_y], [
         (prefix + out_names[i], sig.boundary_dim_params(
@@ -93,23 +89,53 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     x_params = [sig.boundary_dim_params(block.arguments[i], sig.dim_params(f, "arg_attrs", i),
                                         dim)[layout] for i in xs]
     _, ret = _entry(f)
-    cotangents: dict[ir.Value, list[ir.Value]] = defaultdict(list)
     with ir.InsertionPoint(ret):
-        for y, seed in zip(primal_y, seeds):
-            t = state.get(y)
-            if t is not None:
-                cotangents[t].append(sig.unpack(b, seed, y, layout))
-        _transpose(linear_ops, linear, cotangents, opset)
+        unpacked = [sig.unpack(b, seed, y, layout) for y, seed in zip(primal_y, seeds)]
+    cts = reverse_block(block, f, primal_x, list(zip(primal_y, unpacked)), opset,
+                        before=ret)
+    with ir.InsertionPoint(ret):
         k = sig.seed_count(b, seeds[0], primal_y[0], layout)
         results = []
-        for x, t in zip(primal_x, stand_ins):
-            ct = _total(b, cotangents.pop(t, []))
+        for x, ct in zip(primal_x, cts):
             ct = sig.zeros(b, x, k) if ct is None else b.fit(ct, x)
             results.append(sig.pack(b, ct, x, layout))
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
-    for op in reversed(linear_ops + [t.owner for t in stand_ins]):
+
+
+def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
+                  seeds: list[tuple[ir.Value, ir.Value]], opset: int,
+                  before: ir.Operation | None = None) -> list[ir.Value | None]:
+    """Linearize + transpose over the ops of one block: stand-in tangents of
+    `xs` (values visible in the block: its arguments or captured values) at
+    its start, the JVP walk restricted to the block (region ops get linear
+    stand-ins, transposed by control_flow.py), then the transposition from
+    `seeds` (value of the block, cotangent). Emits before `before` (default:
+    at the end of the block) and returns the cotangent of each x (None when
+    nothing reaches it). Used for functions and, recursively, for the
+    bodies of reverse If/Loop/Scan ops."""
+    b = Builder(opset, root.location)
+    with ir.InsertionPoint.at_block_begin(block):
+        stand_ins = [b.unsqueeze(x, [0]) for x in xs]
+        k = b.ints([1])
+    state = Tangents(opset, mode="linear", scope=block, k=k)
+    for x, t in zip(xs, stand_ins):
+        state.of[x] = t
+    linearize(root, state)
+
+    linear_ops, linear = _linear_ops(block, stand_ins)
+    cotangents: dict[ir.Value, list[ir.Value]] = defaultdict(list)
+    ip = ir.InsertionPoint(before) if before is not None else ir.InsertionPoint(block)
+    with ip:
+        for y, seed in seeds:
+            t = state.get(y)
+            if t is not None:
+                cotangents[t].append(seed)
+        _transpose(linear_ops, linear, cotangents, opset)
+        out = [_total(b, cotangents.pop(t, [])) for t in stand_ins]
+    for op in list(reversed(linear_ops)) + [t.owner for t in stand_ins] + [k.owner]:
         if all(len(list(r.uses)) == 0 for r in op.results):
             op.erase()
+    return out
 
 
 def _linear_ops(block: ir.Block, stand_ins: list[ir.Value]

@@ -1,0 +1,799 @@
+"""Control flow: If, Loop and Scan differentiated in place, both modes.
+
+Forward mode (the JVP walk, post-order): the region op is replaced by one
+whose bodies also compute the tangents, carried right after the primals.
+  If    the branches were already differentiated by the walk (they take no
+        arguments); each float result gets a tangent when either branch
+        yields one, the other branch then yields a zero tangent.
+  Scan  tangents of states are extra states, tangents of scanned inputs
+        extra scan inputs (scan axis + 1: the direction axis leads), and
+        tangents of scan outputs extra scan outputs (axis + 1). One Scan,
+        any number of seeds, nothing stored.
+  Loop  tangents of loop-carried values are extra loop-carried values; a
+        tangent scan output stacks [k] + S slices into [T, k] + S, which
+        is transposed to [k, T] + S after the loop.
+Body arguments of Loop/Scan get their tangent arguments before the walk
+(`prepare_loops`, an activity fixpoint over the carried values): the walk
+reaches the body before the op. Only floating-point values get tangents:
+counters and flags carried by a loop get none.
+
+Reverse mode (linearize + transpose, modes.py): in the linearization a
+region op is not differentiated inside; it gets an opaque linear stand-in
+`onnx_ad.region` (operands: tangents of its active inputs, i.e. operands
+and values captured by its bodies; results: tangents of its float results)
+whose transpose rule is a direct reverse rule:
+  If    an If on the same condition whose branches recompute the primal
+        branch and run its reverse (recursively: the same linearize +
+        transpose on the branch block); results are the cotangents of the
+        captured values.
+  Scan  the primal Scan also emits its states as scan outputs (the
+        residuals); a second Scan runs backwards over them (reversed
+        directions): it recomputes one primal step from the stored state
+        and transposes it. Cotangents of the states are its states, those
+        of captured values (weights) accumulate in extra states: O(|w|).
+  Loop  the primal Loop also emits its iteration number and states as
+        scan outputs; the number of iterations it ran is the length of
+        that output; a second Loop sweeps over exactly that many
+        iterations backwards (Gather at T-1-j), zero iterations included.
+The derivative program only contains If/Loop/Scan/Gather and the ops the
+other rules emit, so forward(reverse(m)) works through all three ops.
+
+`inline_constant_ifs` runs first in both modes; `unroll` (pass
+`onnx-ad-unroll`) flattens Scan/Loop with constant trip counts.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from mlir import ir
+
+from onnx_ad_mlir import _op_table
+from onnx_ad_mlir.errors import UnsupportedOp
+
+from ..builder import Builder, attribute, constant_ints, dims, element_type, is_float, op_type, \
+    tensor_type
+from ..linearize import REGION_RULES, Tangents
+from ..registry import JVP, TRANSPOSE, jvp, mlir_names
+
+PLACEHOLDER = "onnx_ad.region"
+_REGIONS: dict[int, tuple[ir.Operation, list[ir.Value]]] = {}
+_ids = itertools.count()
+
+
+# ---- helpers ------------------------------------------------------------------
+
+def captures(op: ir.Operation) -> list[ir.Value]:
+    """Values used inside op's regions and defined outside op, in order."""
+    inside: set = set()
+    seen: set = set()
+    out: list[ir.Value] = []
+
+    def region(r: ir.Region) -> None:
+        for block in r.blocks:
+            for a in block.arguments:
+                inside.add(a)
+            for o in block.operations:
+                for v in o.operands:
+                    if v not in inside and v not in seen:
+                        seen.add(v)
+                        out.append(v)
+                for rr in o.regions:
+                    region(rr)
+                for res in o.results:
+                    inside.add(res)
+    for r in op.regions:
+        region(r)
+    return out
+
+
+def _kind(op: ir.Operation) -> str | None:
+    """The ONNX op type of an onnx op, None for anything else (NoValue...)."""
+    name = op.operation.name
+    entry = _op_table.OPS.get(name.removeprefix("onnx.")) if name.startswith("onnx.") else None
+    return None if entry is None else entry["op_type"]
+
+
+def _attrs(op: ir.Operation) -> dict[str, ir.Attribute]:
+    return {name: op.attributes[name] for name in op.attributes}
+
+
+def _terminator(block: ir.Block) -> ir.Operation:
+    ops = block.operations
+    return ops[len(ops) - 1].operation
+
+
+def _yield(block: ir.Block, values: list[ir.Value], loc) -> None:
+    ir.Operation.create("onnx.Yield", operands=values, loc=loc, ip=ir.InsertionPoint(block))
+
+
+def _move_body(old: ir.Block, new: ir.Block, mapping: dict) -> list[ir.Value]:
+    """Moves old's ops (terminator excluded) to the end of new, rewires the
+    old arguments through `mapping` (old arg -> new value); returns the old
+    terminator's operands (the terminator is erased)."""
+    for arg in old.arguments:
+        if arg in mapping:
+            arg.replace_all_uses_with(mapping[arg])
+    term = _terminator(old)
+    yielded = list(term.operands)
+    term.erase()
+    for o in list(old.operations):
+        o.operation.detach_from_parent()
+        ir.InsertionPoint(new).insert(o.operation)
+    return yielded
+
+
+def _zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
+    d = dims(primal)
+    target = b.concat([k, b.shape(primal)], 0)
+    return b.expand(b.scalar(0.0, primal), target, None if d is None else [None] + d)
+
+
+def _k_of(b: Builder, values) -> ir.Value:
+    return next(b.shape(v, 0, 1) for v in values if v is not None)
+
+
+def _ints(op: ir.Operation, name: str, n: int, ranks: list[int | None]) -> list[int]:
+    """A Scan axes/directions attribute with defaults, axes normalized."""
+    vals = attribute(op, name) or [0] * n
+    if "axes" in name:
+        out = []
+        for a, r in zip(vals, ranks):
+            if a < 0:
+                if r is None:
+                    raise UnsupportedOp(f"negative {name} needs the rank")
+                a += r
+            out.append(a)
+        return out
+    return list(vals)
+
+
+def _create(name: str, operands, result_types, attrs, loc, nregions: int) -> ir.Operation:
+    return ir.Operation.create(name, results=list(result_types), operands=list(operands),
+                               attributes=attrs, regions=nregions, loc=loc)
+
+
+def _i64s(values: list[int]) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
+
+
+def _replace(rewriter, old: ir.Operation, new_values: list[ir.Value]) -> None:
+    for r, v in zip(old.results, new_values):
+        r.replace_all_uses_with(v)
+    rewriter.erase_op(old) if rewriter is not None else old.erase()
+
+
+# ---- forward mode: activity pre-step --------------------------------------------
+
+def _active_block(block: ir.Block, active: set) -> None:
+    for op in block.operations:
+        op = op.operation
+        name = _kind(op)
+        if name in ("Loop", "Scan"):
+            _active_loop(op, name, active)
+        elif name == "If":
+            for r in op.regions:
+                _active_block(r.blocks[0], active)
+            for r, a, c in zip(op.results, _terminator(op.regions[0].blocks[0]).operands,
+                               _terminator(op.regions[1].blocks[0]).operands):
+                if is_float(r) and (a in active or c in active):
+                    active.add(r)
+        elif any(v in active for v in op.operands):
+            active.update(r for r in op.results if is_float(r))
+
+
+def _loop_layout(op: ir.Operation, name: str):
+    """(carried inits, carried body args, carried yields, scanned inputs,
+    scanned body args, scan-output yields) of a Loop or Scan."""
+    body = op.regions[0].blocks[0]
+    args = list(body.arguments)
+    ys = list(_terminator(body).operands)
+    if name == "Loop":
+        n = len(op.operands) - 2
+        return (list(op.operands[2:]), args[2:2 + n], ys[1:1 + n], [], [], ys[1 + n:])
+    m = attribute(op, "num_scan_inputs")
+    n = len(op.operands) - m
+    return (list(op.operands[:n]), args[:n], ys[:n], list(op.operands[n:]), args[n:n + m], ys[n:])
+
+
+def _active_loop(op: ir.Operation, name: str, active: set) -> None:
+    inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
+    body = op.regions[0].blocks[0]
+    for x, a in zip(scans, sargs):
+        if x in active and is_float(a):
+            active.add(a)
+    for x, a in zip(inits, cargs):
+        if x in active and is_float(a):
+            active.add(a)
+    while True:
+        _active_block(body, active)
+        grew = False
+        for a, y in zip(cargs, cys):
+            if y in active and a not in active and is_float(a):
+                active.add(a)
+                grew = True
+        if not grew:
+            break
+    n = len(cargs)
+    for i, r in enumerate(op.results):
+        src = cargs[i] if i < n else outs[i - n]
+        if is_float(r) and src in active:
+            active.add(r)
+
+
+def prepare_loops(f: ir.Operation, state: Tangents) -> None:
+    """Appends tangent block arguments to Loop/Scan bodies for their active
+    float carried and scanned arguments (at the end; the op's rule builds
+    the body with ONNX's argument order)."""
+    active = set(state.of)
+    for r in f.regions:
+        for block in r.blocks:
+            _active_block(block, active)
+
+    def visit(block: ir.Block) -> None:
+        for op in block.operations:
+            op = op.operation
+            name = _kind(op)
+            if name in ("Loop", "Scan"):
+                _, cargs, _, _, sargs, _ = _loop_layout(op, name)
+                body = op.regions[0].blocks[0]
+                for a in cargs + sargs:
+                    if a in active and state.get(a) is None:
+                        state.of[a] = body.add_argument(Builder(state.opset).derivative_type(a),
+                                                        op.location)
+            for r in op.regions:
+                for blk in r.blocks:
+                    visit(blk)
+    for r in f.regions:
+        for block in r.blocks:
+            visit(block)
+
+
+# ---- forward mode: the region rules ----------------------------------------------
+
+def _fwd_if(op: ir.Operation, rewriter, state: Tangents) -> bool:
+    b = Builder(state.opset, op.location)
+    blocks = [r.blocks[0] for r in op.regions]
+    terms = [_terminator(blk) for blk in blocks]
+    ys = [list(t.operands) for t in terms]
+    pairs = []
+    for j, r in enumerate(op.results):
+        ts = [state.get(ys[0][j]), state.get(ys[1][j])]
+        if is_float(r) and any(t is not None for t in ts):
+            pairs.append((j, ts))
+    if not pairs:
+        return False
+    new_yields = [list(y) for y in ys]
+    for side in (0, 1):
+        with ir.InsertionPoint(terms[side]):
+            for j, ts in pairs:
+                t = ts[side]
+                new_yields[side].append(_zeros(b, ys[side][j], state.k) if t is None
+                                        else b.fit(t, ys[side][j]))
+    types = [r.type for r in op.results] + [b.derivative_type(op.results[j]) for j, _ in pairs]
+    with ir.InsertionPoint(op):
+        new = _create(op.name, op.operands, types, _attrs(op), op.location, 2)
+    for side in (0, 1):
+        terms[side].erase()
+        blocks[side].append_to(new.regions[side])
+        _yield(blocks[side], new_yields[side], op.location)
+    n = len(op.results)
+    old_results = list(op.results)
+    _replace(rewriter, op, list(new.results[:n]))
+    for i, (j, _) in enumerate(pairs):
+        state.of[new.results[j]] = new.results[n + i]
+    del old_results
+    return True
+
+
+def _fwd_loop(op: ir.Operation, rewriter, state: Tangents, name: str) -> bool:
+    b = Builder(state.opset, op.location)
+    inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
+    body = op.regions[0].blocks[0]
+    term = _terminator(body)
+    carried = [j for j, a in enumerate(cargs) if state.get(a) is not None]
+    scanned = [i for i, a in enumerate(sargs) if state.get(a) is not None]
+    touched = carried or scanned or any(state.get(v) is not None for v in captures(op))
+    if not touched:
+        return False
+    with ir.InsertionPoint(term):
+        t_cys = [b.fit(state.get(cys[j]), cys[j]) if state.get(cys[j]) is not None
+                 else _zeros(b, cys[j], state.k) for j in carried]
+        t_outs = [(m, b.fit(state.get(y), y)) for m, y in enumerate(outs)
+                  if is_float(y) and state.get(y) is not None]
+    with ir.InsertionPoint(op):
+        t_inits = [state.get(inits[j]) if state.get(inits[j]) is not None
+                   else _zeros(b, inits[j], state.k) for j in carried]
+        t_scans = [state.get(scans[i]) if state.get(scans[i]) is not None
+                   else _zeros(b, scans[i], state.k) for i in scanned]
+    n, m = len(cargs), len(sargs)
+    attrs = _attrs(op)
+    res = list(op.results)
+    if name == "Scan":
+        in_ranks = [None if dims(x) is None else len(dims(x)) for x in scans]
+        out_ranks = [None if dims(r) is None else len(dims(r)) for r in res[n:]]
+        ia = _ints(op, "scan_input_axes", m, in_ranks)
+        idr = _ints(op, "scan_input_directions", m, in_ranks)
+        oa = _ints(op, "scan_output_axes", len(outs), out_ranks)
+        odr = _ints(op, "scan_output_directions", len(outs), out_ranks)
+        attrs["num_scan_inputs"] = ir.IntegerAttr.get(ir.IntegerType.get_signed(64), m + len(scanned))
+        attrs["scan_input_axes"] = _i64s(ia + [ia[i] + 1 for i in scanned])
+        attrs["scan_input_directions"] = _i64s(idr + [idr[i] for i in scanned])
+        attrs["scan_output_axes"] = _i64s(oa + [oa[mm] + 1 for mm, _ in t_outs])
+        attrs["scan_output_directions"] = _i64s(odr + [odr[mm] for mm, _ in t_outs])
+        operands = inits + t_inits + scans + t_scans
+        out_types = [r.type for r in res[:n]] + [b.derivative_type(res[j]) for j in carried] + \
+            [r.type for r in res[n:]] + [_scan_out_type(res[n + mm], oa[mm]) for mm, _ in t_outs]
+        arg_types = [a.type for a in cargs] + [state.get(cargs[j]).type for j in carried] + \
+            [a.type for a in sargs] + [state.get(sargs[i]).type for i in scanned]
+    else:
+        operands = list(op.operands[:2]) + inits + t_inits
+        out_types = [r.type for r in res[:n]] + [b.derivative_type(res[j]) for j in carried] + \
+            [r.type for r in res[n:]] + [_stacked_type(outs[mm]) for mm, _ in t_outs]
+        arg_types = [a.type for a in body.arguments[:2 + n]] + \
+            [state.get(cargs[j]).type for j in carried]
+    with ir.InsertionPoint(op):
+        new = _create(op.name, operands, out_types, attrs, op.location, 1)
+    new_body = new.regions[0].blocks.append(*arg_types)
+    na = list(new_body.arguments)
+    mapping = {}
+    if name == "Scan":
+        olds = cargs + [state.get(cargs[j]) for j in carried] + sargs + [state.get(sargs[i]) for i in scanned]
+    else:
+        olds = list(body.arguments[:2 + n]) + [state.get(cargs[j]) for j in carried]
+    mapping = dict(zip(olds, na))
+    yielded = _move_body(body, new_body, mapping)
+    if name == "Scan":
+        _yield(new_body, yielded[:n] + t_cys + yielded[n:] + [t for _, t in t_outs], op.location)
+    else:
+        _yield(new_body, yielded[:1 + n] + t_cys + yielded[1 + n:] + [t for _, t in t_outs],
+               op.location)
+    for old, new_arg in mapping.items():
+        if old in state.of:
+            state.of[new_arg] = state.of[old]
+    nc = len(carried)
+    _replace(rewriter, op, list(new.results[:n]) + list(new.results[n + nc:n + nc + len(outs)]))
+    for i, j in enumerate(carried):
+        if is_float(new.results[j]):
+            state.of[new.results[j]] = new.results[n + i]
+    base = n + nc + len(outs)
+    for i, (mm, _) in enumerate(t_outs):
+        t = new.results[base + i]
+        if name == "Loop":
+            with ir.InsertionPoint.after(new):
+                d = dims(t)
+                if d is None:
+                    raise UnsupportedOp("a Loop scan output of unknown rank")
+                t = b.transpose(t, [1, 0] + list(range(2, len(d))))
+                # zero iterations: Loop emits a [0] tensor of rank 1
+        state.of[new.results[n + nc + mm]] = t
+    return True
+
+
+def _scan_out_type(result: ir.Value, axis: int) -> ir.Type:
+    d = dims(result)
+    return tensor_type(None if d is None else [None] + d, element_type(result))
+
+
+def _stacked_type(y: ir.Value) -> ir.Type:
+    d = dims(y)
+    return tensor_type(None if d is None else [None, None] + d, element_type(y))
+
+
+# ---- reverse mode: opaque linear stand-ins ------------------------------------------
+
+def _linear_standin(op: ir.Operation, rewriter, state: Tangents) -> bool:
+    inputs = []
+    for v in list(op.operands) + captures(op):
+        if state.get(v) is not None and v not in inputs:
+            inputs.append(v)
+    if not inputs:
+        return False
+    floats = [r for r in op.results if is_float(r)]
+    b = Builder(state.opset, op.location)
+    op.context.allow_unregistered_dialects = True
+    ident = next(_ids)
+    with ir.InsertionPoint.after(op):
+        ph = ir.Operation.create(
+            PLACEHOLDER, results=[b.derivative_type(r) for r in floats],
+            operands=[state.get(v) for v in inputs],
+            attributes={"id": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident)},
+            loc=op.location)
+    _REGIONS[ident] = (op, inputs)
+    for r, t in zip(floats, ph.results):
+        state.of[r] = t
+    return False  # the region op itself is untouched
+
+
+def _region_rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
+    if state.mode == "linear":
+        return _linear_standin(op, rewriter, state)
+    name = op_type(op)
+    if name == "If":
+        return _fwd_if(op, rewriter, state)
+    if op.name == "onnx.ScanV8":
+        raise UnsupportedOp("Scan-8 (batched) is not differentiated; use opset >= 9")
+    return _fwd_loop(op, rewriter, state, name)
+
+
+for _t in ("If", "Loop", "Scan"):
+    for _n in mlir_names(_t):
+        REGION_RULES[_n] = _region_rule
+
+
+# ---- reverse mode: direct reverse rules ----------------------------------------------
+
+def _reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
+                   seeds: list[tuple[ir.Value, ir.Value]], opset: int) -> list[ir.Value | None]:
+    from ..modes import reverse_block
+    return reverse_block(block, root, xs, seeds, opset)
+
+
+def _t_region(b: Builder, ph: ir.Operation, cts, linear) -> list:
+    op, inputs = _REGIONS.pop(attribute(ph, "id"))
+    floats = [r for r in op.results if is_float(r)]
+    ct_of = dict(zip(floats, cts))
+    name = op_type(op)
+    if name == "If":
+        contrib = _rev_if(b, op, inputs, ct_of)
+    else:
+        contrib = _rev_loop(b, op, inputs, ct_of, name)
+    return [contrib.get(v) for v in inputs]
+
+
+TRANSPOSE[PLACEHOLDER] = _t_region
+
+
+def _clone_body(op: ir.Operation, region: int, ip: ir.InsertionPoint) -> tuple[ir.Operation, ir.Block]:
+    copy = op.clone(ip=ip)
+    return copy, copy.regions[region].blocks[0]
+
+
+def _rev_if(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict) -> dict:
+    k = _k_of(b, ct_of.values())
+    types = [b.derivative_type(v) for v in inputs]
+    new = _create(op.name, [op.operands[0]], types, {}, op.location, 2)
+    copy = op.clone(ip=ir.InsertionPoint(new))
+    for side in (0, 1):
+        blk = new.regions[side].blocks.append()
+        ys = _move_body(copy.regions[side].blocks[0], blk, {})
+        seeds = [(y, ct_of[r]) for y, r in zip(ys, op.results) if ct_of.get(r) is not None]
+        cts = _reverse_block(blk, new, inputs, seeds, b.opset)
+        with ir.InsertionPoint(blk):
+            outs = [_zeros(b, x, k) if ct is None else b.fit(ct, x) for x, ct in zip(inputs, cts)]
+        _yield(blk, outs, op.location)
+    copy.erase()
+    return dict(zip(inputs, new.results))
+
+
+def _with_history(op: ir.Operation, name: str) -> tuple[ir.Operation, list[ir.Value]]:
+    """Replaces the primal Loop/Scan by one that also emits, per iteration,
+    its carried values (and, for Loop, the iteration number) as scan outputs."""
+    inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
+    body = op.regions[0].blocks[0]
+    extra = ([body.arguments[0]] if name == "Loop" else []) + cargs
+    attrs = _attrs(op)
+    if name == "Scan":
+        n_out = len(outs)
+        ranks = [None if dims(r) is None else len(dims(r)) for r in op.results[len(cargs):]]
+        attrs["scan_output_axes"] = _i64s(_ints(op, "scan_output_axes", n_out, ranks) + [0] * len(extra))
+        attrs["scan_output_directions"] = _i64s(
+            _ints(op, "scan_output_directions", n_out, ranks) + [0] * len(extra))
+        if "scan_input_axes" not in attrs:
+            pass
+    types = [r.type for r in op.results] + [
+        tensor_type(None if dims(a) is None else [None] + dims(a), element_type(a)) for a in extra]
+    with ir.InsertionPoint(op):
+        new = _create(op.name, op.operands, types, attrs, op.location, 1)
+    blk = new.regions[0].blocks.append(*[a.type for a in body.arguments])
+    yielded = _move_body(body, blk, dict(zip(body.arguments, blk.arguments)))
+    extra_new = [blk.arguments[list(body.arguments).index(a)] for a in extra] if False else \
+        ([blk.arguments[0]] if name == "Loop" else []) + \
+        list(blk.arguments[2:2 + len(cargs)] if name == "Loop" else blk.arguments[:len(cargs)])
+    _yield(blk, yielded + extra_new, op.location)
+    n = len(op.results)
+    _replace(None, op, list(new.results[:n]))
+    return new, list(new.results[n:])
+
+
+def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict, name: str) -> dict:
+    if op.name == "onnx.ScanV8":
+        raise UnsupportedOp("Scan-8 (batched) is not differentiated; use opset >= 9")
+    k = _k_of(b, ct_of.values())
+    loc = op.location
+    ct_at = [ct_of.get(r) for r in op.results]  # by index: the op is replaced next
+    primal, hist = _with_history(op, name)
+    inits, cargs, cys, scans, sargs, outs = _loop_layout(primal, name)
+    body = primal.regions[0].blocks[0]
+    n, nout = len(cargs), len(outs)
+    outs = outs[:nout - len(hist)]  # the primal scan outputs, without the history
+    nout = len(outs)
+    results = list(primal.results)
+    finals, scan_results = results[:n], results[n:n + nout]
+    fl = [j for j, a in enumerate(cargs) if is_float(a)]
+    caps_all = [v for v in inputs if v in captures(primal)]
+    # Cotangent inits for the carried values: those of the final results.
+    ct_final = [ct_at[j] for j in fl]
+    ct_final = [_zeros(b, finals[j], k) if c is None else b.fit(c, finals[j])
+                for j, c in zip(fl, ct_final)]
+    acc0 = [_zeros(b, c, k) for c in caps_all]
+    ct_scan = [(m, ct_at[n + m]) for m, y in enumerate(scan_results)
+               if is_float(y) and ct_at[n + m] is not None]
+    carried_types = [c.type for c in ct_final] + [a.type for a in acc0]
+    if name == "Scan":
+        m = len(sargs)
+        in_ranks = [None if dims(x) is None else len(dims(x)) for x in scans]
+        out_ranks = [None if dims(r) is None else len(dims(r)) for r in scan_results]
+        ia = _ints(primal, "scan_input_axes", m, in_ranks)
+        idr = _ints(primal, "scan_input_directions", m, in_ranks)
+        oa = _ints(primal, "scan_output_axes", nout + len(hist), out_ranks + [None] * len(hist))[:nout]
+        odr = _ints(primal, "scan_output_directions", nout + len(hist),
+                    out_ranks + [None] * len(hist))[:nout]
+        flip = lambda d: 1 - d
+        act_x = [i for i, x in enumerate(scans) if x in inputs and is_float(sargs[i])]
+        scan_in = hist + scans + [c for _, c in ct_scan]
+        attrs = {
+            "num_scan_inputs": ir.IntegerAttr.get(ir.IntegerType.get_signed(64), len(scan_in)),
+            "scan_input_axes": _i64s([0] * len(hist) + ia + [oa[mm] + 1 for mm, _ in ct_scan]),
+            "scan_input_directions": _i64s([1] * len(hist) + [flip(d) for d in idr] +
+                                           [flip(odr[mm]) for mm, _ in ct_scan]),
+            "scan_output_axes": _i64s([ia[i] + 1 for i in act_x]),
+            "scan_output_directions": _i64s([flip(idr[i]) for i in act_x]),
+        }
+        out_types = carried_types + [b.derivative_type(scans[i]) for i in act_x]
+        rev = _create(primal.name, ct_final + acc0 + scan_in, out_types, attrs, loc, 1)
+        ct_elem_types = [b.derivative_type(outs[mm]) for mm, _ in ct_scan]
+        blk = rev.regions[0].blocks.append(*(carried_types + [a.type for a in cargs] +
+                                             [a.type for a in sargs] + ct_elem_types))
+        a = list(blk.arguments)
+        ct_v = a[:len(fl)]
+        acc = a[len(fl):len(carried_types)]
+        off = len(carried_types)
+        s_in, x_in, cty = a[off:off + n], a[off + n:off + n + m], a[off + n + m:]
+        copy = primal.clone(ip=ir.InsertionPoint(rev))
+        cbody = copy.regions[0].blocks[0]
+        ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), s_in + x_in)))
+        copy.erase()
+        wrt = [s_in[j] for j in fl] + [x_in[i] for i in act_x] + caps_all
+        seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
+            [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
+        cts = _reverse_block(blk, rev, wrt, seeds, b.opset)
+        kk = ct_v[0] if ct_v else (acc[0] if acc else cty[0])
+        with ir.InsertionPoint(blk):
+            kin = b.shape(kk, 0, 1)
+            new_ct_v = [_zeros(b, s_in[j], kin) if c is None else b.fit(c, s_in[j])
+                        for j, c in zip(fl, cts[:len(fl)])]
+            ct_x = [_zeros(b, x_in[i], kin) if c is None else b.fit(c, x_in[i])
+                    for i, c in zip(act_x, cts[len(fl):len(fl) + len(act_x)])]
+            new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
+                       for ac, c, cap in zip(acc, cts[len(fl) + len(act_x):], caps_all)]
+        _yield(blk, new_ct_v + new_acc + ct_x, loc)
+        res = list(rev.results)
+        contrib = {}
+        _add(contrib, [inits[j] for j in fl], res[:len(fl)])
+        _add(contrib, caps_all, res[len(fl):len(carried_types)])
+        _add(contrib, [scans[i] for i in act_x], res[len(carried_types):])
+        return contrib
+    # Loop
+    i64 = ir.IntegerType.get_signless(64)
+    iters = hist[0]
+    count = b.squeeze(b.shape(iters, 0, 1), [0])
+    last = b.sub(count, b.int_scalar(1))
+    rev = _create(primal.name, [count, b.none()] + ct_final + acc0, carried_types, {},
+                  loc, 1)
+    blk = rev.regions[0].blocks.append(tensor_type([], i64),
+                                       tensor_type([], ir.IntegerType.get_signless(1)),
+                                       *carried_types)
+    a = list(blk.arguments)
+    ct_v, acc = a[2:2 + len(fl)], a[2 + len(fl):]
+    with ir.InsertionPoint(blk):
+        idx = b.sub(last, a[0])
+        states = [b.op("Gather", [h, idx], cargs[j].type, axis=0) for j, h in enumerate(hist[1:])]
+        it = b.op("Gather", [iters, idx], body.arguments[0].type, axis=0)
+        cty = [b.op("Gather", [c, idx], b.derivative_type(outs[mm]), axis=1)
+               for mm, c in ct_scan]
+        true_ = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
+    copy = primal.clone(ip=ir.InsertionPoint(rev))
+    cbody = copy.regions[0].blocks[0]
+    ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), [it, true_] + states)))
+    copy.erase()
+    ys = ys[1:]  # drop the cond
+    wrt = [states[j] for j in fl] + caps_all
+    seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
+        [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
+    cts = _reverse_block(blk, rev, wrt, seeds, b.opset)
+    kk = ct_v[0] if ct_v else acc[0]
+    with ir.InsertionPoint(blk):
+        kin = b.shape(kk, 0, 1)
+        new_ct_v = [_zeros(b, states[j], kin) if c is None else b.fit(c, states[j])
+                    for j, c in zip(fl, cts[:len(fl)])]
+        new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
+                   for ac, c, cap in zip(acc, cts[len(fl):], caps_all)]
+        cond_out = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
+    _yield(blk, [cond_out] + new_ct_v + new_acc, loc)
+    res = list(rev.results)
+    contrib = {}
+    _add(contrib, [inits[j] for j in fl], res[:len(fl)])
+    _add(contrib, caps_all, res[len(fl):])
+    return contrib
+
+
+def _add(contrib: dict, keys, values) -> None:
+    for k_, v in zip(keys, values):
+        if k_ in contrib:
+            b = Builder(0)
+            contrib[k_] = b.ew("Add", contrib[k_], v)
+        else:
+            contrib[k_] = v
+
+
+# ---- Gather (the reverse Loop reads its stored states with it) -------------------------
+
+def _gather_jvp(b: Builder, op, tangents):
+    axis = attribute(op, "axis")
+    r = None if dims(op.operands[0]) is None else len(dims(op.operands[0]))
+    if axis < 0:
+        if r is None:
+            raise UnsupportedOp("Gather with a negative axis needs the rank")
+        axis += r
+    return [b.op("Gather", [tangents[0], op.operands[1]], b.derivative_type(op.results[0]),
+                 axis=axis + 1)]
+
+
+for _n in mlir_names("Gather"):
+    JVP.setdefault(_n, _gather_jvp)
+
+
+# ---- If on a constant condition; unrolling -----------------------------------------------
+
+def _const_bool(v: ir.Value) -> bool | None:
+    owner = v.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)):
+        return None
+    o = owner.operation
+    if o.name != "onnx.Constant" or "value" not in o.attributes:
+        return None
+    try:
+        arr = np.asarray(o.attributes["value"])
+    except Exception:
+        return None
+    return bool(arr.reshape(-1)[0]) if arr.size == 1 else None
+
+
+def _inline(op: ir.Operation, region: int, mapping: dict) -> list[ir.Value]:
+    """Moves a region's block before op (args through mapping); returns yields."""
+    blk = op.regions[region].blocks[0]
+    for a in blk.arguments:
+        if a in mapping:
+            a.replace_all_uses_with(mapping[a])
+    term = _terminator(blk)
+    ys = list(term.operands)
+    term.erase()
+    for o in list(blk.operations):
+        o.operation.move_before(op)
+    return ys
+
+
+def inline_constant_ifs(f: ir.Operation) -> None:
+    """Replaces every If on a constant condition by its taken branch."""
+    for op in _all_ops(f, "If"):
+        c = _const_bool(op.operands[0])
+        if c is None:
+            continue
+        ys = _inline(op, 0 if c else 1, {})
+        _replace(None, op, ys)
+
+
+def _all_ops(f: ir.Operation, wanted: str) -> list[ir.Operation]:
+    out = []
+
+    def visit(o: ir.Operation) -> None:
+        for r in o.regions:
+            for blk in r.blocks:
+                for child in blk.operations:
+                    visit(child.operation)
+        if _kind(o) == wanted:
+            out.append(o)
+    visit(f)
+    return out
+
+
+def unroll(f: ir.Operation, opset: int) -> None:
+    """Flattens every Scan with static scanned extents and every Loop with a
+    constant trip count whose body yields a condition that is constantly
+    true (or its own cond argument); the others are left in place."""
+    inline_constant_ifs(f)
+    for op in _all_ops(f, "Scan") + _all_ops(f, "Loop"):
+        kind = op_type(op)
+        try:
+            if kind == "Scan":
+                _unroll_scan(op, opset)
+            else:
+                _unroll_loop(op, opset)
+        except _Skip:
+            continue
+
+
+class _Skip(Exception):
+    pass
+
+
+def _unroll_scan(op: ir.Operation, opset: int) -> None:
+    if op.name == "onnx.ScanV8":
+        raise _Skip()
+    b = Builder(opset, op.location)
+    inits, cargs, cys, scans, sargs, outs = _loop_layout(op, "Scan")
+    m, n, nout = len(sargs), len(cargs), len(outs)
+    in_ranks = [None if dims(x) is None else len(dims(x)) for x in scans]
+    out_ranks = [None if dims(r) is None else len(dims(r)) for r in op.results[n:]]
+    ia = _ints(op, "scan_input_axes", m, in_ranks)
+    idr = _ints(op, "scan_input_directions", m, in_ranks)
+    oa = _ints(op, "scan_output_axes", nout, out_ranks)
+    odr = _ints(op, "scan_output_directions", nout, out_ranks)
+    ts = {None if dims(x) is None else dims(x)[a] for x, a in zip(scans, ia)}
+    if None in ts or len(ts) != 1:
+        raise _Skip()
+    T = ts.pop()
+    state = list(inits)
+    pieces = [[] for _ in range(nout)]
+    for t in range(T):
+        with ir.InsertionPoint(op):
+            xs = [b.op("Gather", [x, b.int_scalar(T - 1 - t if d else t)], a.type, axis=ax)
+                  for x, a, ax, d in zip(scans, sargs, ia, idr)]
+            copy = op.clone(ip=ir.InsertionPoint(op))
+        ys = _inline(copy, 0, dict(zip(copy.regions[0].blocks[0].arguments, state + xs)))
+        copy.erase()
+        state = ys[:n]
+        with ir.InsertionPoint(op):
+            for mm in range(nout):
+                pieces[mm].append(b.unsqueeze(ys[n + mm], [oa[mm]]))
+    with ir.InsertionPoint(op):
+        stacked = []
+        for mm in range(nout):
+            ps = pieces[mm][::-1] if odr[mm] else pieces[mm]
+            if not ps:
+                raise _Skip()
+            stacked.append(b.concat(ps, oa[mm]) if len(ps) > 1 else ps[0])
+    _replace(None, op, state + stacked)
+
+
+def _unroll_loop(op: ir.Operation, opset: int) -> None:
+    b = Builder(opset, op.location)
+    trip = op.operands[0]
+    count = None if isinstance(trip.type, ir.NoneType) else constant_ints(trip)
+    if not count:
+        raise _Skip()
+    T = count[0]
+    inits, cargs, cys, _, _, outs = _loop_layout(op, "Loop")
+    body = op.regions[0].blocks[0]
+    cond_in = op.operands[1]
+    if not isinstance(cond_in.type, ir.NoneType) and _const_bool(cond_in) is not True:
+        raise _Skip()
+    yc = _terminator(body).operands[0]
+    if not (yc == body.arguments[1] or _const_bool(yc) is True):
+        raise _Skip()
+    if T == 0 and outs:
+        raise _Skip()
+    n = len(cargs)
+    state = list(inits)
+    pieces = [[] for _ in outs]
+    for t in range(T):
+        with ir.InsertionPoint(op):
+            i_v = b.int_scalar(t)
+            c_v = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
+        copy = op.clone(ip=ir.InsertionPoint(op))
+        ys = _inline(copy, 0, dict(zip(copy.regions[0].blocks[0].arguments, [i_v, c_v] + state)))
+        copy.erase()
+        state = ys[1:1 + n]
+        with ir.InsertionPoint(op):
+            for mm in range(len(outs)):
+                pieces[mm].append(b.unsqueeze(ys[1 + n + mm], [0]))
+    with ir.InsertionPoint(op):
+        stacked = [b.concat(ps, 0) if len(ps) > 1 else ps[0] for ps in pieces]
+        # loop results may be typed more loosely than the unrolled values
+        state = [s if s.type == r.type else b.op("Identity", [s], r.type)
+                 for s, r in zip(state, op.results[:n])]
+        stacked = [s if s.type == r.type else b.op("Identity", [s], r.type)
+                   for s, r in zip(stacked, op.results[n:])]
+    _replace(None, op, state + stacked)

@@ -31,12 +31,20 @@ TD_PATH = os.path.join(ROOT, "dialect", "include", "onnx_ad", "ONNXOps.td")
 TABLE_PATH = os.path.join(ROOT, "python", "onnx_ad_mlir", "_op_table.py")
 
 # Ops with side effects: everything else is Pure (or RecursiveMemoryEffects
-# when it has regions).
+# when it has regions).  Dropout draws a random mask in training mode, so
+# two Dropouts must not be merged.
 IMPURE = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
-          "Multinomial", "Bernoulli"}
+          "Multinomial", "Bernoulli", "Dropout"}
+# Region ops that may not terminate (Loop without a trip count) must not be
+# speculated, e.g. hoisted out of an If by loop-invariant code motion.
+MAY_NOT_TERMINATE = {"Loop"}
 # Region ops with RegionBranchOpInterface and a hand-written verifier
 # (dialect/lib/ONNXOps.cpp).  Only the newest version of each is wired.
-REGION_BRANCH = {"If", "Loop", "Scan"}
+# The interface methods each one defines beyond the required ones: If's
+# branches run at most once, which lets control-flow-sink move ops into them.
+_BRANCH_METHODS = ["getEntrySuccessorOperands", "areTypesCompatible"]
+REGION_BRANCH = {"If": _BRANCH_METHODS + ["getRegionInvocationBounds"],
+                 "Loop": _BRANCH_METHODS, "Scan": _BRANCH_METHODS}
 # Ops with hand-written folders.
 FOLDERS = {"Constant", "Identity"}
 
@@ -173,14 +181,16 @@ def op_record(name: str, group: list[defs.OpSchema], newest: bool) -> tuple[str,
     graphs = [a for a in s.attributes.values() if a.type in GRAPH_KINDS]
     attrs = [a for a in s.attributes.values() if a.type not in GRAPH_KINDS]
     if graphs:
-        traits = ["RecursiveMemoryEffects", "RecursivelySpeculatable"]
+        traits = ["RecursiveMemoryEffects"]
+        if name not in MAY_NOT_TERMINATE:
+            traits.append("RecursivelySpeculatable")
     elif name in IMPURE:
         traits = []
     else:
         traits = ["Pure"]
     if newest and name in REGION_BRANCH:
-        traits.append("DeclareOpInterfaceMethods<RegionBranchOpInterface, "
-                      "[\"getEntrySuccessorOperands\", \"areTypesCompatible\"]>")
+        methods = ", ".join(f'"{m}"' for m in REGION_BRANCH[name])
+        traits.append(f"DeclareOpInterfaceMethods<RegionBranchOpInterface, [{methods}]>")
     if newest and name == "Constant":
         traits.append("ConstantLike")
     names = OdsNames()

@@ -7,6 +7,14 @@
 //         operands (M, cond, v_initial...), results (v_final..., scans...)
 //   Scan  body: (state..., scan_elems...) -> (state..., scan_out_elems...)
 //         operands (state_init..., scan_inputs...), results (state..., scans...)
+//
+// RegionBranchOpInterface models only plain dataflow.  Values that steer
+// control (Loop's M and cond, the cond a Loop body yields) and values the op
+// makes itself (iter_num, the body's cond argument, Scan's per-iteration
+// slices, scan outputs) are not successor operands/inputs: dataflow analyses
+// then treat them as unknown, and liveness-based rewrites (remove-dead-values)
+// keep a yielded cond alive whenever the loop is, instead of replacing it by
+// poison as they would a value that only feeds the next iteration.
 #include "onnx_ad/ONNXDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -55,6 +63,20 @@ OperandRange ONNXIfOp::getEntrySuccessorOperands(RegionSuccessor) {
                       getOperation()->operand_end());
 }
 
+void ONNXIfOp::getRegionInvocationBounds(
+    ArrayRef<Attribute> operands, SmallVectorImpl<InvocationBounds> &bounds) {
+  // One branch runs exactly once; which one is known for a constant cond.
+  auto cond = dyn_cast_or_null<DenseElementsAttr>(operands.empty() ? Attribute()
+                                                                   : operands[0]);
+  if (cond && cond.isSplat() && cond.getElementType().isInteger(1)) {
+    bool taken = cond.getSplatValue<bool>();
+    bounds.emplace_back(taken ? 1 : 0, taken ? 1 : 0);
+    bounds.emplace_back(taken ? 0 : 1, taken ? 0 : 1);
+    return;
+  }
+  bounds.assign(2, InvocationBounds(0, 1));
+}
+
 bool ONNXIfOp::areTypesCompatible(Type lhs, Type rhs) {
   return onnxTypesCompatible(lhs, rhs);
 }
@@ -83,23 +105,19 @@ LogicalResult ONNXIfOp::verify() {
 void ONNXLoopOp::getSuccessorRegions(RegionBranchPoint point,
                                      SmallVectorImpl<RegionSuccessor> &regions) {
   Region &body = getBody();
-  // Skipping iter_num: it is produced by the loop, not forwarded.
-  regions.emplace_back(&body, body.getArguments().drop_front(1));
+  // Skipping iter_num and cond: made by the loop, not forwarded.
+  regions.emplace_back(&body, body.getArguments().drop_front(2));
   size_t numCarried = getVInitial().size();
   regions.emplace_back(getOperation(),
                        getOperation()->getResults().take_front(numCarried));
 }
 
-OperandRange ONNXLoopOp::getEntrySuccessorOperands(RegionSuccessor successor) {
-  if (successor.isParent())
-    return getVInitial();
-  return getOperation()->getOperands().drop_front(1); // cond, v_initial...
+OperandRange ONNXLoopOp::getEntrySuccessorOperands(RegionSuccessor) {
+  return getVInitial(); // to the body and, for zero trips, to the results
 }
 
 bool ONNXLoopOp::areTypesCompatible(Type lhs, Type rhs) {
-  // cond may be absent (none) on entry while the body's argument is a tensor.
-  return onnxTypesCompatible(lhs, rhs) || isa<NoneType>(lhs) ||
-         isa<NoneType>(rhs);
+  return onnxTypesCompatible(lhs, rhs);
 }
 
 LogicalResult ONNXLoopOp::verify() {
@@ -178,10 +196,9 @@ MutableOperandRange ONNXYieldOp::getMutableSuccessorOperands(RegionSuccessor suc
   Operation *parent = getOperation()->getParentOp();
   MutableOperandRange all(getOperation());
   if (auto loop = dyn_cast<ONNXLoopOp>(parent)) {
-    unsigned numCarried = loop.getVInitial().size();
-    if (successor.isParent())
-      return all.slice(1, numCarried);      // v_final
-    return all.slice(0, 1 + numCarried);    // cond, v  -> next iteration
+    // (cond, v..., scan outputs...): only v is forwarded, to the next
+    // iteration or to the results.
+    return all.slice(1, loop.getVInitial().size());
   }
   if (auto scan = dyn_cast<ONNXScanOp>(parent)) {
     unsigned numState = scan.getNumOperands() - numScanInputs(scan);
@@ -195,7 +212,14 @@ MutableOperandRange ONNXYieldOp::getMutableSuccessorOperands(RegionSuccessor suc
 //===----------------------------------------------------------------------===//
 
 OpFoldResult ONNXConstantOp::fold(FoldAdaptor) {
-  return getValueAttr();
+  // ConstantLike: constant matchers assert that the op folds, whichever of
+  // ONNX's value attributes it carries (value_float, value_ints, ...).
+  for (StringRef name : {"value", "sparse_value", "value_float", "value_floats",
+                         "value_int", "value_ints", "value_string",
+                         "value_strings"})
+    if (Attribute attr = getOperation()->getAttr(name))
+      return attr;
+  return UnitAttr::get(getContext()); // no value: still a (degenerate) constant
 }
 
 OpFoldResult ONNXIdentityOp::fold(FoldAdaptor) {

@@ -419,13 +419,13 @@ def ONNXDivOp : ONNX_Op<"Div", [Pure]> {
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$C);
 }
 
-def ONNXDropoutV10Op : ONNX_Op<"DropoutV10", [Pure]> {
+def ONNXDropoutV10Op : ONNX_Op<"DropoutV10", []> {
   let summary = "ONNX Dropout, opset 10";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$data, OptionalAttr<F32Attr>:$ratio);
   let results = (outs TensorOf<[F16, F32, F64]>:$output, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$mask);
 }
 
-def ONNXDropoutOp : ONNX_Op<"Dropout", [Pure]> {
+def ONNXDropoutOp : ONNX_Op<"Dropout", []> {
   let summary = "ONNX Dropout, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$data, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>, NoneType]>:$ratio, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$training_mode, OptionalAttr<SI64Attr>:$seed);
   let results = (outs TensorOf<[F16, F32, F64, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$output, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$mask);
@@ -642,7 +642,7 @@ def ONNXIdentityOp : ONNX_Op<"Identity", [Pure]> {
   let hasFolder = 1;
 }
 
-def ONNXIfOp : ONNX_Op<"If", [RecursiveMemoryEffects, RecursivelySpeculatable, DeclareOpInterfaceMethods<RegionBranchOpInterface, ["getEntrySuccessorOperands", "areTypesCompatible"]>]> {
+def ONNXIfOp : ONNX_Op<"If", [RecursiveMemoryEffects, RecursivelySpeculatable, DeclareOpInterfaceMethods<RegionBranchOpInterface, ["getEntrySuccessorOperands", "areTypesCompatible", "getRegionInvocationBounds"]>]> {
   let summary = "ONNX If, opset 25";
   let arguments = (ins TensorOf<[I1]>:$cond);
   let results = (outs Variadic<AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>>:$outputs);
@@ -740,7 +740,7 @@ def ONNXLogSoftmaxOp : ONNX_Op<"LogSoftmax", [Pure]> {
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXLoopOp : ONNX_Op<"Loop", [RecursiveMemoryEffects, RecursivelySpeculatable, DeclareOpInterfaceMethods<RegionBranchOpInterface, ["getEntrySuccessorOperands", "areTypesCompatible"]>]> {
+def ONNXLoopOp : ONNX_Op<"Loop", [RecursiveMemoryEffects, DeclareOpInterfaceMethods<RegionBranchOpInterface, ["getEntrySuccessorOperands", "areTypesCompatible"]>]> {
   let summary = "ONNX Loop, opset 25";
   let arguments = (ins AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$M, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$cond, Variadic<AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>>:$v_initial);
   let results = (outs Variadic<AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>>:$v_final_and_scan_outputs);

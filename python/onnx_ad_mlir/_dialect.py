@@ -54,6 +54,22 @@ def _load() -> tuple[ctypes.CDLL, _Handle]:
 _LIB, _HANDLE = _load()
 _LIB.mlirDialectHandleInsertDialect.argtypes = [_Handle, ctypes.c_void_p]
 _LIB.mlirDialectHandleRegisterDialect.argtypes = [_Handle, ctypes.c_void_p]
+_LIB.mlirDialectHandleLoadDialect.argtypes = [_Handle, ctypes.c_void_p]
+_LIB.mlirDialectHandleLoadDialect.restype = ctypes.c_void_p
+
+
+def _capsule_name(obj: object) -> bytes | None:
+    capsule = getattr(obj, "_CAPIPtr", None)
+    if capsule is None:
+        return None
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    return get_name(capsule)
+
+
+_CONTEXT = b"mlir.ir.Context._CAPIPtr"
+_REGISTRY = b"mlir.ir.DialectRegistry._CAPIPtr"
 
 
 def register_dialect(target: ir.Context | ir.DialectRegistry | None = None) -> None:
@@ -61,12 +77,17 @@ def register_dialect(target: ir.Context | ir.DialectRegistry | None = None) -> N
     bindings' global registry used by every new Context."""
     if target is None:
         target = get_dialect_registry()
-    if isinstance(target, ir.Context):
-        ptr = _capsule_pointer(target, b"mlir.ir.Context._CAPIPtr")
-        _LIB.mlirDialectHandleRegisterDialect(_HANDLE, ptr)
-    elif isinstance(target, ir.DialectRegistry):
-        ptr = _capsule_pointer(target, b"mlir.ir.DialectRegistry._CAPIPtr")
-        _LIB.mlirDialectHandleInsertDialect(_HANDLE, ptr)
+    # Dispatch on the C API capsule, not the Python class: contexts made
+    # through the C API (`Context._CAPICreate`) are instances of the bindings'
+    # base class, not of the `mlir.ir.Context` subclass.
+    name = _capsule_name(target)
+    if name == _CONTEXT:
+        # Loaded too, so that ops can be built before any parse loads it.
+        ctx = _capsule_pointer(target, name)
+        _LIB.mlirDialectHandleRegisterDialect(_HANDLE, ctx)
+        _LIB.mlirDialectHandleLoadDialect(_HANDLE, ctx)
+    elif name == _REGISTRY:
+        _LIB.mlirDialectHandleInsertDialect(_HANDLE, _capsule_pointer(target, name))
     else:
         raise TypeError(f"register_dialect: expected mlir.ir.Context or "
                         f"DialectRegistry, got {type(target).__name__}")

@@ -2,6 +2,8 @@
 
   onnx-ad-forward{inputs=x,y outputs=z layout=casadi|onnx prefix=fwd_ func=main_graph}
   onnx-ad-reverse{... same options ...}
+  onnx-ad-unroll       flattens Scan/Loop with constant trip counts, inlines
+                       If on constant conditions (every function)
 
 Both rewrite one function of the module in place (by default the only one,
 or @main_graph): the primal signature stays a prefix, seeds and derivative
@@ -78,3 +80,15 @@ def forward_pass(module: ir.Operation, options: dict[str, str]) -> None:
 @register_pass("onnx-ad-reverse", "Reverse mode (VJP): seeds adj_<y>, results adj_<x>")
 def reverse_pass(module: ir.Operation, options: dict[str, str]) -> None:
     _run(modes.reverse, module, options)
+
+
+@register_pass("onnx-ad-unroll",
+               "Flatten Scan/Loop with constant trip counts; inline If on constant conditions")
+def unroll_pass(module: ir.Operation, options: dict[str, str]) -> None:
+    from .rules.control_flow import unroll
+    if options:
+        raise PassOptionError(f"unknown option(s) {sorted(options)}")
+    with module.context, module.location:
+        for op in module.regions[0].blocks[0].operations:
+            if op.operation.name == "func.func":
+                unroll(op.operation, module_opset(module))

@@ -62,6 +62,13 @@ def reverse(model: onnx.ModelProto | str | os.PathLike, inputs: Sequence[str] | 
     return _mode("adj", model, inputs, outputs, layout, prefix)
 
 
+def unroll(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
+    """The model with every Scan/Loop whose trip count is a constant flattened
+    (and every If on a constant condition inlined); other loops are kept."""
+    from onnx_ad_mlir.transforms import passes
+    return _transform(model, lambda m: passes.unroll_pass(m.operation, {}))
+
+
 def sibling(path: str | os.PathLike, kind: str) -> str:
     """CasADi's sibling file name: `<dir>/<kind>_<file>`."""
     folder, name = os.path.split(os.fspath(path))

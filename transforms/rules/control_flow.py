@@ -344,6 +344,9 @@ def _fwd_loop(op: ir.Operation, rewriter, state: Tangents, name: str) -> bool:
         olds = list(body.arguments[:2 + n]) + [state.get(cargs[j]) for j in carried]
     mapping = dict(zip(olds, na))
     yielded = _move_body(body, new_body, mapping)
+    # tangents that are body arguments themselves (a state yielded unchanged)
+    t_cys = [mapping.get(t, t) for t in t_cys]
+    t_outs = [(mm, mapping.get(t, t)) for mm, t in t_outs]
     if name == "Scan":
         _yield(new_body, yielded[:n] + t_cys + yielded[n:] + [t for _, t in t_outs], op.location)
     else:
@@ -365,8 +368,11 @@ def _fwd_loop(op: ir.Operation, rewriter, state: Tangents, name: str) -> bool:
                 d = dims(t)
                 if d is None:
                     raise UnsupportedOp("a Loop scan output of unknown rank")
+                # [T, k] + E; with zero iterations ONNX Runtime cannot know k
+                # (it emits extent 0 there): restore it, then [k, T] + E
+                shape = b.concat([b.shape(t, 0, 1), state.k, b.shape(t, 2)], 0)
+                t = b.reshape(t, shape, d)
                 t = b.transpose(t, [1, 0] + list(range(2, len(d))))
-                # zero iterations: Loop emits a [0] tensor of rank 1
         state.of[new.results[n + nc + mm]] = t
     return True
 
@@ -771,6 +777,8 @@ def _unroll_loop(op: ir.Operation, opset: int) -> None:
     if not isinstance(cond_in.type, ir.NoneType) and _const_bool(cond_in) is not True:
         raise _Skip()
     yc = _terminator(body).operands[0]
+    while isinstance(yc.owner, (ir.Operation, ir.OpView)) and yc.owner.operation.name == "onnx.Identity":
+        yc = yc.owner.operation.operands[0]
     if not (yc == body.arguments[1] or _const_bool(yc) is True):
         raise _Skip()
     if T == 0 and outs:

@@ -25,6 +25,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 
 from . import signature as sig
 from .builder import Builder, dims, is_float
+from .expand import expand_function
 from .linearize import Tangents, linearize, node_label
 from .registry import TRANSPOSE
 from .rules.control_flow import inline_constant_ifs
@@ -38,6 +39,7 @@ def _entry(f: func.FuncOp) -> tuple[ir.Block, ir.Operation]:
 def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             outputs: list[str] | None = None, layout: str = "casadi",
             prefix: str | None = None) -> None:
+    expand_function(f, opset)  # function-body ops and lowerings (expand.py)
     block, ret = _entry(f)
     in_names, out_names = sig.arg_names(f), sig.result_names(f)
     xs = sig.select(in_names, list(block.arguments), inputs, "input")
@@ -72,6 +74,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             outputs: list[str] | None = None, layout: str = "casadi",
             prefix: str | None = None) -> None:
+    expand_function(f, opset)  # function-body ops and lowerings (expand.py)
     block, ret = _entry(f)
     in_names, out_names = sig.arg_names(f), sig.result_names(f)
     xs = sig.select(in_names, list(block.arguments), inputs, "input")

@@ -2,7 +2,9 @@
 test-only passes registered for the duration of each test."""
 from __future__ import annotations
 
-import os
+import io
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -230,8 +232,6 @@ def test_opt_print_ir_after_all(capfd, dup_file: Path) -> None:
 
 
 def test_opt_stdin_and_help(capsys, monkeypatch) -> None:
-    import io
-    import sys
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(DUPLICATES.encode())))
     code, out, _ = run_opt(capsys, "-", "--cse")
     assert code == 0 and out.count('"onnx.Exp"') == 1
@@ -252,9 +252,7 @@ def test_opt_upstream_flags_are_real_passes() -> None:
 
 
 def test_opt_as_module_subprocess(dup_file: Path) -> None:
-    import subprocess
-    import sys
     proc = subprocess.run([sys.executable, "-m", "onnx_ad_mlir.tools.opt", str(dup_file), "--cse"],
-                          capture_output=True, text=True, env={**os.environ})
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count('"onnx.Exp"') == 1

@@ -293,8 +293,9 @@ class _Exporter:
     def _sparse(self, attr: ir.Attribute) -> onnx.SparseTensorProto:
         d = ir.DictAttr(attr)
         sparse = onnx.SparseTensorProto()
-        sparse.values.CopyFrom(self._tensor(d["values"], ""))
-        sparse.indices.CopyFrom(self._tensor(d["indices"], ""))
+        for part in ("values", "indices"):
+            name = ir.StringAttr(d[f"{part}_name"]).value if f"{part}_name" in d else ""
+            getattr(sparse, part).CopyFrom(self._tensor(d[part], name))
         sparse.dims.extend(ir.IntegerAttr(x).value for x in ir.ArrayAttr(d["dims"]))
         return sparse
 

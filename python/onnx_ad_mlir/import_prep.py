@@ -7,6 +7,7 @@ import os
 from typing import Callable
 
 import onnx
+import onnx.inliner
 from google.protobuf.message import DecodeError
 
 from .errors import ImportFailure

@@ -351,11 +351,15 @@ class _ModelImporter:
         return ir.Location.name(node_name, childLoc=child, context=ctx)
 
     def _sparse_attr(self, sparse: onnx.SparseTensorProto) -> ir.Attribute:
-        return ir.DictAttr.get({
+        fields = {
             "values": tensor_to_attr(sparse.values, self.types, self.base_dir),
             "indices": tensor_to_attr(sparse.indices, self.types, self.base_dir),
             "dims": ir.ArrayAttr.get([self._i64_attr(d) for d in sparse.dims]),
-        })
+        }
+        for part in ("values", "indices"):
+            if getattr(sparse, part).name:
+                fields[f"{part}_name"] = self._str(getattr(sparse, part).name)
+        return ir.DictAttr.get(fields)
 
     def _props(self, props) -> ir.Attribute:
         return ir.ArrayAttr.get([ir.ArrayAttr.get([self._str(p.key), self._str(p.value)])

@@ -1,0 +1,324 @@
+"""Round trips of hand-built models (control flow with outer captures and
+shadowing, symbolic dims, metadata, odd data), exports of transformed IR, and
+clean errors on bad input."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from mlir import ir
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from onnx_ad_mlir import export_onnx, import_onnx
+from onnx_ad_mlir.errors import ExportFailure, ImportFailure, UnsupportedOp
+from roundtrip_helpers import assert_same_outputs, round_trip, run, session
+
+F = np.float32
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, **kw) -> onnx.ModelProto:
+    graph = h.make_graph(nodes, kw.pop("graph_name", "g"), inputs, outputs, list(inits),
+                         doc_string=kw.pop("graph_doc", ""))
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], **kw)
+
+
+def _vi(name, shape, elem=T.FLOAT):
+    return h.make_tensor_value_info(name, elem, shape)
+
+
+def _same_behaviour(model: onnx.ModelProto, feeds: dict) -> onnx.ModelProto:
+    exported = round_trip(model)
+    assert_same_outputs(run(session(model), feeds), run(session(exported), feeds), "model")
+    return exported
+
+
+# ----------------------------------------------------------------- plain graphs
+def test_names_metadata_and_symbolic_dims_survive():
+    nodes = [h.make_node("MatMul", ["x", "w"], ["xw"], name="mm", doc_string="node doc"),
+             h.make_node("Add", ["xw", "b"], ["pre"], name="add"),
+             h.make_node("Relu", ["pre"], ["y"], name="relu")]
+    w = numpy_helper.from_array(np.ones((3, 4), F), "w")
+    b = numpy_helper.from_array(np.arange(4, dtype=F), "b")
+    model = _model(nodes, [_vi("x", ["batch", 3])], [_vi("y", ["batch", 4])], [w, b],
+                   producer_name="handmade", producer_version="1.2", doc_string="model doc",
+                   graph_doc="graph doc", model_version=7, domain="test.domain")
+    h.set_model_props(model, {"author": "me", "purpose": "tests"})
+    model.graph.input[0].doc_string = "the input"
+    exported = _same_behaviour(model, {"x": np.ones((2, 3), F)})
+    for field in ("producer_name", "producer_version", "doc_string", "model_version",
+                  "domain", "ir_version", "metadata_props", "opset_import"):
+        assert getattr(exported, field) == getattr(model, field), field
+    g, eg = model.graph, exported.graph
+    assert (eg.name, eg.doc_string) == (g.name, g.doc_string)
+    assert [n.name for n in eg.node] == ["mm", "add", "relu"]
+    assert [list(n.output) for n in eg.node] == [["xw"], ["pre"], ["y"]]
+    assert eg.node[0].doc_string == "node doc"
+    assert eg.input == g.input and eg.output == g.output
+    assert sorted(t.name for t in eg.initializer) == ["b", "w"]
+
+
+def test_func_signature_carries_names_and_dim_params():
+    model = _model([h.make_node("Neg", ["x"], ["y"])], [_vi("x", ["N", 2])], [_vi("y", ["N", 2])])
+    with ir.Context():
+        text = str(import_onnx(model))
+    assert 'onnx.name = "x"' in text and 'onnx.name = "y"' in text
+    assert 'onnx.dim_params = ["N", ""]' in text
+    assert "func.func @main_graph(%arg0: tensor<?x2xf32>" in text
+
+
+def test_initializer_that_is_also_an_input_stays_overridable():
+    w = numpy_helper.from_array(np.full((2,), 3, F), "w")
+    model = _model([h.make_node("Mul", ["x", "w"], ["y"])], [_vi("x", [2]), _vi("w", [2])],
+                   [_vi("y", [2])], [w])
+    exported = _same_behaviour(model, {"x": np.ones(2, F)})
+    assert [vi.name for vi in exported.graph.input] == ["x", "w"]
+    assert numpy_helper.to_array(exported.graph.initializer[0]).tolist() == [3, 3]
+    feeds = {"x": np.ones(2, F), "w": np.full(2, 5, F)}
+    assert_same_outputs(run(session(model), feeds), run(session(exported), feeds), "override")
+
+
+def test_unsorted_graph_is_sorted():
+    nodes = [h.make_node("Relu", ["t"], ["y"]), h.make_node("Neg", ["x"], ["t"])]
+    model = _model(nodes, [_vi("x", [3])], [_vi("y", [3])])
+    exported = round_trip(model)
+    assert [n.op_type for n in exported.graph.node] == ["Neg", "Relu"]
+
+
+def test_odd_data_types_and_attributes():
+    strings = h.make_tensor("s", T.STRING, [2], [b"ab", "é\n\"\\".encode()])
+    big = numpy_helper.from_array(np.arange(4096, dtype=F), "big")  # a resource blob
+    bf16 = h.make_tensor("h", T.BFLOAT16, [2], [1.5, -2.0])
+    sparse = h.make_sparse_tensor(numpy_helper.from_array(np.array([5.0, 6.0], F), "sv"),
+                                  numpy_helper.from_array(np.array([1, 3], np.int64), "si"),
+                                  [4])
+    nodes = [h.make_node("Constant", [], ["sc"], value=strings),
+             h.make_node("Identity", ["sc"], ["s_out"]),
+             h.make_node("Constant", [], ["sp"], sparse_value=sparse),
+             h.make_node("Add", ["x", "sp"], ["y"]),
+             h.make_node("ReduceSum", ["big"], ["total"], keepdims=0),
+             h.make_node("Cast", ["hc"], ["h_out"], to=T.FLOAT),
+             h.make_node("Constant", [], ["hc"], value=bf16)]
+    model = _model(nodes, [_vi("x", [4])],
+                   [_vi("y", [4]), _vi("s_out", [2], T.STRING), _vi("total", []),
+                    _vi("h_out", [2])], [big])
+    exported = _same_behaviour(model, {"x": np.ones(4, F)})
+    tensors = {n.output[0]: n.attribute[0] for n in exported.graph.node if n.op_type == "Constant"}
+    assert list(tensors["sc"].t.string_data) == [b"ab", "é\n\"\\".encode()]
+    assert tensors["sp"].sparse_tensor == sparse
+
+
+def test_type_proto_attribute():
+    tp = h.make_tensor_type_proto(T.FLOAT, None)
+    nodes = [h.make_node("Optional", [], ["o"], type=tp),
+             h.make_node("OptionalHasElement", ["o"], ["has"])]
+    model = _model(nodes, [], [_vi("has", [], T.BOOL)], opset=18)
+    exported = round_trip(model)
+    assert exported.graph.node[0].attribute[0].tp == tp
+
+
+def test_local_functions_are_inlined():
+    fn = h.make_function("local", "Twice", ["a"], ["b"],
+                         [h.make_node("Add", ["a", "a"], ["b"])],
+                         [h.make_opsetid("", 17)])
+    graph = h.make_graph([h.make_node("Twice", ["x"], ["y"], domain="local")], "g",
+                         [_vi("x", [2])], [_vi("y", [2])])
+    model = h.make_model(graph, functions=[fn],
+                         opset_imports=[h.make_opsetid("", 17), h.make_opsetid("local", 1)])
+    exported = _same_behaviour(model, {"x": np.array([1, 2], F)})
+    assert [n.op_type for n in exported.graph.node] == ["Add"]
+
+
+# ----------------------------------------------------------------- control flow
+def _if_model(inner_name: str = "t_in") -> onnx.ModelProto:
+    # Branches capture outer x and y; with inner_name="t" the else branch
+    # defines a name the outer graph also defines (shadowing, which ONNX
+    # Runtime refuses but the importer must scope correctly).
+    then_g = h.make_graph([h.make_node("Add", ["x", "y"], ["r1"])], "then", [],
+                          [_vi("r1", [2])])
+    else_g = h.make_graph([h.make_node("Neg", ["x"], [inner_name]),
+                           h.make_node("Mul", [inner_name, "y"], ["r2"])], "else", [],
+                          [_vi("r2", [2])])
+    nodes = [h.make_node("Neg", ["y"], ["t"]),
+             h.make_node("If", ["c"], ["z"], then_branch=then_g, else_branch=else_g),
+             h.make_node("Add", ["z", "t"], ["out"])]
+    return _model(nodes, [_vi("c", [], T.BOOL), _vi("x", [2]), _vi("y", [2])],
+                  [_vi("out", [2])])
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_with_outer_captures(cond):
+    feeds = {"c": np.array(cond), "x": np.array([1, 2], F), "y": np.array([3, 5], F)}
+    _same_behaviour(_if_model(), feeds)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_branch_shadowing_an_outer_name(cond):
+    exported = round_trip(_if_model(inner_name="t"))
+    names = [o for n in exported.graph.node for o in n.output]
+    inner = [o for n in exported.graph.node if n.op_type == "If"
+             for a in n.attribute for m in a.g.node for o in m.output]
+    assert len(set(names + inner)) == len(names + inner)  # the inner 't' renamed
+    feeds = {"c": np.array(cond), "x": np.array([1, 2], F), "y": np.array([3, 5], F)}
+    assert_same_outputs(run(session(_if_model()), feeds), run(session(exported), feeds), "if")
+
+
+def test_if_regions_are_then_else_in_order():
+    with ir.Context():
+        text = str(import_onnx(_if_model()))
+    then_at, else_at = text.index('"onnx.Add"(%arg1, %arg2)'), text.index('"onnx.Neg"(%arg1)')
+    assert then_at < else_at
+
+
+def test_loop_with_outer_capture_shadowing_and_scan_output():
+    # Body input 'x' shadows the outer graph input 'x'; 'w' is captured.
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]),
+         h.make_node("Mul", ["x", "w"], ["x_next"]),
+         h.make_node("Identity", ["x_next"], ["scan"])],
+        "body", [_vi("i", [], T.INT64), _vi("cond_in", [], T.BOOL), _vi("x", [2])],
+        [_vi("cond_out", [], T.BOOL), _vi("x_next", [2]), _vi("scan", [2])])
+    nodes = [h.make_node("Loop", ["n", "", "x"], ["final", "all"], body=body)]
+    model = _model(nodes, [_vi("n", [], T.INT64), _vi("x", [2]), _vi("w", [2])],
+                   [_vi("final", [2]), _vi("all", [None, 2])])
+    feeds = {"n": np.array(3, np.int64), "x": np.array([1, 2], F), "w": np.array([2, 3], F)}
+    _same_behaviour(model, feeds)
+
+
+def test_scan_with_outer_capture():
+    body = h.make_graph(
+        [h.make_node("Add", ["acc", "elem"], ["s"]),
+         h.make_node("Mul", ["s", "k"], ["acc_out"]),
+         h.make_node("Identity", ["acc_out"], ["per_step"])],
+        "body", [_vi("acc", [2]), _vi("elem", [2])], [_vi("acc_out", [2]), _vi("per_step", [2])])
+    nodes = [h.make_node("Scan", ["init", "xs"], ["last", "steps"], body=body,
+                         num_scan_inputs=1)]
+    model = _model(nodes, [_vi("init", [2]), _vi("xs", [3, 2]), _vi("k", [2])],
+                   [_vi("last", [2]), _vi("steps", [3, 2])])
+    feeds = {"init": np.zeros(2, F), "xs": np.arange(6, dtype=F).reshape(3, 2),
+             "k": np.array([0.5, 2], F)}
+    _same_behaviour(model, feeds)
+
+
+# ----------------------------------------------------------------- transformed IR
+_TRANSFORMED = """
+module attributes {onnx.opset_import = [["", 11]], onnx.ir_version = 6 : i64} {
+  func.func @main_graph(%x: tensor<?x3xf32> {onnx.name = "x", onnx.dim_params = ["n", ""]},
+                        %seed: tensor<?x3xf32>)
+      -> (tensor<?x3xf32> {onnx.name = "y"}, tensor<?x3xf32> {onnx.name = "y2"},
+          tensor<?x3xf32> {onnx.name = "x_again"}, tensor<1x1xf32> {onnx.name = "sum"}) {
+    %0 = "onnx.Abs"(%x) : (tensor<?x3xf32>) -> tensor<?x3xf32> loc("n"("t"))
+    %1 = "onnx.Abs"(%0) : (tensor<?x3xf32>) -> tensor<?x3xf32> loc("n"("t"))
+    %2 = "onnx.Mul"(%1, %seed) : (tensor<?x3xf32>, tensor<?x3xf32>) -> tensor<?x3xf32>
+    %none = "onnx.NoValue"() {value} : () -> none
+    %3 = "onnx.ReduceSum"(%2, %none) : (tensor<?x3xf32>, none) -> tensor<1x1xf32>
+    return %2, %2, %x, %3 : tensor<?x3xf32>, tensor<?x3xf32>, tensor<?x3xf32>, tensor<1x1xf32>
+  }
+}
+"""
+
+
+def test_export_of_transformed_ir_names_and_opset():
+    with ir.Context():
+        exported = export_onnx(ir.Module.parse(_TRANSFORMED))
+    onnx.checker.check_model(exported, full_check=True)
+    g = exported.graph
+    assert exported.opset_import[0].version == 13  # raised for the new ReduceSum
+    assert [vi.name for vi in g.output] == ["y", "y2", "x_again", "sum"]
+    assert g.input[0].type.tensor_type.shape.dim[0].dim_param == "n"
+    assert not g.input[1].type.tensor_type.shape.dim[0].HasField("dim_param")
+    values = [o for n in g.node for o in n.output]
+    assert len(values) == len(set(values))
+    assert len({n.name for n in g.node if n.name}) == len([n for n in g.node if n.name])
+    assert sum(n.op_type == "Identity" for n in g.node) == 2  # y2 and x_again
+    feeds = {"x": np.array([[-1, 2, -3]], F), g.input[1].name: np.full((1, 3), 2, F)}
+    y, y2, x_again, total = run(session(exported), feeds)
+    assert y.tolist() == y2.tolist() == [[2, 4, 6]] and total.tolist() == [[12]]
+    assert x_again.tolist() == [[-1, 2, -3]]
+
+
+def test_export_refuses_ops_without_common_opset():
+    text = _TRANSFORMED.replace('"onnx.Abs"(%0)', '"onnx.ReduceSumV11"(%0)')
+    with ir.Context():
+        module = ir.Module.parse(text)
+        with pytest.raises(ExportFailure, match="ReduceSum"):
+            export_onnx(module)
+
+
+# ----------------------------------------------------------------- bad input
+def _bad(model_or_bytes, match: str, error=ImportFailure):
+    with ir.Context(), pytest.raises(error, match=match):
+        import_onnx(model_or_bytes)
+
+
+def test_truncated_and_foreign_bytes(tmp_path):
+    good = _model([h.make_node("Neg", ["x"], ["y"])], [_vi("x", [2])], [_vi("y", [2])])
+    data = good.SerializeToString()
+    path = tmp_path / "t.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    _bad(str(path), "not a valid ONNX model")
+    path.write_bytes(b"\x89PNG\r\n\x1a\n not onnx at all")
+    _bad(str(path), "not a valid ONNX model")
+    _bad(str(tmp_path / "missing.onnx"), "cannot read")
+    _bad(b"", "no graph")
+
+
+def test_dangling_input():
+    model = _model([h.make_node("Add", ["x", "ghost"], ["y"], name="adder")],
+                   [_vi("x", [2])], [_vi("y", [2])])
+    _bad(model, "node 'adder' \\(Add\\): input 'ghost' is not defined")
+
+
+def test_unknown_op_other_domain_and_wrong_attribute():
+    _bad(_model([h.make_node("Frobnicate", ["x"], ["y"], name="f")], [_vi("x", [2])],
+                [_vi("y", [2])]), "unknown op 'Frobnicate'", UnsupportedOp)
+    _bad(_model([h.make_node("Foo", ["x"], ["y"], name="f", domain="com.acme")],
+                [_vi("x", [2])], [_vi("y", [2])]), "f.*domain 'com.acme'", UnsupportedOp)
+    bad = h.make_node("Transpose", ["x"], ["y"], name="tr")
+    bad.attribute.append(h.make_attribute("perm", 1.5))
+    _bad(_model([bad], [_vi("x", [2])], [_vi("y", [2])]),
+         "'tr' \\(Transpose\\): attribute 'perm' has type FLOAT, expected INTS")
+    _bad(_model([h.make_node("Concat", ["x"], ["y"], name="cat")], [_vi("x", [2])],
+                [_vi("y", [2])]), "required attribute 'axis'")
+
+
+# ----------------------------------------------------------------- the tool
+def _translate(*args, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "onnx_ad_mlir.tools.translate", *args],
+                          input=stdin, capture_output=True, timeout=120)
+
+
+def test_translate_round_trip_through_files_and_pipes(tmp_path):
+    model = _if_model()
+    src, mlir_file, out = tmp_path / "m.onnx", tmp_path / "m.mlir", tmp_path / "o.onnx"
+    onnx.save(model, src)
+    assert _translate("--import-onnx", str(src), "-o", str(mlir_file)).returncode == 0
+    assert _translate("--export-onnx", str(mlir_file), "-o", str(out)).returncode == 0
+    piped = _translate("--import-onnx", "-", stdin=model.SerializeToString())
+    assert piped.returncode == 0 and piped.stdout.decode() == mlir_file.read_text()
+    back = _translate("--export-onnx", "-", stdin=piped.stdout)
+    assert back.returncode == 0 and back.stdout == out.read_bytes()
+    exported = onnx.load(out)
+    onnx.checker.check_model(exported, full_check=True)
+    assert exported.graph == export_of(model).graph
+
+
+def export_of(model: onnx.ModelProto) -> onnx.ModelProto:
+    with ir.Context():
+        return export_onnx(import_onnx(model))
+
+
+def test_translate_bad_input_is_one_line(tmp_path):
+    result = _translate("--import-onnx", "-", stdin=b"garbage")
+    assert result.returncode == 1
+    assert result.stderr.decode().count("\n") == 1
+    assert result.stderr.decode().startswith("error: not a valid ONNX model")
+    result = _translate("--export-onnx", "-", "-o", str(tmp_path / "x.onnx"),
+                        stdin=b"func.func @f(")
+    assert result.returncode == 1 and result.stderr.decode().startswith("error: -: invalid MLIR")
+    assert not os.path.exists(tmp_path / "x.onnx")

@@ -28,7 +28,7 @@ from .builder import Builder, dims, is_float
 from .expand import expand_function
 from .linearize import Tangents, linearize, node_label
 from .registry import TRANSPOSE
-from .rules.control_flow import inline_constant_ifs
+from .rules.control_flow import PLACEHOLDER, inline_constant_ifs, retire_standin
 
 
 def _entry(f: func.FuncOp) -> tuple[ir.Block, ir.Operation]:
@@ -40,6 +40,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             outputs: list[str] | None = None, layout: str = "casadi",
             prefix: str | None = None) -> None:
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
+    inline_constant_ifs(f)
     block, ret = _entry(f)
     in_names, out_names = sig.arg_names(f), sig.result_names(f)
     xs = sig.select(in_names, list(block.arguments), inputs, "input")
@@ -50,7 +51,6 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     seeds = sig.append_arguments(f, [sig.boundary_type(x, layout) for x in primal_x], [
         (prefix + in_names[i], sig.boundary_dim_params(
             block.arguments[i], sig.dim_params(f, "arg_attrs", i), dim)[layout]) for i in xs])
-    inline_constant_ifs(f)
     state = Tangents(opset)
     b = Builder(opset, f.location)
     with ir.InsertionPoint.at_block_begin(block):
@@ -75,6 +75,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             outputs: list[str] | None = None, layout: str = "casadi",
             prefix: str | None = None) -> None:
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
+    inline_constant_ifs(f)
     block, ret = _entry(f)
     in_names, out_names = sig.arg_names(f), sig.result_names(f)
     xs = sig.select(in_names, list(block.arguments), inputs, "input")
@@ -83,7 +84,6 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     primal_x = [block.arguments[i] for i in xs]
     primal_y = [ret.operands[i] for i in ys]
 
-    inline_constant_ifs(f)
     b = Builder(opset, f.location)
     dim = "n" + prefix[:-1]
     seeds = sig.append_arguments(f, [sig.boundary_type(y, layout) for y in primal_y], [
@@ -138,6 +138,8 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
     for op in list(reversed(linear_ops)) + [t.owner for t in stand_ins] + [k.owner]:
         if all(len(list(r.uses)) == 0 for r in op.results):
             op.erase()
+        elif op.name == PLACEHOLDER:
+            retire_standin(op, opset)
     return out
 
 

@@ -58,6 +58,7 @@ from ..registry import JVP, TRANSPOSE, jvp, mlir_names
 
 PLACEHOLDER = "onnx_ad.region"
 _REGIONS: dict[int, tuple[ir.Operation, list[ir.Value]]] = {}
+_PRIMALS: dict[int, list[ir.Value]] = {}  # float results after the reverse rule ran
 _ids = itertools.count()
 
 
@@ -437,15 +438,32 @@ def _reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
 
 
 def _t_region(b: Builder, ph: ir.Operation, cts, linear) -> list:
-    op, inputs = _REGIONS.pop(attribute(ph, "id"))
+    ident = attribute(ph, "id")
+    op, inputs = _REGIONS.pop(ident)
     floats = [r for r in op.results if is_float(r)]
     ct_of = dict(zip(floats, cts))
     name = op_type(op)
     if name == "If":
         contrib = _rev_if(b, op, inputs, ct_of)
+        _PRIMALS[ident] = floats
     else:
-        contrib = _rev_loop(b, op, inputs, ct_of, name)
+        contrib, _PRIMALS[ident] = _rev_loop(b, op, inputs, ct_of, name)
     return [contrib.get(v) for v in inputs]
+
+
+def retire_standin(ph: ir.Operation, opset: int) -> None:
+    """A linear stand-in kept alive only because a transpose rule reads the
+    shape of a linear value: its results become Unsqueeze(primal, 0), the
+    [1] + S values of the linearization, and it is erased."""
+    ident = attribute(ph, "id")
+    primals = _PRIMALS.pop(ident, None)
+    if primals is None:
+        primals = [r for r in _REGIONS.pop(ident)[0].results if is_float(r)]
+    b = Builder(opset, ph.location)
+    with ir.InsertionPoint(ph):
+        for r, p in zip(ph.results, primals):
+            r.replace_all_uses_with(b.unsqueeze(p, [0]))
+    ph.erase()
 
 
 TRANSPOSE[PLACEHOLDER] = _t_region
@@ -517,6 +535,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     nout = len(outs)
     results = list(primal.results)
     finals, scan_results = results[:n], results[n:n + nout]
+    primal_floats = [r for r in results[:n + nout] if is_float(r)]
     fl = [j for j, a in enumerate(cargs) if is_float(a)]
     caps_all = [v for v in inputs if v in captures(primal)]
     # Cotangent inits for the carried values: those of the final results.
@@ -580,11 +599,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         _add(contrib, [inits[j] for j in fl], res[:len(fl)])
         _add(contrib, caps_all, res[len(fl):len(carried_types)])
         _add(contrib, [scans[i] for i in act_x], res[len(carried_types):])
-        return contrib
+        return contrib, primal_floats
     # Loop
     i64 = ir.IntegerType.get_signless(64)
     iters = hist[0]
-    count = b.squeeze(b.shape(iters, 0, 1), [0])
+    # Gather (not Squeeze): ONNX shape inference knows its rank without reading
+    # the constant, also inside subgraphs whose constants live outside
+    count = b.op("Gather", [b.shape(iters, 0, 1), b.int_scalar(0)], tensor_type([], i64), axis=0)
     last = b.sub(count, b.int_scalar(1))
     rev = _create(primal.name, [count, b.none()] + ct_final + acc0, carried_types, {},
                   loc, 1)
@@ -622,7 +643,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     contrib = {}
     _add(contrib, [inits[j] for j in fl], res[:len(fl)])
     _add(contrib, caps_all, res[len(fl):])
-    return contrib
+    return contrib, primal_floats
 
 
 def _add(contrib: dict, keys, values) -> None:

@@ -1,0 +1,277 @@
+"""If, Scan and Loop: both modes and forward(reverse) against central finite
+differences (adcheck), and against the derivatives of the unrolled model
+(`api.unroll`, flattened by different code), on hand-built float64 models."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+from adcheck import check_derivatives, check_hessian, run
+from onnx_ad_mlir.api import forward, reverse, unroll
+
+D, I64, B = TP.DOUBLE, TP.INT64, TP.BOOL
+
+
+def vi(name, t, shape):
+    return h.make_tensor_value_info(name, t, shape)
+
+
+def const(name, value, t=D):
+    arr = np.asarray(value)
+    return h.make_node("Constant", [], [name], name=f"c_{name}",
+                       value=h.make_tensor(name, t, list(arr.shape), arr.ravel().tolist()))
+
+
+def model(nodes, inputs, outputs, opset=18):
+    g = h.make_graph(nodes, "g", [vi(*i) for i in inputs], [vi(*o) for o in outputs])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+
+
+# ---- models ------------------------------------------------------------------------------
+
+def if_model(else_constant=False):
+    """y = sin(x*w) if sum(x) > 0 else exp(x) (or a constant): both branches
+    capture outer values; with a constant branch the tangent is absent there."""
+    then = h.make_graph([h.make_node("Mul", ["x", "w"], ["a"], name="t_mul"),
+                         h.make_node("Sin", ["a"], ["t_out"], name="t_sin")],
+                        "then", [], [vi("t_out", D, [3])])
+    if else_constant:
+        els = h.make_graph([const("e_out", [1.0, 2.0, 3.0])], "else", [], [vi("e_out", D, [3])])
+    else:
+        els = h.make_graph([h.make_node("Exp", ["x"], ["e_out"], name="e_exp")], "else", [],
+                           [vi("e_out", D, [3])])
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"), const("zero", 0.0),
+             h.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="if")]
+    return model(nodes, [("x", D, [3]), ("w", D, [3])], [("y", D, [3])])
+
+
+def if_constant_condition():
+    then = h.make_graph([h.make_node("Mul", ["x", "x"], ["a"], name="t_sq")], "then", [],
+                        [vi("a", D, [3])])
+    els = h.make_graph([h.make_node("Neg", ["x"], ["b"], name="e_neg")], "else", [],
+                       [vi("b", D, [3])])
+    nodes = [const("c", True, B),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="if")]
+    return model(nodes, [("x", D, [3])], [("y", D, [3])])
+
+
+def rnn_body(prefix=""):
+    """h' = tanh(h W + x_t), output h'; W is captured from the outer scope."""
+    return h.make_graph([h.make_node("MatMul", ["h", "W"], ["hw"], name=prefix + "mm"),
+                         h.make_node("Add", ["hw", "xt"], ["pre"], name=prefix + "add"),
+                         h.make_node("Tanh", ["pre"], ["hn"], name=prefix + "tanh"),
+                         h.make_node("Identity", ["hn"], ["yo"], name=prefix + "id")],
+                        "body", [vi("h", D, [1, 3]), vi("xt", D, [1, 3])],
+                        [vi("hn", D, [1, 3]), vi("yo", D, [1, 3])])
+
+
+def scan_model(T=4, backwards=False):
+    """An RNN cell over T steps with a captured weight; `backwards` scans axis
+    1 in reverse and writes the outputs reversed along axis 1."""
+    attrs = dict(num_scan_inputs=1)
+    xshape, yshape = [T, 1, 3], [T, 1, 3]
+    if backwards:
+        attrs.update(scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1],
+                     scan_output_directions=[1])
+        xshape, yshape = [1, T, 3], [1, T, 3]
+    nodes = [h.make_node("Scan", ["h0", "X"], ["hT", "Y"], body=rnn_body(), name="scan", **attrs)]
+    if backwards:  # the body sees [1, 3] slices of [1, T, 3] along axis 1: [1, 3]
+        pass
+    return model(nodes, [("h0", D, [1, 3]), ("X", D, xshape), ("W", D, [3, 3])],
+                 [("hT", D, [1, 3]), ("Y", D, yshape)])
+
+
+def loop_model(M=20, stop=True):
+    """while i < M and sum(v) < 10: v = 1.5 v + w sin(v); n += 1 (an int64
+    counter carried beside v), v stacked as a scan output. With stop=False
+    the condition stays true (a constant trip count, unrollable)."""
+    cond = (h.make_node("Less", ["ss", "lim"], ["cn"], name="l_less") if stop
+            else h.make_node("Identity", ["cin"], ["cn"], name="l_keep"))
+    body = h.make_graph([h.make_node("Sin", ["v"], ["sv"], name="l_sin"),
+                         h.make_node("Mul", ["sv", "w"], ["ws"], name="l_mul"),
+                         h.make_node("Mul", ["v", "k15"], ["v15"], name="l_scale"),
+                         h.make_node("Add", ["v15", "ws"], ["vn"], name="l_add"),
+                         h.make_node("ReduceSum", ["vn"], ["ss"], keepdims=0, name="l_sum"),
+                         cond,
+                         h.make_node("Add", ["cnt", "one"], ["cntn"], name="l_count"),
+                         h.make_node("Identity", ["vn"], ["so"], name="l_out")],
+                        "body", [vi("i", I64, []), vi("cin", B, []), vi("v", D, [2]),
+                                 vi("cnt", I64, [])],
+                        [vi("cn", B, []), vi("vn", D, [2]), vi("cntn", I64, []), vi("so", D, [2])])
+    nodes = [const("k15", 1.5), const("lim", 10.0), const("one", 1, I64), const("n0", 0, I64),
+             const("M", M, I64), const("t", True, B),
+             h.make_node("Loop", ["M", "t", "v0", "n0"], ["vT", "n", "V"], body=body, name="loop")]
+    return model(nodes, [("v0", D, [2]), ("w", D, [2])],
+                 [("vT", D, [2]), ("n", I64, []), ("V", D, ["T", 2])])
+
+
+def if_in_scan(T=3):
+    """Scan whose body branches on the sign of x_t; the If captures W and the
+    body's state h."""
+    then = h.make_graph([h.make_node("MatMul", ["h", "W"], ["hw"], name="n_mm"),
+                         h.make_node("Add", ["hw", "xt"], ["a1"], name="n_add1")], "then", [],
+                        [vi("a1", D, [1, 3])])
+    els = h.make_graph([h.make_node("Sin", ["h"], ["sh"], name="n_sin"),
+                        h.make_node("Add", ["sh", "xt"], ["a2"], name="n_add2")], "else", [],
+                       [vi("a2", D, [1, 3])])
+    body = h.make_graph([h.make_node("ReduceSum", ["xt"], ["s"], keepdims=0, name="n_sum"),
+                         h.make_node("Greater", ["s", "zero"], ["c"], name="n_gt"),
+                         h.make_node("If", ["c"], ["hn0"], then_branch=then, else_branch=els,
+                                     name="n_if"),
+                         h.make_node("Tanh", ["hn0"], ["hn"], name="n_tanh"),
+                         h.make_node("Identity", ["hn"], ["yo"], name="n_id")],
+                        "body", [vi("h", D, [1, 3]), vi("xt", D, [1, 3])],
+                        [vi("hn", D, [1, 3]), vi("yo", D, [1, 3])])
+    nodes = [const("zero", 0.0),
+             h.make_node("Scan", ["h0", "X"], ["hT", "Y"], body=body, num_scan_inputs=1,
+                         name="scan")]
+    return model(nodes, [("h0", D, [1, 3]), ("X", D, [T, 1, 3]), ("W", D, [3, 3])],
+                 [("hT", D, [1, 3]), ("Y", D, [T, 1, 3])])
+
+
+def scan_in_loop(M=3):
+    """A Loop running an RNN Scan over X M times; per-iteration sums stacked."""
+    sbody = h.make_graph([h.make_node("MatMul", ["hh", "W"], ["hw"], name="s_mm"),
+                          h.make_node("Add", ["hw", "xt"], ["pre"], name="s_add"),
+                          h.make_node("Tanh", ["pre"], ["hn"], name="s_tanh")],
+                         "sbody", [vi("hh", D, [1, 3]), vi("xt", D, [1, 3])], [vi("hn", D, [1, 3])])
+    lbody = h.make_graph([h.make_node("Scan", ["v", "X"], ["vn"], body=sbody, num_scan_inputs=1,
+                                      name="l_scan"),
+                          h.make_node("Identity", ["cin"], ["cout"], name="l_cond"),
+                          h.make_node("ReduceSum", ["vn"], ["ys"], keepdims=0, name="l_sum")],
+                         "lbody", [vi("i", I64, []), vi("cin", B, []), vi("v", D, [1, 3])],
+                         [vi("cout", B, []), vi("vn", D, [1, 3]), vi("ys", D, [])])
+    nodes = [const("M", M, I64), const("t", True, B),
+             h.make_node("Loop", ["M", "t", "v0"], ["vT", "YS"], body=lbody, name="loop")]
+    return model(nodes, [("v0", D, [1, 3]), ("X", D, [2, 1, 3]), ("W", D, [3, 3])],
+                 [("vT", D, [1, 3]), ("YS", D, [M])])
+
+
+def loop_in_if():
+    """If(sum(x) > 0) runs a data-dependent Loop, else a plain expression."""
+    lbody = h.make_graph([h.make_node("Mul", ["v", "w"], ["vw"], name="li_mul"),
+                          h.make_node("Sin", ["vw"], ["vn"], name="li_sin"),
+                          h.make_node("ReduceSum", ["vn"], ["ls"], keepdims=0, name="li_sum"),
+                          h.make_node("Less", ["ls", "lim"], ["cn"], name="li_less")],
+                         "lbody", [vi("i", I64, []), vi("cin", B, []), vi("v", D, [3])],
+                         [vi("cn", B, []), vi("vn", D, [3])])
+    then = h.make_graph([h.make_node("Loop", ["M", "", "x"], ["lv"], body=lbody, name="li_loop")],
+                        "then", [], [vi("lv", D, [3])])
+    els = h.make_graph([h.make_node("Mul", ["x", "w"], ["e"], name="li_else")], "else", [],
+                       [vi("e", D, [3])])
+    nodes = [const("M", 4, I64), const("lim", 2.5), const("zero", 0.0),
+             h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="li_top_sum"),
+             h.make_node("Greater", ["s", "zero"], ["c"], name="li_gt"),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="li_if")]
+    return model(nodes, [("x", D, [3]), ("w", D, [3])], [("y", D, [3])])
+
+
+RNG = np.random.default_rng(7)
+
+
+def _r(*shape):
+    return RNG.standard_normal(shape) * 0.5
+
+
+CASES = {
+    "if_then": (if_model(), {"x": np.array([0.3, 0.5, -0.1]), "w": np.array([1.2, -0.7, 0.4])}),
+    "if_else": (if_model(), {"x": np.array([-0.3, 0.5, -0.9]), "w": np.array([1.2, -0.7, 0.4])}),
+    "if_constant_branch": (if_model(True), {"x": np.array([-0.3, 0.5, -0.9]),
+                                            "w": np.array([1.2, -0.7, 0.4])}),
+    "scan_rnn": (scan_model(), {"h0": _r(1, 3), "X": _r(4, 1, 3), "W": _r(3, 3)}),
+    "scan_backwards_axis1": (scan_model(backwards=True),
+                             {"h0": _r(1, 3), "X": _r(1, 4, 3), "W": _r(3, 3)}),
+    "loop_data_dependent": (loop_model(), {"v0": np.array([0.3, 0.4]), "w": np.array([0.5, -0.2])}),
+    "loop_zero_iterations": (loop_model(M=0), {"v0": np.array([0.3, 0.4]),
+                                               "w": np.array([0.5, -0.2])}),
+    "if_in_scan": (if_in_scan(), {"h0": _r(1, 3), "X": _r(3, 1, 3), "W": _r(3, 3)}),
+    "scan_in_loop": (scan_in_loop(), {"v0": _r(1, 3), "X": _r(2, 1, 3), "W": _r(3, 3)}),
+    "loop_in_if": (loop_in_if(), {"x": np.array([0.4, 0.3, 0.2]), "w": np.array([1.1, 0.9, 1.3])}),
+}
+
+
+def _outputs(m):
+    return [o.name for o in m.graph.output if o.type.tensor_type.elem_type == D]
+
+
+def _unique_names(m: onnx.ModelProto) -> None:
+    names = []
+
+    def collect(g):
+        for n in g.node:
+            names.append(n.name)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    collect(a.g)
+    collect(m.graph)
+    named = [n for n in names if n]
+    assert len(named) == len(set(named)), "node names must be unique"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_both_modes_and_hessian(name):
+    m, feeds = CASES[name]
+    errors = check_derivatives(m, feeds, outputs=_outputs(m))
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, output=_outputs(m)[0])
+    for d in (forward(m, layout="onnx"), reverse(m, outputs=_outputs(m), layout="onnx")):
+        _unique_names(d)
+
+
+def _derivatives(m, feeds, k=2, seed=3):
+    """Forward J v and reverse J^T w for fixed random seeds."""
+    rng = np.random.default_rng(seed)
+    outs = _outputs(m)
+    xs = list(feeds)
+    fwd = run(forward(m, outputs=outs, layout="onnx"),
+              {**feeds, **{f"fwd_{x}": rng.standard_normal(feeds[x].shape + (k,)) for x in xs}})
+    y = run(m, feeds)
+    adj = run(reverse(m, outputs=outs, layout="onnx"),
+              {**feeds, **{f"adj_{o}": rng.standard_normal(y[o].shape + (k,)) for o in outs}})
+    return ([fwd[f"fwd_{o}"] for o in outs], [adj[f"adj_{x}"] for x in xs])
+
+
+UNROLLABLE = {
+    "scan_rnn": None, "scan_backwards_axis1": None, "if_in_scan": None, "scan_in_loop": None,
+    # the data-dependent loop ran 7 times at these inputs: same derivatives as 7 fixed steps
+    "loop_data_dependent": loop_model(M=7, stop=False),
+}
+
+
+@pytest.mark.parametrize("name", list(UNROLLABLE))
+def test_against_unrolled(name):
+    m, feeds = CASES[name]
+    if UNROLLABLE[name] is not None:
+        ref = UNROLLABLE[name]
+        assert int(run(m, feeds)["n"]) == 7  # the trip count the reference fixes
+        np.testing.assert_allclose(run(ref, feeds)["vT"], run(m, feeds)["vT"])
+    else:
+        ref = m
+    flat = unroll(ref)
+    kinds = {n.op_type for n in flat.graph.node}
+    assert not kinds & {"Scan", "Loop"}
+    got, want = _derivatives(m, feeds), _derivatives(flat, feeds)
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_int_and_bool_loop_state_get_no_tangents():
+    m, _ = CASES["loop_data_dependent"]
+    fwd = forward(m, layout="onnx")
+    loop = next(n for n in fwd.graph.node if n.op_type == "Loop")
+    # M, cond, v, counter, then one tangent: v's (none for the int64 counter)
+    assert len(loop.input) == 5
+    body = loop.attribute[0].g
+    assert [i.type.tensor_type.elem_type for i in body.input] == [I64, B, D, I64, D]
+
+
+def test_constant_condition_is_inlined():
+    m = if_constant_condition()
+    x = np.array([0.5, -1.0, 2.0])
+    for d in (forward(m, layout="onnx"), reverse(m, layout="onnx")):
+        assert not any(n.op_type == "If" for n in d.graph.node)
+    check_derivatives(m, {"x": x})

@@ -324,8 +324,7 @@ class _Round:
         if node.domain not in ("", "ai.onnx"):
             return None
         if node.op_type == "Constant":
-            self._record_constant(node)
-            return None
+            return self._constant(node)
         folded = self.fold(node)
         if folded is not None:
             return folded
@@ -335,12 +334,18 @@ class _Round:
             return self.expand(node)
         return None
 
-    def _record_constant(self, node: onnx.NodeProto) -> None:
+    def _constant(self, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
+        """Records the value; `value_int(s)`/`value_float(s)` become a `value`
+        tensor (the rules read constant operands from `value`)."""
         try:
-            value = _evaluate(node, {}, self.opset)[0]
+            value = np.asarray(_evaluate(node, {}, self.opset)[0])
         except Exception:
-            return
+            return None
         self.consts[node.output[0]] = value
+        if [a.name for a in node.attribute] == ["value"]:
+            return None
+        return [helper.make_node("Constant", [], list(node.output), name=node.name,
+                                 value=numpy_helper.from_array(value))]
 
     def fold(self, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         if node.op_type in _NONDETERMINISTIC or \

@@ -119,6 +119,23 @@ def resolve(op_type_: str, opset: int) -> str:
     return chosen
 
 
+def _onnx_dtype(elem: ir.Type) -> int:
+    """The TensorProto data type of an MLIR element type."""
+    import onnx
+    for t, code in ((ir.F16Type, onnx.TensorProto.FLOAT16), (ir.BF16Type, onnx.TensorProto.BFLOAT16),
+                    (ir.F32Type, onnx.TensorProto.FLOAT), (ir.F64Type, onnx.TensorProto.DOUBLE)):
+        if isinstance(elem, t):
+            return code
+    if isinstance(elem, ir.IntegerType):
+        signed = not elem.is_unsigned
+        return {(1, True): onnx.TensorProto.BOOL, (8, True): onnx.TensorProto.INT8,
+                (16, True): onnx.TensorProto.INT16, (32, True): onnx.TensorProto.INT32,
+                (64, True): onnx.TensorProto.INT64, (8, False): onnx.TensorProto.UINT8,
+                (16, False): onnx.TensorProto.UINT16, (32, False): onnx.TensorProto.UINT32,
+                (64, False): onnx.TensorProto.UINT64}[(elem.width, signed)]
+    raise UnsupportedOp(f"no ONNX data type for {elem}")
+
+
 class Builder:
     """Creates onnx ops at the ambient insertion point for one module opset."""
 
@@ -206,6 +223,9 @@ class Builder:
         return self.op("Sum", values, tensor_type(shape, element_type(values[0])))
 
     def cast_like(self, a: ir.Value, like: ir.Value) -> ir.Value:
+        if self.opset < 15:  # CastLike is opset 15: Cast to the static element type
+            return self.op("Cast", [a], tensor_type(dims(a), element_type(like)),
+                           to=_onnx_dtype(element_type(like)))
         return self.op("CastLike", [a, like], tensor_type(dims(a), element_type(like)))
 
     # ---- shapes -----------------------------------------------------------
@@ -282,6 +302,11 @@ class Builder:
     def slice(self, x: ir.Value, axes: Sequence[int], starts: Sequence[int],
               ends: Sequence[int], result_type: ir.Type,
               steps: Sequence[int] | None = None) -> ir.Value:
+        if self.opset < 10:  # Slice-1: attributes, no steps
+            if steps is not None and any(s != 1 for s in steps):
+                raise UnsupportedOp("Slice with steps needs opset >= 10")
+            return self.op("Slice", [x], result_type, axes=list(axes), starts=list(starts),
+                           ends=list(ends))
         operands = [x, self.ints(starts), self.ints(ends), self.ints(axes)]
         if steps is not None:
             operands.append(self.ints(steps))

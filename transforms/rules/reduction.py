@@ -1,17 +1,29 @@
-"""Reductions. ReduceSum and ReduceMean are linear; the others differentiate
-through a mask or a closed form built from the primal result."""
+"""Reductions and scans. ReduceSum, ReduceMean and CumSum are linear; the
+others differentiate through a weight built from primal values, so each JVP
+is `reduce(t * weight)` (or a scan of it), whose transpose is lean.
+
+Axes may be attributes, constant inputs, or inputs computed at run time
+(derivative programs contain such reductions, e.g. unbroadcasting over a
+symbolic batch): `Axes` hides the difference.
+"""
 from __future__ import annotations
 
+import onnx
 from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import Builder, attribute, constant_ints, dims, operand_or_none, rank
-from ..registry import jvp, transpose
+from ..builder import (Builder, attribute, constant_ints, dims, element_type, operand_or_none,
+                       rank, tensor_type)
+from ..registry import JVP, TRANSPOSE, jvp, mlir_names, transpose
+
+I64 = lambda: ir.IntegerType.get_signless(64)  # noqa: E731
+I1 = lambda: ir.IntegerType.get_signless(1)  # noqa: E731
 
 
 def reduce_axes(op: ir.Operation) -> list[int]:
-    """The reduced axes, normalized, for both the attribute and input forms."""
+    """The reduced axes, normalized, for both the attribute and input forms
+    (constant axes only; see `Axes` for run-time ones)."""
     r = rank(op.operands[0])
     if r is None:
         raise UnsupportedOp("a reduction needs its operand's rank")
@@ -27,97 +39,394 @@ def reduce_axes(op: ir.Operation) -> list[int]:
     return sorted(a + r if a < 0 else a for a in axes)
 
 
-def _keepdims(op: ir.Operation) -> bool:
-    return attribute(op, "keepdims") != 0
+class Axes:
+    """The axes a reduction reduces over: a static list, or a 1-D i64 value of
+    normalized (non-negative) axes computed at run time."""
+
+    def __init__(self, b: Builder, op: ir.Operation):
+        self.b, self.op = b, op
+        self.r = rank(op.operands[0])
+        if self.r is None:
+            raise UnsupportedOp("a reduction needs its operand's rank")
+        v = None if "axes" in op.attributes else operand_or_none(op, 1)
+        if v is None or constant_ints(v) is not None:
+            self.static, self.value = reduce_axes(op), None
+        else:
+            self.static, self.value = None, self._dynamic(v)
+
+    def _dynamic(self, ax: ir.Value) -> ir.Value:
+        b, r = self.b, self.r
+        if b.opset < 13:
+            raise UnsupportedOp("reduction axes computed at run time need opset >= 13")
+        n = dims(ax)[0] if dims(ax) else None
+        zero = b.int_scalar(0)
+        norm = b.where(b.compare("Less", ax, zero), b.add(ax, b.int_scalar(r)), ax)
+        hit = b.compare("Equal", b.unsqueeze(norm, [1]), b.ints(range(r)))
+        count = b.reduce("ReduceSum", b.op("Cast", [hit], tensor_type([n, r], I64()),
+                                           to=onnx.TensorProto.INT64), [0], False, [r])
+        mask = b.compare("Greater", count, zero)
+        if attribute(self.op, "noop_with_empty_axes") != 1:
+            size = b.op("Size", [ax], tensor_type([], I64()))
+            mask = b.op("Or", [mask, b.compare("Equal", size, zero)], tensor_type([r], I1()))
+        self.mask = mask
+        nz = b.op("NonZero", [mask], tensor_type([1, None], I64()))
+        return b.reshape(nz, [-1], [None])
+
+    @property
+    def empty(self) -> bool:
+        return self.static == []
+
+    def primal(self):
+        return self.static if self.static is not None else self.value
+
+    def shifted(self):
+        if self.static is not None:
+            return [a + 1 for a in self.static]
+        return self.b.add(self.value, self.b.ints([1]))
+
+    def keepdims(self) -> bool:
+        return attribute(self.op, "keepdims") != 0
+
+    def expand_back(self, v: ir.Value) -> ir.Value:
+        """A primal reduction result broadcastable against the operand again."""
+        if self.keepdims() or self.empty:
+            return v
+        if self.static is not None:
+            return self.b.unsqueeze(v, self.static)
+        # A Reshape to a shape of static length keeps the rank visible to
+        # ONNX shape inference (an Unsqueeze by run-time axes would not).
+        b, x = self.b, self.op.operands[0]
+        kept = b.where(self.mask, b.ints([1]), b.shape(x))
+        return b.reshape(v, kept, [None] * self.r)
+
+    def reduce_primal(self, op_type: str, x: ir.Value) -> ir.Value:
+        """op_type over these axes, keepdims, in the primal layout."""
+        if self.static is not None:
+            return self.b.reduce(op_type, x, self.static, True)
+        b = self.b
+        v = b.reduce(op_type, x, self.value, True, [None] * self.r)
+        return b.reshape(v, b.where(self.mask, b.ints([1]), b.shape(self.op.operands[0])),
+                         [None] * self.r)  # the rank visible to ONNX inference
+
+    def reduce_tangent(self, t: ir.Value) -> ir.Value:
+        """ReduceSum of a derivative over the shifted axes, with the op's keepdims."""
+        if self.empty:
+            return t
+        if self.static is not None:
+            return self.b.reduce("ReduceSum", t, self.shifted(), self.keepdims())
+        d = [None] * self.r if self.keepdims() else dims(self.op.results[0])
+        if d is None:
+            raise UnsupportedOp("a reduction over run-time axes without keepdims needs its "
+                                "result's rank")
+        return self.b.reduce("ReduceSum", t, self.shifted(), self.keepdims(), [None] + d)
 
 
-def _count(op: ir.Operation, axes: list[int]) -> int:
+def _count(b: Builder, op, axes: Axes) -> ir.Value:
+    """The number of reduced elements, as a scalar of the result's type."""
     d = dims(op.operands[0])
-    n = 1
-    for a in axes:
-        if d[a] is None:
-            raise UnsupportedOp("ReduceMean over an axis of unknown extent")
-        n *= d[a]
-    return n
+    if axes.static is not None and d is not None and all(d[a] is not None for a in axes.static):
+        n = 1
+        for a in axes.static:
+            n *= d[a]
+        return b.scalar(float(n), op.results[0])
+    y = op.results[0]
+    size = lambda v: b.cast_like(b.op("Size", [v], tensor_type([], I64())), y)  # noqa: E731
+    return b.div(size(op.operands[0]), size(y))
 
 
 @jvp("ReduceSum", "ReduceMean")
 def _reduce_linear(b: Builder, op, tangents):
-    axes = reduce_axes(op)
-    t = tangents[0]
-    if axes:
-        t = b.reduce("ReduceSum", t, [a + 1 for a in axes], _keepdims(op))
-    if op.name.startswith("onnx.ReduceMean") and axes:
-        t = b.div(t, b.scalar(float(_count(op, axes)), op.results[0]))
+    if tangents[0] is None:
+        return [None]
+    axes = Axes(b, op)
+    t = axes.reduce_tangent(tangents[0])
+    if op_name(op) == "ReduceMean" and not axes.empty:
+        t = b.div(t, _count(b, op, axes))
     return [t]
+
+
+def op_name(op: ir.Operation) -> str:
+    from ..builder import op_type
+    return op_type(op)
 
 
 @transpose("ReduceSum")
 def _t_reduce_sum(b: Builder, op, cts, linear):
-    # Linear ReduceSums come from JVPs: axes are constant and already shifted.
+    # Linear ReduceSums come from JVPs and unbroadcasting: their axes are
+    # already in the derivative layout (constant, or non-negative at run time).
     x = op.operands[0]
-    axes = reduce_axes(op)
     ct = cts[0]
-    if not _keepdims(op) and axes:
-        ct = b.unsqueeze(ct, axes)
+    v = None if "axes" in op.attributes else operand_or_none(op, 1)
+    if v is not None and constant_ints(v) is None:
+        if attribute(op, "keepdims") == 0:
+            # Reshape to x's shape with ones at the axes: the rank stays static
+            # (an Unsqueeze by run-time axes would hide it from ONNX inference).
+            i64 = tensor_type([rank(x)], I64())
+            ones = b.expand(b.ints([1]), b.op("Shape", [v], tensor_type([1], I64())), [None])
+            kept = b.op("ScatterElements", [b.like_shape(ct, x), v, ones], i64, axis=0)
+            ct = b.reshape(ct, kept, [None] * rank(x))
+    else:
+        axes = reduce_axes(op)
+        if attribute(op, "keepdims") == 0 and axes:
+            ct = b.unsqueeze(ct, axes)
     d = dims(x)
-    out = b.expand(ct, b.like_shape(ct, x), [None] + d[1:])
+    out = b.expand(ct, b.like_shape(ct, x), None if d is None else [None] + d[1:])
     return [out] + [None] * (len(op.operands) - 1)
 
 
-def _expand_back(b: Builder, op, v: ir.Value, axes: list[int]) -> ir.Value:
-    """A primal reduction result broadcastable against the operand again."""
-    if not _keepdims(op) and axes:
-        return b.unsqueeze(v, axes)
-    return v
+def _weighted(b: Builder, op, tangents, weight) -> list:
+    """JVP reduce(t * weight(axes)) for a nonlinear reduction."""
+    if tangents[0] is None:
+        return [None]
+    axes = Axes(b, op)
+    if axes.empty:  # noop_with_empty_axes: the identity
+        return [tangents[0]]
+    return [axes.reduce_tangent(b.mul(tangents[0], weight(axes)))]
 
 
 @jvp("ReduceMax", "ReduceMin")
 def _reduce_extremum(b: Builder, op, tangents):
     # The derivative is shared among the positions attaining the extremum.
     x, y = op.operands[0], op.results[0]
-    axes = reduce_axes(op) or list(range(rank(x)))
-    hit = b.cast_like(b.compare("Equal", x, _expand_back(b, op, y, axes)), x)
-    weight = b.div(hit, b.reduce("ReduceSum", hit, axes, True))
-    t = b.reduce("ReduceSum", b.mul(tangents[0], weight), [a + 1 for a in axes], _keepdims(op))
-    return [t]
+
+    def weight(axes):
+        hit = b.cast_like(b.compare("Equal", x, axes.expand_back(y)), x)
+        return b.div(hit, axes.reduce_primal("ReduceSum", hit))
+    return _weighted(b, op, tangents, weight)
 
 
 @jvp("ReduceSumSquare")
 def _reduce_sum_square(b: Builder, op, tangents):
     x = op.operands[0]
-    axes = reduce_axes(op)
-    t = b.mul(tangents[0], b.mul(b.scalar(2.0, x), x))
-    return [b.reduce("ReduceSum", t, [a + 1 for a in axes], _keepdims(op)) if axes else t]
+    return _weighted(b, op, tangents, lambda axes: b.mul(b.scalar(2.0, x), x))
 
 
 @jvp("ReduceL2")
 def _reduce_l2(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
-    axes = reduce_axes(op)
-    coef = b.div(x, _expand_back(b, op, y, axes))
-    return [b.reduce("ReduceSum", b.mul(tangents[0], coef), [a + 1 for a in axes], _keepdims(op))]
+    return _weighted(b, op, tangents, lambda axes: b.div(x, axes.expand_back(y)))
 
 
 @jvp("ReduceL1")
 def _reduce_l1(b: Builder, op, tangents):
     x = op.operands[0]
-    axes = reduce_axes(op)
-    return [b.reduce("ReduceSum", b.mul(tangents[0], b.ew("Sign", x)), [a + 1 for a in axes],
-                     _keepdims(op))]
+    return _weighted(b, op, tangents, lambda axes: b.ew("Sign", x))
 
 
 @jvp("ReduceLogSumExp")
 def _reduce_logsumexp(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
-    axes = reduce_axes(op)
-    p = b.ew("Exp", b.sub(x, _expand_back(b, op, y, axes)))
-    return [b.reduce("ReduceSum", b.mul(tangents[0], p), [a + 1 for a in axes], _keepdims(op))]
+    return _weighted(b, op, tangents, lambda axes: b.ew("Exp", b.sub(x, axes.expand_back(y))))
 
 
 @jvp("ReduceLogSum")
 def _reduce_logsum(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
-    axes = reduce_axes(op)
-    s = b.ew("Exp", _expand_back(b, op, y, axes))
-    return [b.reduce("ReduceSum", b.div(tangents[0], s), [a + 1 for a in axes], _keepdims(op))]
+    return _weighted(b, op, tangents,
+                     lambda axes: b.ew("Reciprocal", b.ew("Exp", axes.expand_back(y))))
+
+
+def _zero_aware(b: Builder, x: ir.Value):
+    """(is_zero as 0/1, x with zeros replaced by one)."""
+    zero = b.scalar(0.0, x)
+    isz = b.compare("Equal", x, zero)
+    return b.cast_like(isz, x), b.where(isz, b.scalar(1.0, x), x)
+
+
+@jvp("ReduceProd")
+def _reduce_prod(b: Builder, op, tangents):
+    # dy = sum_i t_i prod_{j != i} x_j, exact with zeros: with P' the product
+    # of the non-zero factors and z the number of zeros, the weight of t_i is
+    # P'/x_i if z = 0, P' at the zero if z = 1, and 0 if z >= 2.
+    x = op.operands[0]
+
+    def weight(axes):
+        isz, nonzero = _zero_aware(b, x)
+        prod = axes.reduce_primal("ReduceProd", nonzero)
+        z = axes.reduce_primal("ReduceSum", isz)
+        zero = b.scalar(0.0, x)
+        w = b.where(b.compare("Equal", z, zero), b.div(prod, nonzero),
+                    b.where(b.compare("Equal", z, b.scalar(1.0, x)), b.mul(prod, isz), zero))
+        return w
+    return _weighted(b, op, tangents, weight)
+
+
+# ---- scans -------------------------------------------------------------------
+
+def _shift_axis(b: Builder, axis: ir.Value) -> ir.Value:
+    """A scan axis operand moved past the direction axis."""
+    c = constant_ints(axis)
+    if c is not None:
+        a = c[0] if c[0] < 0 else c[0] + 1
+        return b.int_scalar(a) if dims(axis) == [] else b.ints([a])
+    one = b.cast_like(b.int_scalar(1), axis)
+    return b.where(b.compare("Less", axis, b.cast_like(b.int_scalar(0), axis)), axis,
+                   b.add(axis, one))
+
+
+def _cumsum(b: Builder, t: ir.Value, axis: ir.Value, exclusive: int, reverse: int) -> ir.Value:
+    return b.op("CumSum", [t, axis], t.type, exclusive=exclusive, reverse=reverse)
+
+
+@jvp("CumSum")
+def _cumsum_jvp(b: Builder, op, tangents):
+    if tangents[0] is None:
+        return [None]
+    return [_cumsum(b, tangents[0], _shift_axis(b, op.operands[1]),
+                    attribute(op, "exclusive"), attribute(op, "reverse"))]
+
+
+@transpose("CumSum")
+def _t_cumsum(b: Builder, op, cts, linear):
+    # The adjoint of an (exclusive) running sum is the running sum the other way.
+    return [_cumsum(b, cts[0], op.operands[1], attribute(op, "exclusive"),
+                    1 - attribute(op, "reverse")), None]
+
+
+@jvp("CumProd")
+def _cumprod_jvp(b: Builder, op, tangents):
+    # dy_i = sum_{j in S_i} t_j prod_{l in S_i, l != j} x_l, S_i the prefix
+    # the scan multiplies. Exact with zeros: with y' the scan of x (zeros as
+    # ones) and z_i the number of zeros in S_i, dy_i = y'_i cumsum(t/x')_i if
+    # z_i = 0, y'_i cumsum(t [x = 0])_i if z_i = 1, 0 otherwise.
+    if tangents[0] is None:
+        return [None]
+    x, t = op.operands[0], tangents[0]
+    axis, ex, rev = op.operands[1], attribute(op, "exclusive"), attribute(op, "reverse")
+    isz, nonzero = _zero_aware(b, x)
+    scanned = b.op("CumProd", [nonzero, axis], x.type, exclusive=ex, reverse=rev)
+    z = b.op("CumSum", [isz, axis], x.type, exclusive=ex, reverse=rev)
+    zero = b.scalar(0.0, x)
+    none = b.mul(scanned, b.cast_like(b.compare("Equal", z, zero), x))
+    one = b.mul(scanned, b.cast_like(b.compare("Equal", z, b.scalar(1.0, x)), x))
+    taxis = _shift_axis(b, axis)
+    terms = [b.mul(_cumsum(b, b.div(t, nonzero), taxis, ex, rev), none),
+             b.mul(_cumsum(b, b.mul(t, isz), taxis, ex, rev), one)]
+    return [b.add(*terms)]
+
+
+# ---- selection: TopK through GatherElements ------------------------------------
+
+def _directed_indices(b: Builder, idx: ir.Value, t: ir.Value) -> ir.Value:
+    """Indices broadcast to the derivative layout [k] + shape(idx), k from t."""
+    d = dims(idx)
+    target = b.concat([b.shape(t, 0, 1), b.shape(idx)], 0)
+    return b.expand(b.unsqueeze(idx, [0]), target, None if d is None else [None] + d)
+
+
+def _axis(op: ir.Operation, r: int) -> int:
+    a = attribute(op, "axis")
+    return a + r if a < 0 else a
+
+
+@jvp("TopK")
+def _topk(b: Builder, op, tangents):
+    x, idx = op.operands[0], op.results[1]
+    if tangents[0] is None:
+        return [None, None]
+    r = rank(x)
+    if r is None:
+        raise UnsupportedOp("TopK needs its operand's rank")
+    return [_gather_elements(b, tangents[0], _directed_indices(b, idx, tangents[0]),
+                             _axis(op, r) + 1, op.results[0]), None]
+
+
+def _gather_elements(b: Builder, t, idx, axis, primal) -> ir.Value:
+    return b.op("GatherElements", [t, idx], b.derivative_type(primal), axis=axis)
+
+
+def _zeros(b: Builder, ct: ir.Value, linear: ir.Value) -> ir.Value:
+    d = dims(linear)
+    return b.expand(b.scalar(0.0, ct), b.like_shape(ct, linear),
+                    None if d is None else [None] + d[1:])
+
+
+def _from_topk(idx: ir.Value) -> bool:
+    """Indices that are TopK's (distinct along the axis), maybe broadcast."""
+    seen = 0
+    while seen < 4 and isinstance(idx.owner, (ir.Operation, ir.OpView)):
+        op = idx.owner.operation
+        if op.name.startswith("onnx.TopK"):
+            return True
+        if not op.name.startswith(("onnx.Expand", "onnx.Unsqueeze")):
+            return False
+        idx, seen = op.operands[0], seen + 1
+    return False
+
+
+def _rebase(b: Builder, idx: ir.Value, ct: ir.Value) -> ir.Value:
+    """Directed indices (equal along the direction axis) with ct's count k:
+    in reverse mode the linear program ran with a stand-in's k = 1."""
+    d = dims(idx)
+    one = b.slice(idx, [0], [0], [1], tensor_type(None if d is None else [1] + d[1:],
+                                                    element_type(idx)))
+    return b.expand(one, b.like_shape(ct, idx), None if d is None else [None] + d[1:])
+
+
+def _scatter(b: Builder, data, idx, updates, axis, reduction) -> ir.Value:
+    attrs = {"reduction": reduction} if b.opset >= 16 else {}
+    return b.op("ScatterElements", [data, idx, updates], data.type, axis=axis, **attrs)
+
+
+def _t_gather_elements(b: Builder, op, cts, linear):
+    data, idx = op.operands
+    if b.opset < 16 and not _from_topk(idx):
+        raise UnsupportedOp("transposing GatherElements needs ScatterElements with "
+                            "reduction='add' (opset >= 16)")
+    return [_scatter(b, _zeros(b, cts[0], data), _rebase(b, idx, cts[0]), cts[0],
+                     attribute(op, "axis"), "add"), None]
+
+
+def _gather_elements_jvp(b: Builder, op, tangents):
+    t = tangents[0]
+    if t is None:
+        return [None]
+    data, idx = op.operands
+    return [_gather_elements(b, t, _directed_indices(b, idx, t), _axis(op, rank(data)) + 1,
+                             op.results[0])]
+
+
+def _scatter_elements_jvp(b: Builder, op, tangents):
+    data, idx, upd = op.operands
+    red = attribute(op, "reduction") if "reduction" in op.attributes else "none"
+    if red not in (None, "none", "add"):
+        raise UnsupportedOp(f"ScatterElements with reduction='{red}'")
+    td, tu = tangents[0], tangents[2]
+    if td is None and tu is None:
+        return [None]
+    k = td if td is not None else tu
+    td = td if td is not None else _zeros(b, tu, b.unsqueeze(data, [0]))
+    tu = tu if tu is not None else _zeros(b, td, b.unsqueeze(upd, [0]))
+    return [_scatter(b, b.fit(td, data), _directed_indices(b, idx, k), b.fit(tu, upd),
+                     _axis(op, rank(data)) + 1, red or "none")]
+
+
+def _t_scatter_elements(b: Builder, op, cts, linear):
+    data, idx, upd = op.operands
+    axis = attribute(op, "axis")
+    red = attribute(op, "reduction") if "reduction" in op.attributes else "none"
+    ct = cts[0]
+    idx = _rebase(b, idx, ct)
+    out = [None, None, None]
+    if linear[0]:
+        # Overwritten positions do not reach the data (reduction none).
+        out[0] = ct if red == "add" else _scatter(b, ct, idx, _zeros(b, ct, upd), axis, "none")
+    if linear[2]:
+        d = dims(upd)
+        out[2] = b.op("GatherElements", [ct, idx],
+                      tensor_type(None if d is None else [None] + d[1:], element_type(ct)),
+                      axis=axis)
+    return out
+
+
+def _fallback(table, op_type, rule):
+    """Registers `rule` unless a family file already did (the indexing rules
+    belong to shape/indexing; these keep TopK closed meanwhile)."""
+    for name in mlir_names(op_type):
+        table.setdefault(name, rule)
+
+
+_fallback(JVP, "GatherElements", _gather_elements_jvp)
+_fallback(TRANSPOSE, "GatherElements", _t_gather_elements)
+_fallback(JVP, "ScatterElements", _scatter_elements_jvp)
+_fallback(TRANSPOSE, "ScatterElements", _t_scatter_elements)

@@ -1,0 +1,153 @@
+"""Normalization rules against finite differences, both modes, and Hessians."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+from adcheck import check_derivatives, check_hessian
+from onnx_ad_mlir.api import forward, reverse
+from onnx_ad_mlir.errors import OnnxAdError
+
+D, F = TP.DOUBLE, TP.FLOAT
+ERRORS: dict[str, float] = {}
+
+
+def model(nodes, inputs, outputs, opset=18, initializers=()):
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                     [h.make_tensor_value_info(n, t, s) for n, t, s in outputs], list(initializers))
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+
+
+def feeds_for(inputs, seed=0, low=-1.0, high=1.0):
+    rng = np.random.default_rng(seed)
+    return {n: rng.uniform(low, high, s).astype(np.float64 if t == D else np.float32)
+            for n, t, s in inputs}
+
+
+def check(name, m, feeds, hessian=True, **kw):
+    e = check_derivatives(m, feeds, **kw)
+    if hessian:
+        e["hess"] = check_hessian(m, feeds, inputs=kw.get("inputs"))
+    ERRORS[name] = max(e.values())
+
+
+def single(op, shape, opset=18, dtype=D, out_shape=None, **attrs):
+    ins = [("x", dtype, shape)]
+    return model([h.make_node(op, ["x"], ["y"], **attrs)], ins,
+                 [("y", dtype, out_shape or shape)], opset), feeds_for(ins)
+
+
+@pytest.mark.parametrize("op,opset,axis", [
+    ("Softmax", 18, -1), ("Softmax", 18, 1), ("Softmax", 11, 1), ("Softmax", 11, 0),
+    ("LogSoftmax", 18, 0), ("LogSoftmax", 11, 1), ("LogSoftmax", 13, -1)])
+def test_softmax(op, opset, axis):
+    m, feeds = single(op, [2, 3, 4], opset, axis=axis)
+    check(f"{op}-{opset}-{axis}", m, feeds)
+
+
+def test_softmax_dynamic_batch():
+    ins = [("x", D, ["n", 5])]
+    m = model([h.make_node("Softmax", ["x"], ["s"]), h.make_node("Mul", ["s", "x"], ["y"])],
+              ins, [("y", D, ["n", 5])])
+    check("Softmax-dyn", m, feeds_for([("x", D, [3, 5])]))
+
+
+@pytest.mark.parametrize("axis,outputs", [(-1, 1), (1, 1)])
+def test_layer_norm(axis, outputs):
+    ins = [("x", D, [2, 3, 4]), ("s", D, [3, 4] if axis == 1 else [4]), ("b", D, [4])]
+    names = ["y", "mean", "istd"][:outputs]
+    stats = [2, 1, 1] if axis == 1 else [2, 3, 1]
+    outs = [("y", D, [2, 3, 4]), ("mean", D, stats), ("istd", D, stats)][:outputs]
+    m = model([h.make_node("LayerNormalization", ["x", "s", "b"], names, axis=axis,
+                           epsilon=1e-3, stash_type=11)], ins, outs, opset=18)
+    check(f"LayerNorm-{axis}-{outputs}", m, feeds_for(ins))
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_layer_norm_statistics(axis):
+    # Mean and InvStdDev are differentiated too (their type is float32 by the schema)
+    ins = [("x", F, [2, 3, 4]), ("s", F, [3, 4] if axis == 1 else [4])]
+    stats = [2, 1, 1] if axis == 1 else [2, 3, 1]
+    outs = [("y", F, [2, 3, 4]), ("mean", F, stats), ("istd", F, stats)]
+    m = model([h.make_node("LayerNormalization", ["x", "s"], ["y", "mean", "istd"], axis=axis)],
+              ins, outs)
+    check(f"LayerNorm-stats-{axis}-f32", m, feeds_for(ins))
+    ERRORS[f"LayerNorm-stats-{axis}-hess-istd"] = check_hessian(m, feeds_for(ins), output="istd")
+
+
+@pytest.mark.parametrize("opset", [9, 15])
+def test_batch_norm(opset):
+    ins = [("x", D, [2, 3, 2]), ("s", D, [3]), ("b", D, [3]), ("m", D, [3]), ("v", D, [3])]
+    feeds = feeds_for(ins)
+    feeds["v"] = np.abs(feeds["v"]) + 0.5
+    m = model([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"])], ins,
+              [("y", D, [2, 3, 2])], opset)
+    check(f"BatchNorm-{opset}", m, feeds)
+
+
+def test_batch_norm_training_refused():
+    ins = [("x", D, [2, 3]), ("s", D, [3]), ("b", D, [3]), ("m", D, [3]), ("v", D, [3])]
+    m = model([h.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                           training_mode=1)], ins,
+              [("y", D, [2, 3]), ("rm", D, [3]), ("rv", D, [3])], 15)
+    with pytest.raises(OnnxAdError, match="training mode"):
+        reverse(m, inputs=["x"], outputs=["y"])
+
+
+def test_instance_norm():
+    ins = [("x", F, [2, 3, 5]), ("s", F, [3]), ("b", F, [3])]
+    m = model([h.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-2)],
+              ins, [("y", F, [2, 3, 5])])
+    check("InstanceNorm-f32", m, feeds_for(ins))
+
+
+def test_mvn():
+    # opset 12: onnx's checker rejects MVN's own function body at opset >= 13
+    # (a Constant without value), and ONNX Runtime has no double kernel.
+    m, feeds = single("MeanVarianceNormalization", [2, 3, 2, 2], opset=12, dtype=F)
+    check("MVN-f32", m, feeds)
+    m, feeds = single("MeanVarianceNormalization", [2, 3, 4], opset=12, dtype=F, axes=[2])
+    check("MVN-axes-f32", m, feeds, hessian=False)
+
+
+@pytest.mark.parametrize("p,axis", [(2, -1), (2, 0), (1, 1)])
+def test_lp_norm(p, axis):
+    m, feeds = single("LpNormalization", [3, 4], p=p, axis=axis)
+    check(f"LpNorm-{p}-{axis}", m, feeds)
+
+
+def test_lp_norm_bad_p():
+    m, _ = single("LpNormalization", [3, 4], p=3)
+    with pytest.raises(OnnxAdError, match="p = 3"):
+        forward(m)
+
+
+def test_dropout_inference():
+    ins = [("x", D, [2, 3])]
+    m = model([h.make_node("Dropout", ["x"], ["d"]), h.make_node("Tanh", ["d"], ["y"])], ins,
+              [("y", D, [2, 3])])
+    check("Dropout", m, feeds_for(ins))
+    m = model([h.make_node("Dropout", ["x"], ["y"], ratio=0.3)], ins, [("y", D, [2, 3])], 10)
+    check("Dropout-10", m, feeds_for(ins), hessian=False)
+
+
+def test_dropout_training_refused():
+    ins = [("x", D, [2, 3]), ("r", D, []), ("t", TP.BOOL, [])]
+    m = model([h.make_node("Dropout", ["x", "r", "t"], ["y"])], ins, [("y", D, [2, 3])])
+    with pytest.raises(OnnxAdError, match="training mode"):
+        forward(m, inputs=["x"])
+
+
+def test_transformer_like_block():
+    # LayerNorm -> MatMul -> Softmax, one model, both modes and the Hessian.
+    ins = [("x", D, [2, 4]), ("w", D, [4, 4]), ("s", D, [4])]
+    m = model([h.make_node("LayerNormalization", ["x", "s"], ["n"]),
+               h.make_node("MatMul", ["n", "w"], ["z"]), h.make_node("Softmax", ["z"], ["y"])],
+              ins, [("y", D, [2, 4])])
+    check("block", m, feeds_for(ins))
+
+
+def teardown_module(module):
+    print("\nmax errors:", {k: f"{v:.1e}" for k, v in ERRORS.items()})

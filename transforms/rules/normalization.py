@@ -1,0 +1,236 @@
+"""Normalization: Softmax, LogSoftmax, LayerNormalization, BatchNormalization
+(inference), InstanceNormalization, LpNormalization, MeanVarianceNormalization,
+Dropout (inference).
+
+Every JVP is written in the form whose transpose is the textbook VJP: a few
+products with primal coefficients and one or two ReduceSums over the
+normalized axes (Softmax: t_y = y t - y sum(y t), transposing to
+y g - y sum(y g)). Coefficients come from the primal results where the op
+reports them (LayerNormalization's Mean and InvStdDev), else are recomputed
+once from the operand.
+"""
+from __future__ import annotations
+
+from mlir import ir
+
+from onnx_ad_mlir.errors import UnsupportedOp
+
+from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type,
+                       operand_or_none, rank, tensor_type)
+from ..registry import jvp
+from .elementwise import total
+
+
+def _rank(v: ir.Value, what: str) -> int:
+    r = rank(v)
+    if r is None:
+        raise UnsupportedOp(f"{what} needs its operand's rank")
+    return r
+
+
+def _sum(b: Builder, t: ir.Value, axes: list[int]) -> ir.Value:
+    """ReduceSum of a derivative over primal axes (shifted), keepdims."""
+    return b.reduce("ReduceSum", t, [a + 1 for a in axes], True)
+
+
+def _softmax_axes(op: ir.Operation) -> list[int]:
+    r = _rank(op.operands[0], op_type(op))
+    a = attribute(op, "axis")
+    a = a + r if a < 0 else a
+    # Before opset 13 the input is coerced to 2-D at `axis`: all trailing axes.
+    return list(range(a, r)) if op.name.endswith("V11") else [a]
+
+
+@jvp("Softmax")
+def _softmax(b: Builder, op, tangents):
+    y = op.results[0]
+    u = b.mul(tangents[0], y)
+    return [b.sub(u, b.mul(y, _sum(b, u, _softmax_axes(op))))]
+
+
+@jvp("LogSoftmax")
+def _log_softmax(b: Builder, op, tangents):
+    p = b.ew("Exp", op.results[0])
+    t = tangents[0]
+    return [b.sub(t, _sum(b, b.mul(t, p), _softmax_axes(op)))]
+
+
+# ---- standardization: (x - mean) * invstd over some axes ------------------------
+
+def _inv_count(b: Builder, x: ir.Value, axes: list[int]) -> ir.Value:
+    """1 / (number of elements over `axes`) as a scalar of x's type."""
+    d = dims(x)
+    if all(d[a] is not None for a in axes):
+        n = 1
+        for a in axes:
+            n *= d[a]
+        return b.scalar(1.0 / n, x)
+    i64 = ir.IntegerType.get_signless(64)
+    extents = b.concat([b.shape(x, a, a + 1) for a in axes], 0)
+    n = b.reduce("ReduceProd", extents, [0], False, [])
+    return b.ew("Reciprocal", b.cast_like(n, x)) if element_type(n) == i64 else n
+
+
+def _moments(b: Builder, x: ir.Value, axes: list[int], eps: float):
+    """(mean, invstd) over axes, keepdims, recomputed from x."""
+    mean = b.reduce("ReduceMean", x, axes, True)
+    d = b.sub(x, mean)
+    var = b.reduce("ReduceMean", b.mul(d, d), axes, True)
+    return mean, b.ew("Reciprocal", b.ew("Sqrt", b.add(var, b.scalar(eps, x))))
+
+
+def _standardized_jvp(b: Builder, t: ir.Value, xhat: ir.Value, invstd: ir.Value,
+                      axes: list[int], inv_n: ir.Value):
+    """Tangents of xhat = (x - mean) invstd, of mean and of invstd:
+    t_mean = mean(t), q = mean(xhat t), t_xhat = invstd (t - t_mean - xhat q),
+    t_invstd = -invstd^2 q."""
+    t_mean = b.mul(_sum(b, t, axes), inv_n)
+    q = b.mul(_sum(b, b.mul(t, xhat), axes), inv_n)
+    t_xhat = b.mul(b.sub(b.sub(t, t_mean), b.mul(xhat, q)), invstd)
+    return t_xhat, t_mean, q
+
+
+def _like(b: Builder, v: ir.Value, x: ir.Value) -> ir.Value:
+    return v if element_type(v) == element_type(x) else b.cast_like(v, x)
+
+
+@jvp("LayerNormalization")
+def _layer_norm(b: Builder, op, tangents):
+    x, y = op.operands[0], op.results[0]
+    scale, bias = operand_or_none(op, 1), operand_or_none(op, 2)
+    r = _rank(x, "LayerNormalization")
+    a = attribute(op, "axis")
+    axes = list(range(a + r if a < 0 else a, r))
+    results = list(op.results) + [None] * (3 - len(op.results))
+    have = [v is not None and not isinstance(v.type, ir.NoneType) for v in results]
+    if have[1] and have[2]:  # reuse what the op reports
+        mean, invstd = _like(b, results[1], x), _like(b, results[2], x)
+    else:
+        mean, invstd = _moments(b, x, axes, attribute(op, "epsilon"))
+    xhat = b.mul(b.sub(x, mean), invstd)
+    tx, ts, tb = (list(tangents) + [None, None])[:3]
+    out = [None, None, None]
+    terms = []
+    if tx is not None:
+        t_xhat, t_mean, q = _standardized_jvp(b, tx, xhat, invstd, axes, _inv_count(b, x, axes))
+        terms.append(t_xhat if scale is None else b.mul(t_xhat, scale))
+        if have[1]:
+            out[1] = _like(b, t_mean, results[1])
+        if have[2]:
+            out[2] = _like(b, b.mul(q, b.neg(b.mul(invstd, invstd))), results[2])
+    if ts is not None:
+        terms.append(b.mul(b.align(ts, r), xhat))
+    if tb is not None:
+        terms.append(b.align(tb, r))
+    out[0] = total(b, terms)
+    return out[:len(op.results)]
+
+
+def _channel(b: Builder, v: ir.Value, r: int, tangent: bool = False) -> ir.Value:
+    """A per-channel operand ([C] or [C, D1..]) broadcastable along axis 1 of a
+    rank-r value; for a tangent, also past the direction axis."""
+    pr = _rank(v, "a per-channel operand") - (1 if tangent else 0)
+    if pr < r - 1:
+        v = b.unsqueeze(v, list(range(pr + (1 if tangent else 0), r - 1 + (1 if tangent else 0))))
+    return b.align(v, r) if tangent else v
+
+
+@jvp("BatchNormalization")
+def _batch_norm(b: Builder, op, tangents):
+    # Inference: y = scale s (x - mean) + B, s = 1/sqrt(var + eps), every
+    # operand differentiable (the running statistics too).
+    if attribute(op, "training_mode") == 1 or \
+            any(not isinstance(v.type, ir.NoneType) for v in list(op.results)[1:]):
+        raise UnsupportedOp("BatchNormalization in training mode (batch statistics and "
+                            "running-statistics outputs) is not differentiated; export in "
+                            "inference mode")
+    x, scale, _, mean, var = op.operands[:5]
+    r = _rank(x, "BatchNormalization")
+    s = b.ew("Reciprocal", b.ew("Sqrt", b.add(var, b.scalar(attribute(op, "epsilon"), var))))
+    gain = _channel(b, b.mul(scale, s), r)
+    centered = b.sub(x, _channel(b, mean, r))
+    tx, ts, tb, tm, tv = (list(tangents) + [None] * 5)[:5]
+    terms = []
+    if tx is not None or tm is not None:
+        d = tx if tm is None else (b.neg(_channel(b, tm, r, True)) if tx is None else
+                                   b.sub(tx, _channel(b, tm, r, True)))
+        terms.append(b.mul(d, gain))
+    if ts is not None:
+        terms.append(b.mul(_channel(b, ts, r, True), b.mul(centered, _channel(b, s, r))))
+    if tb is not None:
+        terms.append(_channel(b, tb, r, True))
+    if tv is not None:
+        coef = b.mul(b.scalar(-0.5, var), b.mul(b.mul(scale, s), b.mul(s, s)))
+        terms.append(b.mul(_channel(b, tv, r, True), b.mul(centered, _channel(b, coef, r))))
+    return [total(b, terms)] + [None] * (len(op.results) - 1)
+
+
+@jvp("InstanceNormalization")
+def _instance_norm(b: Builder, op, tangents):
+    x, scale, _ = op.operands
+    r = _rank(x, "InstanceNormalization")
+    axes = list(range(2, r))
+    mean, invstd = _moments(b, x, axes, attribute(op, "epsilon"))
+    xhat = b.mul(b.sub(x, mean), invstd)
+    tx, ts, tb = tangents
+    terms = []
+    if tx is not None:
+        t_xhat, _, _ = _standardized_jvp(b, tx, xhat, invstd, axes, _inv_count(b, x, axes))
+        terms.append(b.mul(t_xhat, _channel(b, scale, r)))
+    if ts is not None:
+        terms.append(b.mul(_channel(b, ts, r, True), xhat))
+    if tb is not None:
+        terms.append(_channel(b, tb, r, True))
+    return [total(b, terms)]
+
+
+@jvp("MeanVarianceNormalization")
+def _mvn(b: Builder, op, tangents):
+    # ONNX's function: y = (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9).
+    # With c = x - mean, sd, D = sd + 1e-9:
+    # t_y = (t - mean(t)) / D - c / (D^2 sd) mean(c t).
+    x = op.operands[0]
+    r = _rank(x, "MeanVarianceNormalization")
+    axes = sorted(a + r if a < 0 else a for a in attribute(op, "axes"))
+    mean = b.reduce("ReduceMean", x, axes, True)
+    var = b.sub(b.reduce("ReduceMean", b.mul(x, x), axes, True), b.mul(mean, mean))
+    sd = b.ew("Sqrt", var)
+    inv_d = b.ew("Reciprocal", b.add(sd, b.scalar(1e-9, x)))
+    c = b.sub(x, mean)
+    inv_n = _inv_count(b, x, axes)
+    t = tangents[0]
+    t_mean = b.mul(_sum(b, t, axes), inv_n)
+    q = b.mul(_sum(b, b.mul(t, c), axes), inv_n)
+    coef = b.div(b.mul(c, b.mul(inv_d, inv_d)), sd)
+    return [b.sub(b.mul(b.sub(t, t_mean), inv_d), b.mul(coef, q))]
+
+
+@jvp("LpNormalization")
+def _lp_norm(b: Builder, op, tangents):
+    # y = x / n: p = 2, t_y = (t - y sum(y t)) / n; p = 1, t_y = (t - y sum(sign(x) t)) / n.
+    x, y = op.operands[0], op.results[0]
+    r = _rank(x, "LpNormalization")
+    a = attribute(op, "axis")
+    a = a + r if a < 0 else a
+    p = attribute(op, "p")
+    if p not in (1, 2):
+        raise UnsupportedOp(f"LpNormalization is defined for p = 1 and p = 2, not p = {p}")
+    n = b.reduce("ReduceL2" if p == 2 else "ReduceL1", x, [a], True)
+    inv_n = b.ew("Reciprocal", n)
+    t = tangents[0]
+    w = y if p == 2 else b.ew("Sign", x)
+    inner = b.sub(t, b.mul(y, _sum(b, b.mul(t, w), [a])))
+    return [b.mul(inner, inv_n)]
+
+
+@jvp("Dropout")
+def _dropout(b: Builder, op, tangents):
+    # The identity in inference mode; training mode is random, not differentiated.
+    if not op.name.endswith("V10"):
+        mode = operand_or_none(op, 2)
+        if mode is not None:
+            c = constant_ints(mode)
+            if c is None or any(c):
+                raise UnsupportedOp("Dropout in training mode (training_mode not a constant "
+                                    "false) is not differentiated; export in inference mode")
+    return [tangents[0]] + [None] * (len(op.results) - 1)

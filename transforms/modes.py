@@ -28,7 +28,7 @@ from .builder import Builder, dims, is_float
 from .expand import expand_function
 from .linearize import Tangents, linearize, node_label
 from .registry import TRANSPOSE
-from .rules.control_flow import PLACEHOLDER, inline_constant_ifs, retire_standin
+from .rules.control_flow import PLACEHOLDER, REGION_ID, inline_constant_ifs, retire_standin
 
 
 def _entry(f: func.FuncOp) -> tuple[ir.Block, ir.Operation]:
@@ -138,7 +138,7 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
     for op in list(reversed(linear_ops)) + [t.owner for t in stand_ins] + [k.owner]:
         if all(len(list(r.uses)) == 0 for r in op.results):
             op.erase()
-        elif op.name == PLACEHOLDER:
+        elif op.name == PLACEHOLDER and REGION_ID in op.attributes:
             retire_standin(op, opset)
     return out
 

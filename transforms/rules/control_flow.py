@@ -19,7 +19,7 @@ counters and flags carried by a loop get none.
 
 Reverse mode (linearize + transpose, modes.py): in the linearization a
 region op is not differentiated inside; it gets an opaque linear stand-in
-`onnx_ad.region` (operands: tangents of its active inputs, i.e. operands
+(`builtin.unrealized_conversion_cast` tagged `onnx_ad.region`; operands: tangents of its active inputs, i.e. operands
 and values captured by its bodies; results: tangents of its float results)
 whose transpose rule is a direct reverse rule:
   If    an If on the same condition whose branches recompute the primal
@@ -56,7 +56,11 @@ from ..builder import Builder, attribute, constant_ints, dims, element_type, is_
 from ..linearize import REGION_RULES, Tangents
 from ..registry import JVP, TRANSPOSE, jvp, mlir_names
 
-PLACEHOLDER = "onnx_ad.region"
+# The linear stand-in of a region op in reverse mode: a builtin op (always
+# registered, any operands and results) tagged with the region's id; it never
+# outlives the pass.
+PLACEHOLDER = "builtin.unrealized_conversion_cast"
+REGION_ID = "onnx_ad.region"
 _REGIONS: dict[int, tuple[ir.Operation, list[ir.Value]]] = {}
 _PRIMALS: dict[int, list[ir.Value]] = {}  # float results after the reverse rule ran
 _ids = itertools.count()
@@ -399,13 +403,12 @@ def _linear_standin(op: ir.Operation, rewriter, state: Tangents) -> bool:
         return False
     floats = [r for r in op.results if is_float(r)]
     b = Builder(state.opset, op.location)
-    op.context.allow_unregistered_dialects = True
     ident = next(_ids)
     with ir.InsertionPoint.after(op):
         ph = ir.Operation.create(
             PLACEHOLDER, results=[b.derivative_type(r) for r in floats],
             operands=[state.get(v) for v in inputs],
-            attributes={"id": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident)},
+            attributes={REGION_ID: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident)},
             loc=op.location)
     _REGIONS[ident] = (op, inputs)
     for r, t in zip(floats, ph.results):
@@ -438,7 +441,7 @@ def _reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
 
 
 def _t_region(b: Builder, ph: ir.Operation, cts, linear) -> list:
-    ident = attribute(ph, "id")
+    ident = ir.IntegerAttr(ph.attributes[REGION_ID]).value
     op, inputs = _REGIONS.pop(ident)
     floats = [r for r in op.results if is_float(r)]
     ct_of = dict(zip(floats, cts))
@@ -455,7 +458,7 @@ def retire_standin(ph: ir.Operation, opset: int) -> None:
     """A linear stand-in kept alive only because a transpose rule reads the
     shape of a linear value: its results become Unsqueeze(primal, 0), the
     [1] + S values of the linearization, and it is erased."""
-    ident = attribute(ph, "id")
+    ident = ir.IntegerAttr(ph.attributes[REGION_ID]).value
     primals = _PRIMALS.pop(ident, None)
     if primals is None:
         primals = [r for r in _REGIONS.pop(ident)[0].results if is_float(r)]

@@ -1,0 +1,116 @@
+// Region rewrites of the AD passes: If, Scan and Loop in forward mode (tangents
+// carried in the regions), reverse mode (backward Scan/Loop over stored states,
+// branch-wise If), and the unroll pass.
+// RUN: onnx-ad-opt %s -split-input-file --pass-pipeline='builtin.module(onnx-ad-forward{layout=onnx},func.func(canonicalize,cse))' | FileCheck %s --check-prefix=FWD
+// RUN: onnx-ad-opt %s -split-input-file --pass-pipeline='builtin.module(onnx-ad-reverse{layout=onnx},func.func(canonicalize,cse))' | FileCheck %s --check-prefix=REV
+// RUN: onnx-ad-opt %s -split-input-file --pass-pipeline='builtin.module(onnx-ad-unroll,func.func(canonicalize,cse))' | FileCheck %s --check-prefix=UNROLL
+
+// One If whose branches also yield tangents; the constant branch yields a zero
+// tangent. Reverse: an If on the same condition yielding the cotangents of the
+// captured x and w.
+// FWD-LABEL: func.func @if_capture
+// FWD: %[[IF:.*]]:2 = "onnx.If"(%arg2) ({
+// FWD: "onnx.Yield"(%{{.*}}, %{{.*}}) : (tensor<3xf64>, tensor<?x3xf64>) -> ()
+// FWD: "onnx.Expand"
+// FWD: "onnx.Yield"(%{{.*}}, %{{.*}}) : (tensor<3xf64>, tensor<?x3xf64>) -> ()
+// FWD: }) : (tensor<i1>) -> (tensor<3xf64>, tensor<?x3xf64>)
+// FWD-NOT: "onnx.If"
+// REV-LABEL: func.func @if_capture
+// REV: "onnx.If"(%arg2) ({
+// REV: }) : (tensor<i1>) -> tensor<3xf64>
+// REV: "onnx.If"(%arg2) ({
+// REV: "onnx.Mul"
+// REV: "onnx.Yield"(%{{.*}}, %{{.*}}) : (tensor<?x3xf64>, tensor<?x3xf64>) -> ()
+// REV: "onnx.Expand"
+// REV: }) : (tensor<i1>) -> (tensor<?x3xf64>, tensor<?x3xf64>)
+// UNROLL-LABEL: func.func @if_capture
+// UNROLL: "onnx.If"
+module attributes {onnx.opset_import = [["", 18]]} {
+  func.func @if_capture(%x: tensor<3xf64>, %w: tensor<3xf64>, %c: tensor<i1>) -> tensor<3xf64> {
+    %0 = "onnx.If"(%c) ({
+      %1 = "onnx.Mul"(%x, %w) : (tensor<3xf64>, tensor<3xf64>) -> tensor<3xf64>
+      "onnx.Yield"(%1) : (tensor<3xf64>) -> ()
+    }, {
+      %1 = "onnx.Constant"() <{value = dense<1.0> : tensor<3xf64>}> : () -> tensor<3xf64>
+      "onnx.Yield"(%1) : (tensor<3xf64>) -> ()
+    }) : (tensor<i1>) -> tensor<3xf64>
+    return %0 : tensor<3xf64>
+  }
+}
+
+// -----
+
+// Forward: one Scan, the tangent of h an extra state, the tangent of xs an extra
+// scan input and the tangent of the scan output an extra scan output, both on
+// axis 1 (the direction axis leads). Reverse: the primal Scan also emits its
+// states; a second Scan runs backwards over them and over xs, carrying the
+// cotangent of h and accumulating that of the captured w as state.
+// FWD-LABEL: func.func @scan_rnn
+// FWD: "onnx.Scan"(%arg0, %{{.*}}, %arg1, %{{.*}}) <{num_scan_inputs = 2 : si64, scan_input_axes = [0, 1], scan_input_directions = [0, 0], scan_output_axes = [0, 1], scan_output_directions = [0, 0]}>
+// FWD-NEXT: ^bb0(%{{.*}}: tensor<1x3xf64>, %{{.*}}: tensor<?x1x3xf64>, %{{.*}}: tensor<1x3xf64>, %{{.*}}: tensor<?x1x3xf64>):
+// FWD: "onnx.Tanh"
+// FWD: "onnx.Yield"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (tensor<1x3xf64>, tensor<?x1x3xf64>, tensor<1x3xf64>, tensor<?x1x3xf64>)
+// FWD-NOT: "onnx.Scan"
+// REV-LABEL: func.func @scan_rnn
+// REV: %[[P:.*]]:3 = "onnx.Scan"(%arg0, %arg1) <{num_scan_inputs = 1 : si64, scan_output_axes = [0, 0], scan_output_directions = [0, 0]}>
+// REV: "onnx.Yield"(%{{.*}}, %{{.*}}, %arg4)
+// REV: "onnx.Scan"(%{{.*}}, %{{.*}}, %[[P]]#2, %arg1) <{num_scan_inputs = 2 : si64, scan_input_axes = [0, 0], scan_input_directions = [1, 1], scan_output_axes = [1], scan_output_directions = [1]}>
+// REV-NEXT: ^bb0(%{{.*}}: tensor<?x1x3xf64>, %{{.*}}: tensor<?x3x3xf64>, %{{.*}}: tensor<1x3xf64>, %{{.*}}: tensor<1x3xf64>):
+// REV: "onnx.Tanh"
+// REV: "onnx.Add"(%{{.*}}, %{{.*}}) : (tensor<?x3x3xf64>, tensor<?x3x3xf64>) -> tensor<?x3x3xf64>
+// REV: }) : (tensor<?x1x3xf64>, tensor<?x3x3xf64>, tensor<?x1x3xf64>, tensor<4x1x3xf64>) -> (tensor<?x1x3xf64>, tensor<?x3x3xf64>, tensor<?x4x1x3xf64>)
+// UNROLL-LABEL: func.func @scan_rnn
+// UNROLL-NOT: "onnx.Scan"
+// UNROLL-COUNT-4: "onnx.Tanh"
+// UNROLL-NOT: "onnx.Scan"
+module attributes {onnx.opset_import = [["", 18]]} {
+  func.func @scan_rnn(%h0: tensor<1x3xf64>, %xs: tensor<4x1x3xf64>, %w: tensor<3x3xf64>) -> tensor<1x3xf64> {
+    %0:2 = "onnx.Scan"(%h0, %xs) <{num_scan_inputs = 1 : si64}> ({
+    ^bb0(%h: tensor<1x3xf64>, %xt: tensor<1x3xf64>):
+      %1 = "onnx.MatMul"(%h, %w) : (tensor<1x3xf64>, tensor<3x3xf64>) -> tensor<1x3xf64>
+      %2 = "onnx.Add"(%1, %xt) : (tensor<1x3xf64>, tensor<1x3xf64>) -> tensor<1x3xf64>
+      %3 = "onnx.Tanh"(%2) : (tensor<1x3xf64>) -> tensor<1x3xf64>
+      "onnx.Yield"(%3, %3) : (tensor<1x3xf64>, tensor<1x3xf64>) -> ()
+    }) : (tensor<1x3xf64>, tensor<4x1x3xf64>) -> (tensor<1x3xf64>, tensor<4x1x3xf64>)
+    return %0#0 : tensor<1x3xf64>
+  }
+}
+
+// -----
+
+// A data-dependent while loop carrying an int64 counter. Forward: the tangent of
+// v is an extra loop-carried value, the counter gets none. Reverse: the primal
+// Loop also emits the iteration number and its states; the reverse Loop runs
+// Shape(iterations)[0] times and reads the states backwards with Gather.
+// FWD-LABEL: func.func @loop_while
+// FWD: "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1, %{{.*}})
+// FWD-NEXT: ^bb0(%{{.*}}: tensor<i64>, %{{.*}}: tensor<i1>, %{{.*}}: tensor<2xf64>, %{{.*}}: tensor<i64>, %{{.*}}: tensor<?x2xf64>):
+// FWD: "onnx.Yield"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (tensor<i1>, tensor<2xf64>, tensor<i64>, tensor<?x2xf64>)
+// REV-LABEL: func.func @loop_while
+// REV: %[[P:.*]]:5 = "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1)
+// REV: -> (tensor<2xf64>, tensor<i64>, tensor<?xi64>, tensor<?x2xf64>, tensor<?xi64>)
+// REV: %[[N:.*]] = "onnx.Shape"(%[[P]]#2) <{end = 1 : si64, start = 0 : si64}>
+// REV: %[[T:.*]] = "onnx.Gather"(%[[N]], %{{.*}}) <{axis = 0 : si64}> : (tensor<1xi64>, tensor<i64>) -> tensor<i64>
+// REV: "onnx.Loop"(%[[T]], %{{.*}}, %{{.*}})
+// REV: "onnx.Gather"(%[[P]]#3, %{{.*}}) <{axis = 0 : si64}> : (tensor<?x2xf64>, tensor<i64>) -> tensor<2xf64>
+// REV: "onnx.Cos"
+// REV: }) : (tensor<i64>, none, tensor<?x2xf64>) -> tensor<?x2xf64>
+// UNROLL-LABEL: func.func @loop_while
+// UNROLL: "onnx.Loop"
+module attributes {onnx.opset_import = [["", 18]]} {
+  func.func @loop_while(%v0: tensor<2xf64>, %n: tensor<i64>) -> tensor<2xf64> {
+    %t = "onnx.Constant"() <{value = dense<true> : tensor<i1>}> : () -> tensor<i1>
+    %lim = "onnx.Constant"() <{value = dense<10.0> : tensor<f64>}> : () -> tensor<f64>
+    %none = "onnx.NoValue"() <{value}> : () -> none
+    %0:2 = "onnx.Loop"(%n, %t, %v0, %n) ({
+    ^bb0(%i: tensor<i64>, %cond: tensor<i1>, %v: tensor<2xf64>, %cnt: tensor<i64>):
+      %1 = "onnx.Sin"(%v) : (tensor<2xf64>) -> tensor<2xf64>
+      %2 = "onnx.Add"(%v, %1) : (tensor<2xf64>, tensor<2xf64>) -> tensor<2xf64>
+      %3 = "onnx.ReduceSum"(%2, %none) <{keepdims = 0 : si64}> : (tensor<2xf64>, none) -> tensor<f64>
+      %4 = "onnx.Less"(%3, %lim) : (tensor<f64>, tensor<f64>) -> tensor<i1>
+      %5 = "onnx.Add"(%cnt, %i) : (tensor<i64>, tensor<i64>) -> tensor<i64>
+      "onnx.Yield"(%4, %2, %5) : (tensor<i1>, tensor<2xf64>, tensor<i64>) -> ()
+    }) : (tensor<i64>, tensor<i1>, tensor<2xf64>, tensor<i64>) -> (tensor<2xf64>, tensor<i64>)
+    return %0#0 : tensor<2xf64>
+  }
+}

@@ -4,7 +4,8 @@ Einsum is multilinear: its JVP is one Einsum per differentiated operand with
 that operand replaced by its tangent, the direction axis a fresh letter in
 front of the operand and the output; the transpose of such a linear Einsum
 is an Einsum from the cotangent and the other operands back to the linear
-operand's subscripts (letters only that operand carries are broadcast back).
+operand's subscripts (letters only that operand carries are broadcast back,
+repeated ones put on a diagonal through an identity operand).
 
 Det: d det(A) = sum(cof(A) * dA), with the cofactors det of the minors,
 exact for singular A too (no inverse). The minors are one Einsum of A with
@@ -19,8 +20,7 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import (Builder, attribute, broadcast_dims, dims, element_type, rank,
-                       tensor_type)
+from ..builder import Builder, attribute, broadcast_dims, dims, element_type, tensor_type
 from ..registry import jvp, transpose
 from .elementwise import total
 
@@ -110,17 +110,29 @@ def _t_einsum(b: Builder, op, cts, linear):
         raise UnsupportedOp("Einsum linear in more than one operand is not linear")
     i = linear.index(True)
     terms, out = _explicit(*parse(attribute(op, "equation")), list(op.operands))
-    target = terms[i]
-    mine = _letters(target)
-    if len(set(mine)) != len(mine):
-        raise UnsupportedOp(f"transposing Einsum '{attribute(op, 'equation')}': repeated "
-                            f"subscripts in operand {i} (a diagonal)")
+    x = op.operands[i]
     others = [t for j, t in enumerate(terms) if j != i]
     other_ops = [v for j, v in enumerate(op.operands) if j != i]
+    # A repeated subscript (a diagonal, "ii"): each repeat gets a fresh letter
+    # tied to the first by an identity operand, which puts ct on the diagonal.
+    target, used = "", set("".join(terms) + out)
+    for pos, c in enumerate(terms[i]):
+        if c not in target:
+            target += c
+            continue
+        n = dims(x)[pos] if dims(x) is not None else None
+        if n is None:
+            raise UnsupportedOp("transposing an Einsum diagonal needs a static extent")
+        fresh = next(l for l in string.ascii_letters if l not in used)
+        used.add(fresh)
+        target += fresh
+        others.append(c + fresh)
+        other_ops.append(b.constant(ir.DenseElementsAttr.get(
+            np.eye(n, dtype=_np_dtype(element_type(x))), type=element_type(x))))
+    mine = _letters(target)
     avail = set(_letters(out) + [c for t in others for c in _letters(t)])
     missing = [c for c in mine if c not in avail]
     kept = "".join(c for c in target if c not in missing)
-    x = op.operands[i]
     ct = einsum(b, [out] + others, kept, [cts[0]] + other_ops)
     if missing:
         # Letters only the linear operand carries were summed: broadcast back.

@@ -16,7 +16,7 @@ from mlir import ir
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type,
-                       operand_or_none, rank, tensor_type)
+                       operand_or_none, rank)
 from ..registry import jvp
 from .elementwise import total
 

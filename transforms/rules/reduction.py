@@ -13,8 +13,8 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import (Builder, attribute, constant_ints, dims, element_type, operand_or_none,
-                       rank, tensor_type)
+from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type,
+                       operand_or_none, rank, tensor_type)
 from ..registry import JVP, TRANSPOSE, jvp, mlir_names, transpose
 
 I64 = lambda: ir.IntegerType.get_signless(64)  # noqa: E731
@@ -140,14 +140,9 @@ def _reduce_linear(b: Builder, op, tangents):
         return [None]
     axes = Axes(b, op)
     t = axes.reduce_tangent(tangents[0])
-    if op_name(op) == "ReduceMean" and not axes.empty:
+    if op_type(op) == "ReduceMean" and not axes.empty:
         t = b.div(t, _count(b, op, axes))
     return [t]
-
-
-def op_name(op: ir.Operation) -> str:
-    from ..builder import op_type
-    return op_type(op)
 
 
 @transpose("ReduceSum")

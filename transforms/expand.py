@@ -580,3 +580,6 @@ def expand_pass(module: ir.Operation, options: dict[str, str]) -> None:
     keep = () if options.get("all", "false") in ("true", "1") else None
     with module.context, module.location:
         expand_function(f, module_opset(module), keep)
+
+
+from . import lowering  # noqa: E402,F401  (fills LOWERINGS)

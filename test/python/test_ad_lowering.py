@@ -1,0 +1,117 @@
+"""Ops defined in prose, lowered to differentiable ops (transforms/lowering.py):
+the lowering matches ONNX Runtime's kernel, and its derivatives check out
+against finite differences and the forward/reverse identity."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+from adcheck import check_derivatives, run
+from test_ad_expand import expanded, model, op_types
+
+D, F, I64 = TP.DOUBLE, TP.FLOAT, TP.INT64
+R = np.random.default_rng(1)
+
+
+def lowered(m, feeds, op, rtol=1e-5, atol=1e-6):
+    onnx.checker.check_model(m, full_check=True)
+    e, n = expanded(m)
+    assert n == 1 and op not in op_types(e), op_types(e)
+    onnx.checker.check_model(e, full_check=True)
+    want, got = run(m, feeds), run(e, feeds)
+    err = 0.0
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, err_msg=k)
+        err = max(err, float(np.abs(got[k] - want[k]).max(initial=0)))
+    return e, err
+
+
+@pytest.mark.parametrize("size", [1, 3, 5])  # ONNX Runtime: odd sizes only
+def test_lrn(size):
+    m = model([h.make_node("LRN", ["x"], ["y"], name="lrn", size=size, alpha=0.3, beta=0.6,
+                           bias=1.5)], [("x", F, [2, 6, 3, 2])], [("y", F, [2, 6, 3, 2])], 13)
+    feeds = {"x": R.standard_normal((2, 6, 3, 2)).astype(np.float32)}
+    e, err = lowered(m, feeds, "LRN")
+    print("LRN", size, err, check_derivatives(e, feeds))
+
+
+GRID = [(mode, pad, align, 20) for mode in ("linear", "nearest", "cubic")
+        for pad in ("zeros", "border", "reflection") for align in (0, 1)]
+# GridSample-16 spells the modes bilinear/bicubic; ONNX Runtime runs it in float only.
+GRID += [("bilinear", "reflection", 0, 16), ("bicubic", "border", 1, 16)]
+
+
+@pytest.mark.parametrize("mode,pad,align,opset", GRID,
+                         ids=[f"{m}-{p}-{a}-{o}" for m, p, a, o in GRID])
+def test_grid_sample(mode, pad, align, opset):
+    t, dtype = (D, np.float64) if opset == 20 else (F, np.float32)
+    m = model([h.make_node("GridSample", ["x", "g"], ["y"], name="gs", mode=mode,
+                           padding_mode=pad, align_corners=align)],
+              [("x", t, [1, 2, 3, 4]), ("g", t, [1, 5, 3, 2])], [("y", t, [1, 2, 5, 3])], opset)
+    rng = np.random.default_rng(7)
+    # coordinates well outside [-1, 1] exercise the padding
+    grid = rng.uniform(-1.8, 1.8, (1, 5, 3, 2)).astype(dtype)
+    feeds = {"x": rng.standard_normal((1, 2, 3, 4)).astype(dtype), "g": grid}
+    tol = 1e-9 if opset == 20 else 1e-5
+    e, err = lowered(m, feeds, "GridSample", rtol=tol, atol=tol)
+    # float32 finite differences (step 1e-2) straddle the taps' kinks: the
+    # grid is differentiated in the float64 cases
+    inputs = ["x"] if mode == "nearest" or opset == 16 else None
+    print("GridSample", mode, pad, align, err, check_derivatives(e, feeds, inputs=inputs))
+
+
+@pytest.mark.parametrize("with_mask,group", [(True, 1), (False, 2)])
+def test_deform_conv(with_mask, group):
+    n, c, hh, ww, oc, k = 1, 4, 5, 4, 4, 2
+    oh, ow = hh - k + 1, ww - k + 1
+    ins = [("x", D, [n, c, hh, ww]), ("w", D, [oc, c // group, k, k]),
+           ("off", D, [n, 2 * 2 * k * k, oh, ow]), ("b", D, [oc])]
+    names = ["x", "w", "off", "b"]
+    if with_mask:
+        ins.append(("mask", D, [n, 2 * k * k, oh, ow]))
+        names.append("mask")
+    m = model([h.make_node("DeformConv", names, ["y"], name="dc", group=group, offset_group=2,
+                           kernel_shape=[k, k])], ins, [("y", D, [n, oc, oh, ow])], 19)
+    rng = np.random.default_rng(3)
+    feeds = {nm: rng.standard_normal(shape) for nm, _, shape in ins}
+    feeds["off"] = rng.uniform(-1.6, 1.6, feeds["off"].shape)
+    e, err = lowered(m, feeds, "DeformConv", rtol=1e-9, atol=1e-9)
+    print("DeformConv", with_mask, group, err, check_derivatives(e, feeds))
+
+
+@pytest.mark.parametrize("complex_,onesided,window", [(False, 1, True), (False, 0, False),
+                                                      (True, 0, True)])
+def test_stft(complex_, onesided, window):
+    b, length, fl, step = 2, 16, 6, 3
+    ch = 2 if complex_ else 1
+    step_t = h.make_tensor("step", I64, [], [step])
+    fl_t = h.make_tensor("fl", I64, [], [fl])
+    bins = fl // 2 + 1 if onesided else fl
+    frames = (length - fl) // step + 1
+    ins = [("s", D, [b, length, ch])] + ([("w", D, [fl])] if window else [])
+    m = model([h.make_node("STFT", ["s", "step", "w" if window else "", "fl"], ["y"], name="stft",
+                           onesided=onesided)],
+              ins, [("y", D, [b, frames, bins, 2])], 17, [step_t, fl_t])
+    rng = np.random.default_rng(5)
+    feeds = {"s": rng.standard_normal((b, length, ch))}
+    if window:
+        feeds["w"] = np.hanning(fl)
+    e, err = lowered(m, feeds, "STFT", rtol=1e-9, atol=1e-9)
+    print("STFT", complex_, onesided, err, check_derivatives(e, feeds))
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter(mode):
+    m = model([h.make_node("TensorScatter", ["past", "upd", "idx"], ["y"], name="ts",
+                           mode=mode, axis=2)],
+              [("past", F, [2, 3, 5, 2]), ("upd", F, [2, 3, 2, 2]), ("idx", I64, [2])],
+              [("y", F, [2, 3, 5, 2])], 24)
+    rng = np.random.default_rng(2)
+    feeds = {"past": rng.standard_normal((2, 3, 5, 2)).astype(np.float32),
+             "upd": rng.standard_normal((2, 3, 2, 2)).astype(np.float32),
+             "idx": np.array([1, 4 if mode == "circular" else 3], dtype=np.int64)}
+    e, err = lowered(m, feeds, "TensorScatter", rtol=0, atol=0)
+    print("TensorScatter", mode, err, check_derivatives(e, feeds))

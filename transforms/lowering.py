@@ -1,0 +1,425 @@
+"""Lowerings of ops the ONNX spec defines in prose, into differentiable ops.
+
+Each lowering turns one node into ONNX nodes (the expand machinery of
+expand.py imports them and splices them in place of the MLIR op, so they
+run inside `onnx-ad-expand` and before the AD modes, for ops without a JVP
+rule). Only ops with derivative rules are emitted, in every float type
+ONNX Runtime runs (no Conv: it has no double kernel):
+
+  LRN            x / (bias + alpha/size * window_sum(x^2))^beta; the channel
+                 window sum is a sum of shifted slices of the padded square.
+  GridSample     2-D, every mode (bilinear/linear, nearest, bicubic/cubic),
+                 padding zeros/border/reflection, align_corners: the
+                 coordinate is unnormalised (and, except cubic, clamped or
+                 reflected), taps are gathered with GatherElements from the
+                 flattened image, weighted, and summed; out-of-range taps of
+                 `zeros` get weight 0, those of border/reflection read the
+                 clamped/reflected pixel. Static spatial shapes.
+  DeformConv     2-D: bilinear samples at the offset kernel positions
+                 (zeros outside), times the mask, then a grouped MatMul with
+                 the weights, plus bias. Static shapes.
+  STFT           frames sliced from the signal, then a DFT as a MatMul with
+                 the (windowed) cos/sin matrix; real or complex input,
+                 onesided. Constant frame_step/frame_length.
+  TensorScatter  ScatterElements at write_indices[b] + i (mod the cache
+                 length in circular mode) along the sequence axis.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+from onnx_ad_mlir.errors import UnsupportedOp
+
+from .expand import LOWERINGS
+
+
+def lowering(op_type: str):
+    def register(fn):
+        LOWERINGS[op_type] = fn
+        return fn
+    return register
+
+
+def _attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _str(v) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class _G:
+    """Emits nodes for one lowering; values are names."""
+
+    def __init__(self, node, ctx):
+        self.node, self.ctx, self.opset = node, ctx, ctx.opset
+        self.nodes = []
+        self.label = f"node '{node.name}' ({node.op_type})"
+
+    def refuse(self, why: str):
+        raise UnsupportedOp(f"{self.label}: {why}")
+
+    def op(self, op_type, inputs, out=None, n=1, **attrs):
+        outs = [out] if out else [self.ctx.fresh(op_type.lower()) for _ in range(n)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
+        return outs[0] if n == 1 else outs
+
+    def const(self, value) -> str:
+        return self.op("Constant", [], value=numpy_helper.from_array(np.asarray(value)))
+
+    def ints(self, values) -> str:
+        return self.const(np.asarray(values, dtype=np.int64))
+
+    def scalar(self, value, dtype) -> str:
+        return self.const(np.asarray(value, dtype=dtype))
+
+    # version-aware helpers
+    def unsqueeze(self, x, axes):
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.ints(axes)])
+        return self.op("Unsqueeze", [x], axes=list(axes))
+
+    def squeeze(self, x, axes):
+        if self.opset >= 13:
+            return self.op("Squeeze", [x, self.ints(axes)])
+        return self.op("Squeeze", [x], axes=list(axes))
+
+    def slice(self, x, starts, ends, axes, steps=None):
+        ins = [x, self.ints(starts), self.ints(ends), self.ints(axes)]
+        if steps is not None:
+            ins.append(self.ints(steps))
+        return self.op("Slice", ins)
+
+    def reshape(self, x, shape):
+        return self.op("Reshape", [x, self.ints(shape)])
+
+    def reduce_sum(self, x, axes, keepdims=1):
+        if self.opset >= 13:
+            return self.op("ReduceSum", [x, self.ints(axes)], keepdims=keepdims)
+        return self.op("ReduceSum", [x], axes=list(axes), keepdims=keepdims)
+
+    def dtype(self, name):
+        elem = self.ctx.elem(name)
+        if elem is None:
+            self.refuse(f"the type of '{name}' is unknown")
+        return helper.tensor_dtype_to_np_dtype(elem)
+
+    def static(self, name, what):
+        s = self.ctx.static(name)
+        if s is None:
+            self.refuse(f"needs a static shape for {what}")
+        return s
+
+    def constant_value(self, name, what):
+        if not name:
+            return None
+        if name not in self.ctx.consts:
+            self.refuse(f"{what} must be a constant")
+        return self.ctx.consts[name]
+
+
+# --------------------------------------------------------------------------- LRN
+@lowering("LRN")
+def _lrn(node, ctx):
+    g = _G(node, ctx)
+    x = node.input[0]
+    size = int(_attr(node, "size"))
+    alpha = _attr(node, "alpha", 1e-4)
+    beta = _attr(node, "beta", 0.75)
+    bias = _attr(node, "bias", 1.0)
+    shape = ctx.shape(x)
+    if shape is None:
+        g.refuse("needs the input's rank")
+    r = len(shape)
+    dt = g.dtype(x)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = g.op("Mul", [x, x])
+    pads = [0] * (2 * r)
+    pads[1], pads[r + 1] = lo, hi
+    if g.opset >= 11:
+        padded = g.op("Pad", [sq, g.ints(pads)])
+    else:
+        padded = g.op("Pad", [sq], pads=pads)
+    big = np.iinfo(np.int64).max
+    terms = [g.slice(padded, [j], [j - (size - 1) if j < size - 1 else big], [1])
+             for j in range(size)]
+    window = terms[0] if len(terms) == 1 else g.op("Sum", terms)
+    scaled = g.op("Mul", [window, g.scalar(alpha / size, dt)])
+    base = g.op("Add", [scaled, g.scalar(bias, dt)])
+    den = g.op("Pow", [base, g.scalar(beta, dt)])
+    g.op("Div", [x, den], out=node.output[0])
+    return g.nodes
+
+
+# --------------------------------------------------------------------------- sampling
+def _reflect(g, x, lo, hi, dt):
+    """Folds coordinate x back into [lo, hi] by reflection, as often as needed."""
+    rng = hi - lo
+    if rng <= 0:
+        return g.op("Mul", [x, g.scalar(0.0, dt)]) if lo == 0 else \
+            g.op("Add", [g.op("Mul", [x, g.scalar(0.0, dt)]), g.scalar(lo, dt)])
+    c_lo, c_hi, c_rng = g.scalar(lo, dt), g.scalar(hi, dt), g.scalar(rng, dt)
+    zero, two = g.scalar(0.0, dt), g.scalar(2.0, dt)
+
+    def fold(d, near, far):
+        n = g.op("Floor", [g.op("Div", [d, c_rng])])
+        rem = g.op("Sub", [d, g.op("Mul", [n, c_rng])])
+        even = g.op("Equal", [g.op("Mod", [n, two], fmod=1), zero])
+        return rem, even
+    d_lo = g.op("Sub", [c_lo, x])
+    r_lo, e_lo = fold(d_lo, lo, hi)
+    below = g.op("Where", [e_lo, g.op("Add", [c_lo, r_lo]), g.op("Sub", [c_hi, r_lo])])
+    d_hi = g.op("Sub", [x, c_hi])
+    r_hi, e_hi = fold(d_hi, hi, lo)
+    above = g.op("Where", [e_hi, g.op("Sub", [c_hi, r_hi]), g.op("Add", [c_lo, r_hi])])
+    inside = g.op("Where", [g.op("Greater", [x, c_hi]), above, x])
+    return g.op("Where", [g.op("Less", [x, c_lo]), below, inside])
+
+
+def _cubic_weights(g, t, dt):
+    """Cubic convolution weights (A = -0.75) of taps -1, 0, 1, 2 at fraction t."""
+    a = -0.75
+
+    def poly(u, coeffs):  # Horner
+        acc = g.scalar(coeffs[0], dt)
+        for c in coeffs[1:]:
+            acc = g.op("Add", [g.op("Mul", [acc, u]), g.scalar(c, dt)])
+        return acc
+    one, two = g.scalar(1.0, dt), g.scalar(2.0, dt)
+    outer = [a, -5 * a, 8 * a, -4 * a]          # |u| in [1, 2]
+    inner = [a + 2, -(a + 3), 0.0, 1.0]          # |u| in [0, 1]
+    return [poly(g.op("Add", [t, one]), outer), poly(t, inner),
+            poly(g.op("Sub", [one, t]), inner), poly(g.op("Sub", [two, t]), outer)]
+
+
+def _taps(g, coord, mode, dt):
+    """[(index as float, weight or None)] along one axis."""
+    if mode == "nearest":
+        return [(g.op("Round", [coord]), None)]
+    base = g.op("Floor", [coord])
+    t = g.op("Sub", [coord, base])
+    if mode == "linear":
+        one = g.scalar(1.0, dt)
+        return [(base, g.op("Sub", [one, t])), (g.op("Add", [base, one]), t)]
+    ws = _cubic_weights(g, t, dt)
+    return [(g.op("Add", [base, g.scalar(float(k), dt)]), w) for k, w in zip((-1, 0, 1, 2), ws)]
+
+
+def _pad_index(g, index, size, padding, lo, hi, dt):
+    """(index clamped inside [0, size-1], validity mask or None)."""
+    zero, last = g.scalar(0.0, dt), g.scalar(size - 1.0, dt)
+    valid = None
+    if padding == "zeros":
+        valid = g.op("And", [g.op("GreaterOrEqual", [index, zero]),
+                             g.op("LessOrEqual", [index, last])])
+    elif padding == "reflection":
+        index = _reflect(g, index, lo, hi, dt)
+    return g.op("Clip", [index, zero, last]), valid
+
+
+def _gather_2d(g, flat, taps_y, taps_x, h, w, padding, bounds, dt, lead_shape, out_shape):
+    """Sum over taps of weight * flat[..., iy * w + ix]; `flat` is
+    lead + [h*w] (channels on the last lead axis), tap coordinates have
+    lead-without-channels shape."""
+    terms = []
+    for iy, wy in taps_y:
+        cy, vy = _pad_index(g, iy, h, padding, *bounds[0], dt)
+        for ix, wx in taps_x:
+            cx, vx = _pad_index(g, ix, w, padding, *bounds[1], dt)
+            lin = g.op("Add", [g.op("Mul", [cy, g.scalar(float(w), dt)]), cx])
+            idx = g.op("Cast", [lin], to=TP.INT64)
+            idx = g.op("Expand", [g.reshape(idx, lead_shape["index"]), g.ints(lead_shape["full"])])
+            vals = g.op("GatherElements", [flat, idx], axis=len(lead_shape["full"]) - 1)
+            weight = None
+            for part in (wy, wx):
+                if part is not None:
+                    weight = part if weight is None else g.op("Mul", [weight, part])
+            for v in (vy, vx):
+                if v is not None:
+                    mask = g.op("Cast", [v], to=helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
+                    weight = mask if weight is None else g.op("Mul", [weight, mask])
+            if weight is not None:
+                vals = g.op("Mul", [vals, g.reshape(weight, lead_shape["index"])])
+            terms.append(vals)
+    total = terms[0] if len(terms) == 1 else g.op("Sum", terms)
+    return g.reshape(total, out_shape) if out_shape is not None else total
+
+
+@lowering("GridSample")
+def _grid_sample(node, ctx):
+    g = _G(node, ctx)
+    x, grid = node.input[0], node.input[1]
+    mode = _str(_attr(node, "mode", b"linear" if ctx.opset >= 20 else b"bilinear"))
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    padding = _str(_attr(node, "padding_mode", b"zeros"))
+    align = int(_attr(node, "align_corners", 0))
+    xs = g.static(x, "X")
+    gs = g.static(grid, "grid")
+    if len(xs) != 4:
+        g.refuse(f"only 2-D sampling (4-D X) is lowered, X has rank {len(xs)}")
+    if mode not in ("linear", "nearest", "cubic"):
+        g.refuse(f"mode '{mode}'")
+    n, c, h, w = xs
+    ho, wo = gs[1], gs[2]
+    p = ho * wo
+    dt = g.dtype(x)
+    coords = []
+    bounds = []
+    for axis, size in ((1, h), (0, w)):  # grid[..., 0] is x (width), [..., 1] is y
+        gv = g.squeeze(g.slice(grid, [axis], [axis + 1], [3]), [3])
+        one = g.scalar(1.0, dt)
+        if align:
+            v = g.op("Mul", [g.op("Add", [gv, one]), g.scalar((size - 1) / 2.0, dt)])
+            lo, hi = 0.0, size - 1.0
+        else:
+            v = g.op("Div", [g.op("Sub", [g.op("Mul", [g.op("Add", [gv, one]),
+                                                         g.scalar(float(size), dt)]), one]),
+                             g.scalar(2.0, dt)])
+            lo, hi = -0.5, size - 0.5
+        if mode != "cubic":
+            if padding == "border":
+                v = g.op("Clip", [v, g.scalar(0.0, dt), g.scalar(size - 1.0, dt)])
+            elif padding == "reflection":
+                v = _reflect(g, v, lo, hi, dt)
+        coords.append(v)
+        bounds.append((lo, hi))
+    taps_y = _taps(g, coords[0], mode, dt)
+    taps_x = _taps(g, coords[1], mode, dt)
+    flat = g.reshape(x, [n, c, h * w])
+    lead = {"index": [n, 1, p], "full": [n, c, p]}
+    _gather_into(g, flat, taps_y, taps_x, h, w, padding, bounds, dt, lead, [n, c, ho, wo],
+                 node.output[0])
+    return g.nodes
+
+
+def _gather_into(g, flat, taps_y, taps_x, h, w, padding, bounds, dt, lead, shape, out):
+    total = _gather_2d(g, flat, taps_y, taps_x, h, w, padding, bounds, dt, lead, None)
+    g.op("Reshape", [total, g.ints(shape)], out=out)
+
+
+# --------------------------------------------------------------------------- DeformConv
+@lowering("DeformConv")
+def _deform_conv(node, ctx):
+    g = _G(node, ctx)
+    ins = list(node.input) + [""] * (5 - len(node.input))
+    x, wt, off, bias, mask = ins[:5]
+    xs, ws, os_ = g.static(x, "X"), g.static(wt, "W"), g.static(off, "offset")
+    if len(xs) != 4:
+        g.refuse(f"only 2-D DeformConv is lowered, X has rank {len(xs)}")
+    n, c, h, w = xs
+    oc, cg, kh, kw = ws
+    kh, kw = _attr(node, "kernel_shape", [kh, kw])
+    groups = int(_attr(node, "group", 1))
+    og = int(_attr(node, "offset_group", 1))
+    sh, sw = _attr(node, "strides", [1, 1])
+    dh, dw = _attr(node, "dilations", [1, 1])
+    pt, pl, pb, pr = _attr(node, "pads", [0, 0, 0, 0])
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    if os_ != [n, og * 2 * kh * kw, oh, ow]:
+        g.refuse(f"offset shape {os_} does not match [N, {og * 2 * kh * kw}, {oh}, {ow}]")
+    k, p = kh * kw, oh * ow
+    dt = g.dtype(x)
+    ky, kx = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    yy, xx = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
+    base_y = (yy.reshape(1, -1) * sh - pt + ky.reshape(-1, 1) * dh).astype(dt)  # [K, P]
+    base_x = (xx.reshape(1, -1) * sw - pl + kx.reshape(-1, 1) * dw).astype(dt)
+    offs = g.reshape(off, [n, og, k, 2, p])
+    py = g.op("Add", [g.squeeze(g.slice(offs, [0], [1], [3]), [3]), g.const(base_y)])
+    px = g.op("Add", [g.squeeze(g.slice(offs, [1], [2], [3]), [3]), g.const(base_x)])
+    taps_y, taps_x = _taps(g, py, "linear", dt), _taps(g, px, "linear", dt)
+    flat = g.reshape(x, [n, og, c // og, h * w])
+    lead = {"index": [n, og, 1, k * p], "full": [n, og, c // og, k * p]}
+    cols = _gather_2d(g, flat, taps_y, taps_x, h, w, "zeros", [(0, h - 1), (0, w - 1)], dt,
+                      lead, [n, og, c // og, k, p])
+    if mask:
+        cols = g.op("Mul", [cols, g.reshape(mask, [n, og, 1, k, p])])
+    cols = g.reshape(cols, [n, groups, (c // groups) * k, p])
+    wr = g.reshape(wt, [groups, oc // groups, cg * k])
+    y = g.op("MatMul", [wr, cols])  # [N, G, oC/G, P]
+    if bias:
+        y = g.reshape(y, [n, oc, oh, ow])
+        g.op("Add", [y, g.reshape(bias, [1, oc, 1, 1])], out=node.output[0])
+    else:
+        g.op("Reshape", [y, g.ints([n, oc, oh, ow])], out=node.output[0])
+    return g.nodes
+
+
+# --------------------------------------------------------------------------- STFT
+@lowering("STFT")
+def _stft(node, ctx):
+    g = _G(node, ctx)
+    ins = list(node.input) + [""] * (4 - len(node.input))
+    signal, step_name, window, length_name = ins[:4]
+    ss = g.static(signal, "the signal")
+    if len(ss) == 2:
+        ss = ss + [1]
+        signal = g.unsqueeze(signal, [2])
+    b, length, comp = ss
+    step = int(np.asarray(g.constant_value(step_name, "frame_step")).reshape(-1)[0])
+    fl = None
+    if length_name:
+        fl = int(np.asarray(g.constant_value(length_name, "frame_length")).reshape(-1)[0])
+    if window:
+        wl = g.static(window, "the window")[0]
+        fl = wl if fl is None else fl
+    if fl is None:
+        g.refuse("needs a window or a constant frame_length")
+    onesided = int(_attr(node, "onesided", 1))
+    dt = g.dtype(signal)
+    frames = (length - fl) // step + 1
+    bins = fl // 2 + 1 if onesided else fl
+    # frames [B, F, fl, comp]
+    parts = [g.unsqueeze(g.slice(signal, [f * step], [f * step + fl], [1]), [1])
+             for f in range(frames)]
+    framed = parts[0] if frames == 1 else g.op("Concat", parts, axis=1)
+    nk = np.outer(np.arange(fl), np.arange(bins)) * (2 * np.pi / fl)
+    cos, sin = np.cos(nk).astype(dt), np.sin(nk).astype(dt)  # [fl, bins]
+    if window:
+        wcol = g.unsqueeze(window, [1])
+        wc, ws = g.op("Mul", [wcol, g.const(cos)]), g.op("Mul", [wcol, g.const(sin)])
+    else:
+        wc, ws = g.const(cos), g.const(sin)
+    neg_ws = g.op("Neg", [ws])
+    if comp == 1:
+        m = g.op("Concat", [wc, neg_ws], axis=1)                      # [fl, 2 bins]
+        rows = g.reshape(framed, [b, frames, fl])
+    else:  # complex: Re = xr wc + xi ws, Im = xi wc - xr ws
+        top = g.op("Concat", [wc, neg_ws], axis=1)
+        bottom = g.op("Concat", [ws, wc], axis=1)
+        m = g.op("Concat", [top, bottom], axis=0)                     # [2 fl, 2 bins]
+        rows = g.reshape(g.op("Transpose", [framed], perm=[0, 1, 3, 2]), [b, frames, 2 * fl])
+    spec = g.op("MatMul", [rows, m])                                  # [B, F, 2 bins]
+    spec = g.reshape(spec, [b, frames, 2, bins])
+    g.op("Transpose", [spec], out=node.output[0], perm=[0, 1, 3, 2])
+    return g.nodes
+
+
+# --------------------------------------------------------------------------- TensorScatter
+@lowering("TensorScatter")
+def _tensor_scatter(node, ctx):
+    g = _G(node, ctx)
+    ins = list(node.input) + [""] * (3 - len(node.input))
+    past, update, indices = ins[:3]
+    ps, us = g.static(past, "past_cache"), g.static(update, "update")
+    r = len(ps)
+    axis = int(_attr(node, "axis", -2)) % r
+    mode = _str(_attr(node, "mode", b"linear"))
+    seq, cap = us[axis], ps[axis]
+    shape = [1] * r
+    shape[axis] = seq
+    pos = g.const(np.arange(seq, dtype=np.int64).reshape(shape))
+    if indices:
+        bshape = [1] * r
+        bshape[0] = us[0]
+        pos = g.op("Add", [pos, g.op("Reshape", [indices, g.ints(bshape)])])
+    if mode == "circular":
+        pos = g.op("Mod", [pos, g.ints([cap])])
+    idx = g.op("Expand", [pos, g.ints(us)])
+    g.op("ScatterElements", [past, idx, update], out=node.output[0], axis=axis)
+    return g.nodes

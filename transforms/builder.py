@@ -149,6 +149,10 @@ class Builder:
                result_types: Sequence[ir.Type], **attrs) -> list[ir.Value]:
         """An op of the module's opset; None operands become onnx.NoValue."""
         name = resolve(op_type_, self.opset)
+        schema_inputs = _op_table.OPS[name]["inputs"]
+        if len(operands) < len(schema_inputs) and \
+                all(kind == "optional" for _, kind in schema_inputs[len(operands):]):
+            operands = list(operands) + [None] * (len(schema_inputs) - len(operands))
         operands = [self.none() if v is None else v for v in operands]
         op = ir.Operation.create(
             "onnx." + name, results=list(result_types), operands=operands,
@@ -167,7 +171,7 @@ class Builder:
 
     # ---- constants --------------------------------------------------------
     def constant(self, attr: ir.DenseElementsAttr) -> ir.Value:
-        op = ir.Operation.create("onnx.Constant", results=[attr.type],
+        op = ir.Operation.create("onnx." + resolve("Constant", self.opset), results=[attr.type],
                                  attributes={"value": attr}, loc=self.location)
         return op.results[0]
 
@@ -400,13 +404,19 @@ class Builder:
         return self.concat([self.shape(ct, 0, 1), self.shape(target, 1)], 0)
 
 
+def is_constant_op(op: ir.Operation) -> bool:
+    """onnx.Constant of any kept version (onnx.ConstantV9 at opset 9...)."""
+    name = op.name
+    return name == "onnx.Constant" or (name.startswith("onnx.ConstantV") and name[14:].isdigit())
+
+
 def constant_ints(value: ir.Value) -> list[int] | None:
     """The integers of a value defined by onnx.Constant, else None."""
     owner = value.owner
     if not isinstance(owner, ir.OpView) and not isinstance(owner, ir.Operation):
         return None
     op = owner.operation
-    if op.name != "onnx.Constant" or "value" not in op.attributes:
+    if not is_constant_op(op) or "value" not in op.attributes:
         return None
     attr = op.attributes["value"]
     if isinstance(attr, ir.DenseIntElementsAttr):

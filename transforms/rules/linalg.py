@@ -3,6 +3,7 @@ one tangent at a time, the transpose multiplies by the other factor,
 transposed, and sums over broadcast batch axes."""
 from __future__ import annotations
 
+import numpy as np
 from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
@@ -104,3 +105,313 @@ def _gemm(b: Builder, op, tangents):
         tb = tb if beta == 1.0 else b.mul(tb, b.scalar(beta, y))
         t = tb if t is None else b.add(t, tb)
     return [None if t is None else b.fit(t, y)]
+
+
+# ---- convolution --------------------------------------------------------------
+#
+# Conv and ConvTranspose are bilinear in (X, W). A tangent of X has its
+# direction axis merged into the batch ([k, N, C, ...] -> [k*N, C, ...]); a
+# tangent of W folds k into the output channels (group-major, so grouped
+# convolutions stay grouped) and the result is unfolded again. Transposes:
+# Conv w.r.t. X is ConvTranspose (and vice versa), w.r.t. W a Conv of the
+# input and the cotangent with batch and channel axes swapped (strides and
+# dilations exchanged). No dense matrices; geometry is made explicit
+# (auto_pad/output_shape resolved to pads) whenever spatial extents are static.
+
+_GEOMETRY = ("kernel_shape", "strides", "dilations", "pads", "group", "auto_pad",
+             "output_padding", "output_shape")
+
+
+def _verbatim(op: ir.Operation) -> dict:
+    return {k: attribute(op, k) for k in _GEOMETRY if k in op.attributes}
+
+
+def conv_geometry(op: ir.Operation, transposed: bool) -> dict | None:
+    """Explicit attributes (kernel_shape, strides, dilations, pads, group and
+    output_padding for ConvTranspose) with auto_pad/output_shape resolved, or
+    None when that needs spatial extents that are not static."""
+    x, w = op.operands[0], op.operands[1]
+    xd, wd = dims(x), dims(w)
+    if xd is None or wd is None:
+        return None
+    n = len(wd) - 2
+    kernel = attribute(op, "kernel_shape") or wd[2:]
+    if None in kernel:
+        return None
+    strides = attribute(op, "strides") or [1] * n
+    dil = attribute(op, "dilations") or [1] * n
+    pads = list(attribute(op, "pads") or [0] * (2 * n))
+    auto = attribute(op, "auto_pad") or "NOTSET"
+    group = attribute(op, "group") or 1
+    out = {"kernel_shape": list(kernel), "strides": list(strides), "dilations": list(dil),
+           "group": group}
+    spatial = xd[2:]
+    if not transposed:
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            if None in spatial:
+                return None
+            for i in range(n):
+                o = -(-spatial[i] // strides[i])
+                tot = max(0, (o - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - spatial[i])
+                lo = tot // 2 if auto == "SAME_UPPER" else tot - tot // 2
+                pads[i], pads[n + i] = lo, tot - lo
+        elif auto == "VALID":
+            pads = [0] * (2 * n)
+        out["pads"] = pads
+        return out
+    opad = list(attribute(op, "output_padding") or [0] * n)
+    oshape = attribute(op, "output_shape")
+    if oshape or auto in ("SAME_UPPER", "SAME_LOWER"):
+        if None in spatial:
+            return None
+        target = list(oshape[-n:]) if oshape else [s * st for s, st in zip(spatial, strides)]
+        for i in range(n):
+            tot = strides[i] * (spatial[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - target[i]
+            lo = tot // 2 if auto == "SAME_UPPER" else tot - tot // 2
+            pads[i], pads[n + i] = lo, tot - lo
+    elif auto == "VALID":
+        pads = [0] * (2 * n)
+    out["pads"] = pads
+    out["output_padding"] = opad
+    return out
+
+
+def _conv_attrs(op: ir.Operation, transposed: bool) -> dict:
+    return conv_geometry(op, transposed) or _verbatim(op)
+
+
+def _k(b: Builder, t: ir.Value) -> ir.Value:
+    return b.shape(t, 0, 1)
+
+
+def _conv_on_batch(b: Builder, kind: str, t: ir.Value, w: ir.Value, y: ir.Value,
+                   attrs: dict) -> ir.Value:
+    """kind(t, w) for a tangent t = [k, N, C, ...] of the data operand."""
+    td = dims(t)
+    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0),
+                       None if td is None else [None] + td[2:])
+    yd = dims(y)
+    conv = b.op(kind, [merged, w, None], tensor_type(None if yd is None else [None] + yd[1:],
+                                                      element_type(t)), **attrs)
+    return b.reshape(conv, b.concat([_k(b, t), b.shape(y)], 0), None if yd is None else [None] + yd)
+
+
+def _fold_conv(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value, attrs: dict,
+               group: int) -> ir.Value:
+    """Conv(x, t) for t = [k, M, C/g', *K] with k folded into the output
+    channels ([k*M, ...]) and `group` groups, unfolded to [k, N, M, *S']."""
+    td, yd = dims(t), dims(y)
+    elem = element_type(t)
+    folded = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
+    attrs = dict(attrs, group=group)
+    conv = b.op(kind, [x, folded, None], tensor_type([yd[0], None] + yd[2:], elem), **attrs)
+    r = len(yd)
+    front = b.transpose(conv, [1, 0] + list(range(2, r)))
+    split = b.reshape(front, b.concat([_k(b, t), b.shape(t, 1, 2), b.shape(x, 0, 1),
+                                       b.shape(y, 2)], 0), [None, td[1], yd[0]] + yd[2:])
+    return b.transpose(split, [0, 2, 1] + list(range(3, r + 1)))
+
+
+def _conv_on_weight(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value,
+                    attrs: dict) -> ir.Value:
+    """kind(x, t) for a tangent t of the weights. Every Reshape on the way
+    keeps the direction axis inside axis 0 of its operand (with k-free
+    trailing extents), so the generic Reshape transpose stays exact."""
+    g = attrs.get("group") or 1
+    td, yd = dims(t), dims(y)
+    r = len(td)
+    elem = element_type(t)
+    if kind == "Conv":  # W [M, C/g, *K], M group-major
+        if g == 1:
+            return _fold_conv(b, kind, x, t, y, attrs, 1)
+        geom = conv_geometry_of(attrs, x)
+        if geom is not None:
+            return _grouped_weight_tangent(b, x, t, y, geom)
+        # Spatial extents unknown: one convolution per group.
+        m, c = td[1], dims(x)[1]
+        if m is None or c is None:
+            raise UnsupportedOp("grouped Conv needs static channel counts")
+        parts = []
+        for i in range(g):
+            ti = b.slice(t, [1], [i * m // g], [(i + 1) * m // g],
+                         tensor_type([None, m // g] + td[2:], elem))
+            xi = b.slice(x, [1], [i * c // g], [(i + 1) * c // g],
+                         tensor_type([dims(x)[0], c // g] + dims(x)[2:], element_type(x)))
+            yi = b.slice(y, [1], [i * m // g], [(i + 1) * m // g],
+                         tensor_type([yd[0], m // g] + yd[2:], elem))
+            parts.append(_fold_conv(b, kind, xi, ti, yi, attrs, 1))
+        return b.concat(parts, 2)
+    # ConvTranspose: W [C, M/g, *K]; output channels (group, k, M/g)
+    moved = b.transpose(t, [0, 2, 1] + list(range(3, r)))
+    merged = b.reshape(moved, b.concat([b.ints([-1]), b.shape(moved, 2)], 0),
+                       [None, td[1]] + td[3:])
+    folded = b.transpose(merged, [1, 0] + list(range(2, r - 1)))
+    ry = len(yd)
+    conv = b.op(kind, [x, folded, None], tensor_type([yd[0], None] + yd[2:], elem), **attrs)
+    front = b.transpose(conv, [1, 0] + list(range(2, ry)))
+    mg = td[2]
+    split = b.reshape(front, b.concat([b.ints([g]), _k(b, t), b.shape(t, 2, 3), b.shape(x, 0, 1),
+                                       b.shape(y, 2)], 0), [g, None, mg, yd[0]] + yd[2:])
+    back = b.transpose(split, [1, 3, 0, 2] + list(range(4, ry + 2)))
+    return b.reshape(back, b.concat([_k(b, t), b.shape(y)], 0), [None] + yd)
+
+
+def conv_geometry_of(attrs: dict, x: ir.Value) -> dict | None:
+    """attrs if explicit (pads, kernel_shape...) and x's extents static."""
+    xd = dims(x)
+    if "pads" not in attrs or "kernel_shape" not in attrs or xd is None or None in xd[1:]:
+        return None
+    return attrs
+
+
+def _grouped_weight_tangent(b: Builder, x: ir.Value, t: ir.Value, y: ir.Value,
+                            geom: dict) -> ir.Value:
+    """Conv(x, t) for grouped convolutions as one MatMul of the tangent with
+    the primal patches of x (im2col): k-uniform, so it transposes exactly."""
+    g, ks, s, d, p = (geom[n] for n in ("group", "kernel_shape", "strides", "dilations", "pads"))
+    xd, td, yd = dims(x), dims(t), dims(y)
+    n = len(ks)
+    elem = element_type(x)
+    outs = yd[2:]
+    if None in outs:
+        raise UnsupportedOp("grouped Conv needs static output extents")
+    padded_dims = [xd[0], xd[1]] + [xd[2 + i] + p[i] + p[n + i] for i in range(n)]
+    xp = x
+    if any(p):
+        xp = b.op("Pad", [x, b.ints([0, 0] + p[:n] + [0, 0] + p[n:])], tensor_type(padded_dims, elem))
+    offsets = np.indices(ks).reshape(n, -1).T
+    patches = []
+    for off in offsets:
+        starts = [int(o) * di for o, di in zip(off, d)]
+        ends = [st + (o - 1) * si + 1 for st, o, si in zip(starts, outs, s)]
+        sl = b.slice(xp, list(range(2, 2 + n)), starts, ends, tensor_type(xd[:2] + outs, elem), s)
+        patches.append(b.unsqueeze(sl, [2]))
+    kk = len(offsets)
+    stack = b.concat(patches, 2) if kk > 1 else patches[0]  # [N, C, K, *O]
+    c, m = xd[1], td[1]
+    o = int(np.prod(outs))
+    grouped = b.reshape(stack, b.ints([0, g, (c // g) * kk, o]), [xd[0], g, (c // g) * kk, o])
+    moved = b.transpose(grouped, [1, 2, 0, 3])  # [g, C/g*K, N, O]
+    pmat = b.reshape(moved, b.ints([g, (c // g) * kk, -1]), [g, (c // g) * kk, None])
+    tw = b.reshape(t, b.ints([-1, g, m // g, (c // g) * kk]), [td[0], g, m // g, (c // g) * kk])
+    prod = matmul(b, tw, pmat)  # [k, g, M/g, N*O]
+    split = b.reshape(prod, b.concat([b.ints([-1, g, m // g]), b.shape(x, 0, 1), b.ints(outs)], 0),
+                      [td[0], g, m // g, xd[0]] + outs)
+    back = b.transpose(split, [0, 3, 1, 2] + list(range(4, 4 + n)))
+    return b.reshape(back, b.concat([_k(b, t), b.shape(y)], 0), [None] + yd)
+
+
+def _bias_tangent(b: Builder, t: ir.Value, y: ir.Value) -> ir.Value:
+    r = rank(y)
+    return b.unsqueeze(t, [1] + list(range(3, r + 1)))  # [k, M] -> [k, 1, M, 1...]
+
+
+def _conv_jvp(kind: str):
+    def rule(b: Builder, op, tangents):
+        x, w = op.operands[0], op.operands[1]
+        y = op.results[0]
+        if rank(x) is None or rank(w) is None or rank(y) is None:
+            raise UnsupportedOp(f"{kind} needs the ranks of its operands")
+        attrs = _conv_attrs(op, kind == "ConvTranspose")
+        terms = []
+        if tangents[0] is not None:
+            terms.append(_conv_on_batch(b, kind, tangents[0], w, y, attrs))
+        if tangents[1] is not None:
+            terms.append(_conv_on_weight(b, kind, x, tangents[1], y, attrs))
+        if len(tangents) > 2 and tangents[2] is not None and operand_or_none(op, 2) is not None:
+            terms.append(_bias_tangent(b, tangents[2], y))
+        return [total(b, terms)]
+    return rule
+
+
+jvp("Conv")(_conv_jvp("Conv"))
+jvp("ConvTranspose")(_conv_jvp("ConvTranspose"))
+
+
+def _static_geometry(op: ir.Operation, transposed: bool) -> dict:
+    g = conv_geometry(op, transposed)
+    if g is None:
+        raise UnsupportedOp("reverse mode through convolution needs static kernel and spatial "
+                            "extents when auto_pad or output_shape is used")
+    return g
+
+
+def conv_weight_grad(b: Builder, inp: ir.Value, cot: ir.Value, geom: dict,
+                     w_like: ir.Value) -> ir.Value:
+    """dW[m, c, *K] = sum_n,o cot[n, m, o] inp_padded[n, g(m)*C/g + c, o*s + K*d]:
+    a Conv with batch and channels swapped, strides and dilations exchanged."""
+    g = geom["group"]
+    idd, wd = dims(inp), dims(w_like)
+    r = len(idd)
+    elem = element_type(cot)
+    cin = idd[1]
+    if g == 1:
+        data = b.transpose(inp, [1, 0] + list(range(2, r)))
+    else:
+        cg = None if cin is None else cin // g
+        split = b.reshape(inp, b.concat([b.ints([0, g, -1]), b.shape(inp, 2)], 0),
+                          [idd[0], g, cg] + idd[2:])
+        moved = b.transpose(split, [2, 1, 0] + list(range(3, r + 1)))
+        data = b.reshape(moved, b.concat([b.ints([0, -1]), b.shape(inp, 2)], 0),
+                         [cg, None] + idd[2:])
+    cd = dims(cot)
+    kern = b.transpose(cot, [1, 0] + list(range(2, r)))
+    n = r - 2
+    full = b.op("Conv", [data, kern, None], tensor_type([wd[1], cd[1]] + [None] * n, elem),
+                strides=geom["dilations"], dilations=geom["strides"], pads=geom["pads"], group=g)
+    k = geom["kernel_shape"]
+    cut = b.slice(full, list(range(2, r)), [0] * n, k, tensor_type([wd[1], cd[1]] + k, elem))
+    return b.transpose(cut, [1, 0] + list(range(2, r)))
+
+
+def _explicit(geom: dict, *names: str) -> dict:
+    return {k: geom[k] for k in ("kernel_shape", "strides", "dilations", "pads", "group") + names
+            if k in geom}
+
+
+@transpose("Conv")
+def _t_conv(b: Builder, op, cts, linear):
+    x, w = op.operands[0], op.operands[1]
+    ct = cts[0]
+    geom = _static_geometry(op, False)
+    out = [None] * len(op.operands)
+    if linear[0] and linear[1]:
+        raise UnsupportedOp("Conv of two linear values is not linear")
+    if linear[0]:
+        xd, cd = dims(x), dims(ct)
+        if None in xd[2:] or None in cd[2:]:
+            raise UnsupportedOp("reverse mode through Conv needs static spatial extents")
+        s, d, p, k = geom["strides"], geom["dilations"], geom["pads"], geom["kernel_shape"]
+        n = len(k)
+        opad = [xd[2 + i] + p[i] + p[n + i] - s[i] * (cd[2 + i] - 1) - (k[i] - 1) * d[i] - 1
+                for i in range(n)]
+        out[0] = b.op("ConvTranspose", [ct, w, None],
+                      tensor_type([cd[0]] + dims(x)[1:], element_type(ct)),
+                      output_padding=opad, **_explicit(geom))
+    if linear[1]:
+        out[1] = conv_weight_grad(b, x, ct, geom, w)
+    if len(op.operands) > 2 and linear[2]:
+        r = rank(ct)
+        out[2] = b.reduce("ReduceSum", ct, [0] + list(range(2, r)), False)
+    return out
+
+
+@transpose("ConvTranspose")
+def _t_conv_transpose(b: Builder, op, cts, linear):
+    x, w = op.operands[0], op.operands[1]
+    ct = cts[0]
+    geom = _static_geometry(op, True)
+    out = [None] * len(op.operands)
+    if linear[0] and linear[1]:
+        raise UnsupportedOp("ConvTranspose of two linear values is not linear")
+    if linear[0]:
+        if any(o >= s for o, s in zip(geom["output_padding"], geom["strides"])):
+            raise UnsupportedOp("transposing ConvTranspose with output_padding >= strides")
+        out[0] = b.op("Conv", [ct, w, None], tensor_type([dims(ct)[0]] + dims(x)[1:],
+                                                         element_type(ct)), **_explicit(geom))
+    if linear[1]:
+        out[1] = conv_weight_grad(b, ct, x, geom, w)
+    if len(op.operands) > 2 and linear[2]:
+        r = rank(ct)
+        out[2] = b.reduce("ReduceSum", ct, [0] + list(range(2, r)), False)
+    return out

@@ -3,11 +3,12 @@ JVP applies the op itself to the tangent with its axes shifted past the
 direction axis, and the transpose is the adjoint data movement."""
 from __future__ import annotations
 
+import numpy as np
 from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import (Builder, attribute, constant_ints, dims, element_type, operand_or_none,
+from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
                        rank, tensor_type)
 from ..registry import jvp, transpose
 
@@ -34,8 +35,12 @@ def _reshape(b: Builder, op, tangents):
 def _t_reshape(b: Builder, op, cts, linear):
     x = op.operands[0]
     d = dims(x)
+    # The direction axis is -1, not 0 (copy): a rule may merge k into axis 0
+    # (k*N for a batch) as long as the trailing extents do not depend on k.
     if d is not None and None not in d[1:] and 0 not in d[1:]:
-        target = b.ints([0] + d[1:])
+        target = b.ints([-1] + d[1:])
+    elif d is not None and 0 not in d[1:]:
+        target = b.concat([b.ints([-1]), b.shape(x, 1)], 0)
     else:
         target = b.like_shape(cts[0], x)
     return [b.op("Reshape", [cts[0], target], tensor_type(
@@ -177,34 +182,91 @@ def _slice_args(op: ir.Operation, r: int) -> tuple[list[int], list[int], list[in
     return starts, ends, [a + r if a < 0 else a for a in axes], steps
 
 
+def _slice_axes(op: ir.Operation, r: int) -> list[int] | None:
+    """Constant normalized axes of a Slice >= 10 (default: leading axes)."""
+    ax = operand_or_none(op, 3)
+    if ax is None:
+        n = dims(op.operands[1])
+        return None if n is None or n[0] is None else list(range(n[0]))
+    axes = constant_ints(ax)
+    return None if axes is None else [a + r if a < 0 else a for a in axes]
+
+
 @jvp("Slice")
 def _slice(b: Builder, op, tangents):
     x = op.operands[0]
     r = rank(x)
     if r is None:
         raise UnsupportedOp("Slice needs its operand's rank")
-    starts, ends, axes, steps = _slice_args(op, r)
-    return [b.slice(tangents[0], [a + 1 for a in axes], starts, ends,
-                    b.derivative_type(op.results[0]), steps)] + [None] * (len(op.operands) - 1)
+    out = b.derivative_type(op.results[0])
+    try:
+        starts, ends, axes, steps = _slice_args(op, r)
+        return [b.slice(tangents[0], [a + 1 for a in axes], starts, ends, out, steps)] + \
+            [None] * (len(op.operands) - 1)
+    except UnsupportedOp:
+        pass
+    # starts/ends/steps computed at run time: the same Slice on the shifted axes.
+    axes = _slice_axes(op, r)
+    if axes is not None:
+        axes_v = b.ints([a + 1 for a in axes])
+    else:
+        ax = op.operands[3]
+        neg = b.compare("Less", ax, b.ints([0]))
+        axes_v = b.add(b.where(neg, b.add(ax, b.ints([r])), ax), b.ints([1]))
+    operands = [tangents[0], op.operands[1], op.operands[2], axes_v, operand_or_none(op, 4)]
+    return [b.op("Slice", operands, out)] + [None] * (len(op.operands) - 1)
+
+
+def _slice_indices(b: Builder, op, x: ir.Value, i: int, a: int) -> ir.Value:
+    """The indices along axis a kept by a Slice's i-th (start, end, step): the
+    Slice itself applied to Range(0, extent) keeps the exact clamping rules."""
+    n = b.squeeze(b.shape(x, a, a + 1), [0])
+    iota = b.op("Range", [b.int_scalar(0), n, b.int_scalar(1)], tensor_type([None], _i64()))
+    pick = lambda v: b.slice(v, [0], [i], [i + 1], tensor_type([1], _i64()))
+    st = operand_or_none(op, 4)
+    return b.op("Slice", [iota, pick(op.operands[1]), pick(op.operands[2]), b.ints([0]),
+                          None if st is None else pick(st)], tensor_type([None], _i64()))
 
 
 @transpose("Slice")
 def _t_slice(b: Builder, op, cts, linear):
     x = op.operands[0]
     d = dims(x)
-    if d is None or None in d[1:]:
-        raise UnsupportedOp("reverse mode through Slice needs static extents")
-    starts, ends, axes, steps = _slice_args(op, len(d))
-    pads = [0] * (2 * len(d))
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        if st != 1:
-            raise UnsupportedOp("reverse mode through Slice with steps != 1")
-        n = d[a]
-        s = max(0, min(n, s + n if s < 0 else s))
-        e = max(0, min(n, e + n if e < 0 else e))
-        pads[a], pads[len(d) + a] = s, n - max(e, s)
-    return [b.op("Pad", [cts[0], b.ints(pads)], tensor_type([None] + d[1:], element_type(cts[0])))] \
-        + [None] * (len(op.operands) - 1)
+    if d is None:
+        raise UnsupportedOp("reverse mode through Slice needs the operand's rank")
+    tail = [None] * (len(op.operands) - 1)
+    try:
+        starts, ends, axes, steps = _slice_args(op, len(d))
+    except UnsupportedOp:
+        starts = None
+        axes = _slice_axes(op, len(d))
+        if axes is None:
+            raise UnsupportedOp("reverse mode through Slice with axes computed at run time")
+    if starts is not None and all(st == 1 for st in steps) and None not in d[1:]:
+        pads = [0] * (2 * len(d))
+        for s, e, a in zip(starts, ends, axes):
+            n = d[a]
+            s = max(0, min(n, s + n if s < 0 else s))
+            e = max(0, min(n, e + n if e < 0 else e))
+            pads[a], pads[len(d) + a] = s, n - max(e, s)
+        return [b.op("Pad", [cts[0], b.ints(pads)], tensor_type([None] + d[1:], element_type(cts[0])))] \
+            + tail
+    # Steps != 1 or run-time bounds: one scatter-add per sliced axis, last axis first.
+    ct = cts[0]
+    done: set[int] = set()
+    for i in reversed(range(len(axes))):
+        a = axes[i]
+        if starts is not None and d[a] is not None:
+            idx = b.ints(list(range(d[a]))[slice(starts[i], ends[i], steps[i])])
+        else:
+            idx = _slice_indices(b, op, x, i, a)
+        done.add(a)
+        cd = dims(ct)
+        target = b.concat([b.shape(ct, 0, 1)] + [b.shape(x if j in done else ct, j, j + 1)
+                                                 for j in range(1, len(d))], 0)
+        tdims = [None] + [d[j] if j in done else cd[j] for j in range(1, len(d))]
+        ct = scatter_add_into(b, ct, target, tdims, idx, a)
+    return [ct] + tail
 
 
 @transpose("Pad")
@@ -214,8 +276,547 @@ def _t_pad(b: Builder, op, cts, linear):
     pads = constant_ints(op.operands[1])
     if pads is None or d is None:
         raise UnsupportedOp("transposing Pad needs constant pads and a known rank")
+    if (attribute(op, "mode") or "constant") != "constant":
+        raise UnsupportedOp("transposing Pad in a mode other than 'constant'")
     r = len(d)
     starts = pads[:r]
     ends = [-p if p > 0 else 2**62 for p in pads[r:]]
     return [b.slice(cts[0], list(range(r)), starts, ends, tensor_type([None] + d[1:], element_type(cts[0])))] \
         + [None] * (len(op.operands) - 1)
+
+
+# ---- indexing: gathers, scatters and data movement ------------------------------
+#
+# Gathers are linear in their data; their transposes scatter-add (duplicates
+# accumulate) into zeros with ScatterElements(reduction="add") -- an opset-16
+# op, emitted at opset >= 16 (the exporter raises the model's opset). Ops that
+# take an index tensor shaped like their data (GatherElements, ScatterElements)
+# get the indices broadcast over the direction axis.
+
+def _i64() -> ir.Type:
+    return ir.IntegerType.get_signless(64)
+
+
+def _tail(op: ir.Operation, n: int) -> list:
+    return [None] * (len(op.operands) - n)
+
+
+def _high(b: Builder, opset: int = 16) -> Builder:
+    """A builder emitting ops of at least `opset` (reduction attributes)."""
+    return b if b.opset >= opset else Builder(max(b.opset, 18), b.location)
+
+
+def _zeros(b: Builder, shape: ir.Value, out: list | None, like: ir.Value) -> ir.Value:
+    return b.expand(b.scalar(0.0, like), shape, out)
+
+
+def _over_directions(b: Builder, idx: ir.Value, k: ir.Value) -> ir.Value:
+    """idx [S] -> [k] + S (same values for every direction)."""
+    d = dims(idx)
+    u = b.unsqueeze(idx, [0])
+    return b.expand(u, b.concat([k, b.shape(idx)], 0), None if d is None else [None] + d)
+
+
+def _match_directions(b: Builder, idx: ir.Value, like: ir.Value) -> ir.Value:
+    """An index tensor of a linear op ([1] + S in a linear program) broadcast
+    to the direction count of a cotangent."""
+    d = dims(idx)
+    return b.expand(idx, b.concat([b.shape(like, 0, 1), b.shape(idx, 1)], 0),
+                    None if d is None else [None] + d[1:])
+
+
+def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Value,
+                      axis: int) -> ir.Value:
+    """Transpose of Gather(data_lin, idx, axis): ct [..pre, *Q, ..post] is
+    scatter-added into zeros shaped like data_lin (with ct's direction count)."""
+    q = rank(idx)
+    cd = dims(ct)
+    if q is None or cd is None or axis < 1:
+        raise UnsupportedOp("transposing Gather needs static ranks and a data axis >= 1")
+    post = len(cd) - axis - q
+    flat = b.reshape(ct, b.concat([b.shape(ct, 0, axis), b.ints([-1]), b.shape(ct, axis + q)], 0),
+                     cd[:axis] + [None] + cd[axis + q:])
+    ix = b.reshape(idx, [1] * axis + [-1] + [1] * post, [1] * axis + [None] + [1] * post)
+    ix = b.expand(ix, b.shape(flat), dims(flat))
+    dd = dims(data_lin)
+    zeros = _zeros(b, b.like_shape(ct, data_lin), [None] + dd[1:], ct)
+    return _high(b).op("ScatterElements", [zeros, ix, flat], zeros.type, axis=axis,
+                       reduction="add")
+
+
+def scatter_add_into(b: Builder, ct: ir.Value, target: ir.Value, tdims: list | None,
+                     idx: ir.Value, axis: int) -> ir.Value:
+    """ct (indices idx [n] taken along `axis`) scatter-added into zeros of run-time
+    shape `target`."""
+    cd = dims(ct)
+    r = len(cd)
+    ix = b.reshape(idx, [1] * axis + [-1] + [1] * (r - axis - 1), [1] * axis + [None] + [1] * (r - axis - 1))
+    ix = b.expand(ix, b.shape(ct), cd)
+    zeros = _zeros(b, target, tdims, ct)
+    return _high(b).op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis, reduction="add")
+
+
+@jvp("Gather")
+def _gather(b: Builder, op, tangents):
+    x, idx = op.operands
+    axis = _axis(op, rank(x))
+    return [b.op("Gather", [tangents[0], idx], b.derivative_type(op.results[0]), axis=axis + 1)]
+
+
+@transpose("Gather")
+def _t_gather(b: Builder, op, cts, linear):
+    x, idx = op.operands
+    return [scatter_add_along(b, cts[0], x, idx, _axis(op, rank(x))), None]
+
+
+@jvp("GatherElements")
+def _gather_elements(b: Builder, op, tangents):
+    x, idx = op.operands
+    axis = _axis(op, rank(x))
+    t = tangents[0]
+    return [b.op("GatherElements", [t, _over_directions(b, idx, b.shape(t, 0, 1))],
+                 b.derivative_type(op.results[0]), axis=axis + 1)]
+
+
+@transpose("GatherElements")
+def _t_gather_elements(b: Builder, op, cts, linear):
+    x, idx = op.operands
+    ct = cts[0]
+    ix = _match_directions(b, idx, ct)
+    zeros = _zeros(b, b.like_shape(ct, x), [None] + dims(x)[1:], ct)
+    return [_high(b).op("ScatterElements", [zeros, ix, ct], zeros.type,
+                        axis=_axis(op, rank(x)), reduction="add"), None]
+
+
+def _reduction(op: ir.Operation) -> str:
+    r = attribute(op, "reduction") if "reduction" in _op_attrs(op) else None
+    r = r or "none"
+    if r not in ("none", "add"):
+        raise UnsupportedOp(f"derivative of {op_type(op)} with reduction='{r}'")
+    return r
+
+
+def _op_attrs(op: ir.Operation) -> dict:
+    from onnx_ad_mlir import _op_table
+    return _op_table.OPS[op.name.removeprefix("onnx.")]["attributes"]
+
+
+@jvp("ScatterElements", "Scatter")
+def _scatter_elements(b: Builder, op, tangents):
+    data, idx, upd = op.operands
+    r = _reduction(op)
+    td, tu = tangents[0], tangents[2]
+    if td is None and tu is None:
+        return [None]
+    k = b.shape(td if td is not None else tu, 0, 1)
+    if td is None:
+        td = _zeros(b, b.concat([k, b.shape(data)], 0), None if dims(data) is None
+                    else [None] + dims(data), upd)
+    if tu is None:
+        tu = _zeros(b, b.concat([k, b.shape(upd)], 0), None if dims(upd) is None
+                    else [None] + dims(upd), data)
+    attrs = {"reduction": r} if r != "none" else {}
+    return [b.op(op_type(op), [td, _over_directions(b, idx, k), tu],
+                 b.derivative_type(op.results[0]), axis=_axis(op, rank(data)) + 1, **attrs)]
+
+
+@transpose("ScatterElements", "Scatter")
+def _t_scatter_elements(b: Builder, op, cts, linear):
+    data, idx, upd = op.operands
+    ct = cts[0]
+    axis = _axis(op, rank(data))
+    r = _reduction(op)
+    ix = _match_directions(b, idx, ct)
+    out = [None, None, None]
+    if linear[0]:
+        if r == "add":
+            out[0] = ct
+        else:
+            zeros = _zeros(b, b.shape(ix), dims(ix), ct)
+            out[0] = b.op(op_type(op), [ct, ix, zeros], ct.type, axis=axis)
+    if linear[2]:
+        out[2] = b.op("GatherElements", [ct, ix], tensor_type(dims(ix), element_type(ct)), axis=axis)
+    return out
+
+
+def _nd_perm(q: int, r: int, batch: int) -> list[int]:
+    """[k, B.., D.., rest] -> [B.., D(q).., k, rest]: the direction axis
+    right after the indexed axes, so GatherND/ScatterND index data axes."""
+    lead = list(range(1, 1 + batch + q))
+    return lead + [0] + list(range(1 + batch + q, r + 1))
+
+
+def _last_static(idx: ir.Value) -> int:
+    d = dims(idx)
+    if d is None or d[-1] is None:
+        raise UnsupportedOp("needs the static last extent of its indices")
+    return d[-1]
+
+
+def _moved(b: Builder, t: ir.Value, perm: list[int]) -> ir.Value:
+    return b.transpose(t, perm)
+
+
+def _front(b: Builder, t: ir.Value, at: int) -> ir.Value:
+    """Moves axis `at` to the front."""
+    r = rank(t)
+    if r is None:
+        raise UnsupportedOp("needs static ranks")
+    return b.transpose(t, [at] + [i for i in range(r) if i != at])
+
+
+@jvp("GatherND")
+def _gather_nd(b: Builder, op, tangents):
+    x, idx = op.operands
+    q, batch, r = _last_static(idx), attribute(op, "batch_dims") or 0, rank(x)
+    moved = _moved(b, tangents[0], _nd_perm(q, r, batch))
+    y = op.results[0]
+    yd = dims(y)
+    lead = rank(idx) - 1  # result axes before the direction axis
+    out_rank = lead + r - q - batch
+    res = b.op("GatherND", [moved, idx], tensor_type(
+        [None] * (out_rank + 1) if yd is None else yd[:lead] + [None] + yd[lead:], element_type(y)),
+        batch_dims=batch)
+    return [_front(b, res, lead)]
+
+
+@transpose("GatherND")
+def _t_gather_nd(b: Builder, op, cts, linear):
+    x, idx = op.operands
+    if (attribute(op, "batch_dims") or 0) != 0:
+        raise UnsupportedOp("transposing GatherND with batch_dims > 0")
+    ct = cts[0]
+    zeros = _zeros(b, b.concat([b.shape(x, 0, _last_static(idx)), b.shape(ct, rank(idx) - 1,
+                                                                         rank(idx)),
+                                b.shape(x, _last_static(idx) + 1)], 0), [None] * rank(x), ct)
+    # Linear GatherNDs come from the JVP above: the direction axis follows the indexed ones.
+    return [_high(b).op("ScatterND", [zeros, idx, ct], zeros.type, reduction="add"), None]
+
+
+@jvp("ScatterND")
+def _scatter_nd(b: Builder, op, tangents):
+    data, idx, upd = op.operands
+    r = _reduction(op)
+    q = _last_static(idx)
+    td, tu = tangents[0], tangents[2]
+    if td is None and tu is None:
+        return [None]
+    k = b.shape(td if td is not None else tu, 0, 1)
+    if td is None:
+        td = _zeros(b, b.concat([k, b.shape(data)], 0), [None] * (rank(data) + 1), upd)
+    if tu is None:
+        tu = _zeros(b, b.concat([k, b.shape(upd)], 0), [None] * (rank(upd) + 1), data)
+    rd = rank(data)
+    dm = _moved(b, td, _nd_perm(q, rd, 0))
+    lead = rank(idx) - 1
+    um = _moved(b, tu, _nd_perm(lead, rank(upd), 0))
+    attrs = {"reduction": r} if r != "none" else {}
+    res = b.op("ScatterND", [dm, idx, um], dm.type, **attrs)
+    return [_front(b, res, q)]
+
+
+@transpose("ScatterND")
+def _t_scatter_nd(b: Builder, op, cts, linear):
+    data, idx, upd = op.operands
+    ct = cts[0]
+    r = _reduction(op)
+    out = [None, None, None]
+    if linear[0]:
+        if r == "add":
+            out[0] = ct
+        else:
+            zeros = _zeros(b, b.concat([b.shape(idx, 0, rank(idx) - 1),
+                                        b.shape(ct, _last_static(idx))], 0),
+                           [None] * (rank(idx) - 1 + rank(ct) - _last_static(idx)), ct)
+            out[0] = b.op("ScatterND", [ct, idx, zeros], ct.type)
+    if linear[2]:
+        out[2] = b.op("GatherND", [ct, idx], tensor_type(
+            [None] * (rank(idx) - 1 + rank(ct) - _last_static(idx)), element_type(ct)))
+    return out
+
+
+@jvp("Tile")
+def _tile(b: Builder, op, tangents):
+    x, reps = op.operands
+    c = constant_ints(reps)
+    rv = b.ints([1] + c) if c is not None else b.concat([b.ints([1]), reps], 0)
+    return [b.op("Tile", [tangents[0], rv], b.derivative_type(op.results[0])), None]
+
+
+@transpose("Tile")
+def _t_tile(b: Builder, op, cts, linear):
+    x, reps = op.operands
+    c, d = constant_ints(reps), dims(x)
+    if c is None or d is None or None in d[1:]:
+        raise UnsupportedOp("transposing Tile needs constant repeats and static extents")
+    shape = [0]
+    for rp, e in zip(c[1:], d[1:]):
+        shape += [rp, e]
+    split = b.reshape(cts[0], shape, [None] + [v for pair in zip(c[1:], d[1:]) for v in pair])
+    axes = [1 + 2 * i for i in range(len(d) - 1)]
+    return [b.reduce("ReduceSum", split, axes, False), None]
+
+
+def _pad_args(op: ir.Operation, r: int) -> list[int] | None:
+    """Constant pads for every axis [begins..., ends...], or None."""
+    if "pads" in op.attributes:  # Pad-2
+        return list(attribute(op, "pads"))
+    pads = constant_ints(op.operands[1])
+    if pads is None:
+        return None
+    ax = operand_or_none(op, 3)
+    if ax is None:
+        return pads
+    axes = constant_ints(ax)
+    if axes is None:
+        return None
+    full = [0] * (2 * r)
+    n = len(axes)
+    for i, a in enumerate(axes):
+        a = a + r if a < 0 else a
+        full[a], full[r + a] = pads[i], pads[n + i]
+    return full
+
+
+def _source_index(mode: str, n: int, pb: int, pe: int) -> np.ndarray:
+    """For Pad's edge/reflect/wrap: the input index read by each output index."""
+    i = np.arange(-pb, n + pe) if pb >= 0 else np.arange(-pb, n + pe)
+    if mode == "edge":
+        return np.clip(i, 0, n - 1)
+    if mode == "wrap":
+        return np.mod(i, n)
+    if n == 1:
+        return np.zeros_like(i)
+    period = 2 * (n - 1)
+    m = np.mod(i, period)
+    return np.where(m < n, m, period - m)
+
+
+@jvp("Pad")
+def _pad(b: Builder, op, tangents):
+    x = op.operands[0]
+    y = op.results[0]
+    r = rank(x)
+    mode = attribute(op, "mode") or "constant"
+    pads = None if r is None else _pad_args(op, r)
+    t = tangents[0]
+    out_t = None
+    if t is not None:
+        if mode == "constant":
+            if pads is not None:
+                pv = b.ints([0] + pads[:r] + [0] + pads[r:])
+            else:
+                pads_in = op.operands[1]
+                if operand_or_none(op, 3) is not None:
+                    raise UnsupportedOp("Pad with axes computed at run time")
+                half = b.ints([0])
+                pv = b.concat([half, b.slice(pads_in, [0], [0], [r], tensor_type([r], _i64())), half,
+                               b.slice(pads_in, [0], [r], [2 * r], tensor_type([r], _i64()))], 0)
+            out_t = b.op("Pad", [t, pv], b.derivative_type(y))
+        else:
+            d = dims(x)
+            if pads is None or d is None:
+                raise UnsupportedOp(f"Pad mode '{mode}' needs constant pads")
+            out_t = t
+            for a in range(r):
+                if pads[a] == 0 and pads[r + a] == 0:
+                    continue
+                if d[a] is None:
+                    raise UnsupportedOp(f"Pad mode '{mode}' needs static extents on padded axes")
+                src = _source_index(mode, d[a], pads[a], pads[r + a])
+                od = dims(out_t)
+                od = od[:a + 1] + [len(src)] + od[a + 2:]
+                out_t = b.op("Gather", [out_t, b.ints(src)], tensor_type(od, element_type(t)),
+                             axis=a + 1)
+    tc = tangents[2] if len(tangents) > 2 else None
+    if tc is not None and mode == "constant":
+        ones = b.expand(b.scalar(1.0, y), b.shape(x), dims(x))
+        inner = b.op("Pad", [ones] + list(op.operands[1:2]) + [b.scalar(0.0, y)]
+                     + list(op.operands[3:]), y.type, mode="constant")
+        mask = b.sub(b.scalar(1.0, y), inner)
+        term = b.mul(b.align(tc, r), mask)
+        out_t = term if out_t is None else b.add(out_t, term)
+    return [out_t] + _tail(op, 1)
+
+
+@jvp("Trilu")
+def _trilu(b: Builder, op, tangents):
+    return [b.op("Trilu", [tangents[0]] + list(op.operands[1:]), b.derivative_type(op.results[0]),
+                 upper=attribute(op, "upper"))] + _tail(op, 1)
+
+
+@transpose("Trilu")
+def _t_trilu(b: Builder, op, cts, linear):
+    return [b.op("Trilu", [cts[0]] + list(op.operands[1:]), cts[0].type,
+                 upper=attribute(op, "upper"))] + _tail(op, 1)
+
+
+@jvp("Range")
+def _range(b: Builder, op, tangents):
+    start, limit, delta = op.operands
+    y = op.results[0]
+    ts, td = tangents[0], tangents[2]
+    terms = []
+    if ts is not None:
+        terms.append(b.unsqueeze(ts, [1]))  # [k] -> [k, 1]
+    if td is not None:
+        n = b.squeeze(b.shape(y), [0])
+        iota = b.op("Range", [b.int_scalar(0), n, b.int_scalar(1)], tensor_type([None], _i64()))
+        terms.append(b.mul(b.unsqueeze(td, [1]), b.cast_like(iota, y)))
+    return [None if not terms else b.sum(terms) if len(terms) > 1 else terms[0]]
+
+
+@jvp("ReverseSequence")
+def _reverse_sequence(b: Builder, op, tangents):
+    r = rank(op.operands[0])
+    perm = [1, 2, 0] + list(range(3, r + 1))  # direction axis after batch and time
+    moved = b.transpose(tangents[0], perm)
+    rev = b.op("ReverseSequence", [moved, op.operands[1]], moved.type,
+               batch_axis=attribute(op, "batch_axis"), time_axis=attribute(op, "time_axis"))
+    return [b.transpose(rev, [2, 0, 1] + list(range(3, r + 1)))]
+
+
+@transpose("ReverseSequence")
+def _t_reverse_sequence(b: Builder, op, cts, linear):
+    return [b.op("ReverseSequence", [cts[0], op.operands[1]], cts[0].type,
+                 batch_axis=attribute(op, "batch_axis"), time_axis=attribute(op, "time_axis")), None]
+
+
+def _space_depth(b: Builder, t: ir.Value, y: ir.Value, to_space: bool, bs: int, mode: str):
+    """DepthToSpace / SpaceToDepth on [k, N, C, H, W] by Reshape + Transpose."""
+    td = dims(t)
+    k = b.shape(t, 0, 1)
+    n = b.shape(t, 1, 2)
+    if to_space:
+        if mode == "CRD":
+            split = b.reshape(t, b.concat([k, n, b.ints([-1, bs, bs]), b.shape(t, 3)], 0),
+                              [None] * 7)
+            perm = [0, 1, 2, 5, 3, 6, 4]
+        else:
+            split = b.reshape(t, b.concat([k, n, b.ints([bs, bs, -1]), b.shape(t, 3)], 0),
+                              [None] * 7)
+            perm = [0, 1, 4, 5, 2, 6, 3]
+    else:
+        c, h, w = (b.shape(t, i, i + 1) for i in (2, 3, 4))
+        hh = b.div(h, b.ints([bs]))
+        ww = b.div(w, b.ints([bs]))
+        split = b.reshape(t, b.concat([k, n, c, hh, b.ints([bs]), ww, b.ints([bs])], 0), [None] * 7)
+        perm = [0, 1, 4, 6, 2, 3, 5]
+    moved = b.transpose(split, perm)
+    del td
+    return b.reshape(moved, b.concat([k, b.shape(y)], 0), dims(b.derivative_type(y)))
+
+
+@jvp("DepthToSpace")
+def _depth_to_space(b: Builder, op, tangents):
+    return [_space_depth(b, tangents[0], op.results[0], True, attribute(op, "blocksize"),
+                         attribute(op, "mode") or "DCR")]
+
+
+@jvp("SpaceToDepth")
+def _space_to_depth(b: Builder, op, tangents):
+    return [_space_depth(b, tangents[0], op.results[0], False, attribute(op, "blocksize"), "DCR")]
+
+
+@jvp("Compress")
+def _compress(b: Builder, op, tangents):
+    x, cond = op.operands
+    t = tangents[0]
+    y = op.results[0]
+    if "axis" not in op.attributes:
+        flat = b.reshape(t, [0, -1], [None, None])
+        return [b.op("Compress", [flat, cond], b.derivative_type(y), axis=1), None]
+    return [b.op("Compress", [t, cond], b.derivative_type(y), axis=_axis(op, rank(x)) + 1), None]
+
+
+@transpose("Compress")
+def _t_compress(b: Builder, op, cts, linear):
+    x, cond = op.operands
+    nz = b.op("NonZero", [cond], tensor_type([1, None], _i64()))
+    idx = b.reshape(nz, [-1], [None])
+    return [scatter_add_along(b, cts[0], x, idx, _axis(op, rank(x))), None]
+
+
+@jvp("Unique")
+def _unique(b: Builder, op, tangents):
+    x = op.operands[0]
+    t = tangents[0]
+    first = op.results[1]
+    if isinstance(first.type, ir.NoneType):
+        full = b.create("Unique", [x], [op.results[0].type] + [tensor_type([None], _i64())] * 3,
+                        **{k: attribute(op, k) for k in ("sorted", "axis") if k in op.attributes})
+        first = full[1]
+    y = op.results[0]
+    if "axis" not in op.attributes:
+        flat = b.reshape(t, [0, -1], [None, None])
+        val = b.op("Gather", [flat, first], b.derivative_type(y), axis=1)
+    else:
+        val = b.op("Gather", [t, first], b.derivative_type(y), axis=_axis(op, rank(x)) + 1)
+    return [val, None, None, None]
+
+
+@jvp("CenterCropPad")
+def _center_crop_pad(b: Builder, op, tangents):
+    x = op.operands[0]
+    r = rank(x)
+    axes = attribute(op, "axes") or list(range(r))
+    axes = [a + r if a < 0 else a for a in axes]
+    d, sizes = dims(x), constant_ints(op.operands[1])
+    t = tangents[0]
+    if d is not None and sizes is not None and all(d[a] is not None for a in axes):
+        # Static: a Slice for the cropped axes, a Pad for the padded ones.
+        crop = [(a + 1, (d[a] - n) // 2, (d[a] - n) // 2 + n) for a, n in zip(axes, sizes) if n < d[a]]
+        cd = [None] + list(d)
+        if crop:
+            for a, s0, e0 in crop:
+                cd[a] = e0 - s0
+            t = b.slice(t, [c[0] for c in crop], [c[1] for c in crop], [c[2] for c in crop],
+                        tensor_type(cd, element_type(t)))
+        pads = [0] * (2 * (r + 1))
+        for a, n in zip(axes, sizes):
+            if n > d[a]:
+                pads[a + 1], pads[r + 2 + a] = (n - d[a]) // 2, n - d[a] - (n - d[a]) // 2
+                cd[a + 1] = n
+        if any(pads):
+            t = b.op("Pad", [t, b.ints(pads)], tensor_type(cd, element_type(t)))
+        return [t, None]
+    return [b.op("CenterCropPad", [t, op.operands[1]], b.derivative_type(op.results[0]),
+                 axes=[a + 1 for a in axes]), None]
+
+
+@transpose("CenterCropPad")
+def _t_center_crop_pad(b: Builder, op, cts, linear):
+    x = op.operands[0]
+    axes = attribute(op, "axes")
+    d = dims(x)
+    if d is None or any(d[a] is None for a in axes):
+        raise UnsupportedOp("transposing CenterCropPad needs static extents")
+    return [b.op("CenterCropPad", [cts[0], b.ints([d[a] for a in axes])],
+                 tensor_type([None] + d[1:], element_type(cts[0])), axes=axes), None]
+
+
+@jvp("DequantizeLinear")
+def _dequantize(b: Builder, op, tangents):
+    x, scale = op.operands[0], op.operands[1]
+    zp = operand_or_none(op, 2)
+    ts = tangents[1]
+    if ts is None:
+        return [None]
+    if (attribute(op, "block_size") or 0) > 0 and "block_size" in _op_attrs(op):
+        raise UnsupportedOp("DequantizeLinear with block_size: derivative in the scale")
+    y = op.results[0]
+    r = rank(x)
+    xf = b.op("Cast", [x], tensor_type(dims(x), element_type(y)), to=_dtype(y))
+    if zp is not None:
+        xf = b.sub(xf, b.op("Cast", [zp], tensor_type(dims(zp), element_type(y)), to=_dtype(y)))
+    if rank(scale) == 1 and r > 1:
+        ax = _axis(op, r) if "axis" in _op_attrs(op) else 1
+        ts = b.unsqueeze(ts, list(range(1, ax + 1)) + list(range(ax + 2, r + 1)))
+    else:
+        ts = b.align(ts, r)
+    return [b.mul(ts, xf)]
+
+
+def _dtype(v: ir.Value) -> int:
+    from .elementwise import onnx_dtype
+    return onnx_dtype(element_type(v))

@@ -1,0 +1,88 @@
+"""Conv and ConvTranspose rules: finite differences, the forward/reverse
+identity and Hessians (ONNX Runtime has no double kernels: float32)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+from adcheck import check_derivatives, check_hessian
+
+F = TP.FLOAT
+
+
+def model(nodes, inputs, outputs, opset=18):
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                     [h.make_tensor_value_info(n, t, s) for n, t, s in outputs])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+
+
+def conv_case(kind, x_shape, w_shape, bias=True, **attrs):
+    ins = [("x", F, list(x_shape)), ("w", F, list(w_shape))]
+    names = ["x", "w"]
+    if bias:
+        m_out = w_shape[0] if kind == "Conv" else w_shape[1] * attrs.get("group", 1)
+        ins.append(("b", F, [m_out]))
+        names.append("b")
+    m = model([h.make_node(kind, names, ["y"], **attrs)], ins, [("y", F, None)])
+    rng = np.random.default_rng(7)
+    feeds = {n: rng.standard_normal(s).astype(np.float32) for n, _, s in ins}
+    return m, feeds
+
+
+CONV = [
+    ("2d", (2, 3, 5, 5), (4, 3, 3, 3), {}),
+    ("2d-stride-pad", (1, 2, 6, 7), (3, 2, 3, 2), dict(strides=[2, 2], pads=[1, 0, 1, 1])),
+    ("2d-dilation", (1, 2, 7, 7), (2, 2, 2, 3), dict(dilations=[2, 1], strides=[1, 2])),
+    ("2d-group", (2, 4, 5, 5), (6, 2, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),
+    ("depthwise", (1, 3, 5, 4), (3, 1, 3, 3), dict(group=3)),
+    ("same-upper", (1, 2, 5, 6), (2, 2, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    ("same-lower", (1, 2, 5, 6), (2, 2, 2, 3), dict(auto_pad="SAME_LOWER")),
+    ("valid", (1, 2, 5, 6), (2, 2, 3, 3), dict(auto_pad="VALID", strides=[2, 1])),
+    ("1d", (2, 2, 9), (3, 2, 3), dict(strides=[2], pads=[1, 2], dilations=[2])),
+    ("3d", (1, 2, 4, 4, 3), (2, 2, 2, 3, 2), dict(pads=[1, 0, 1, 0, 1, 0])),
+]
+
+
+@pytest.mark.parametrize("name,xs,ws,attrs", CONV, ids=[c[0] for c in CONV])
+def test_conv(name, xs, ws, attrs):
+    m, feeds = conv_case("Conv", xs, ws, **attrs)
+    check_derivatives(m, feeds)
+
+
+def test_conv_hessian():
+    m, feeds = conv_case("Conv", (1, 4, 5, 5), (4, 2, 3, 3), group=2, strides=[2, 1],
+                         pads=[1, 1, 0, 1])
+    check_hessian(m, feeds)
+
+
+CONVT = [
+    ("2d", (2, 3, 4, 4), (3, 2, 3, 3), {}),
+    ("stride-pad-opad", (1, 2, 3, 4), (2, 3, 3, 2),
+     dict(strides=[2, 3], pads=[1, 0, 0, 1], output_padding=[1, 2])),
+    ("group-dilation", (1, 4, 4, 3), (4, 2, 2, 3), dict(group=2, dilations=[2, 1])),
+    ("output-shape", (1, 2, 3, 3), (2, 2, 3, 3), dict(strides=[2, 2], output_shape=[6, 7])),
+    ("same-upper", (1, 2, 3, 4), (2, 1, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("1d", (2, 2, 5), (2, 3, 3), dict(strides=[2])),
+]
+
+
+@pytest.mark.parametrize("name,xs,ws,attrs", CONVT, ids=[c[0] for c in CONVT])
+def test_conv_transpose(name, xs, ws, attrs):
+    m, feeds = conv_case("ConvTranspose", xs, ws, **attrs)
+    check_derivatives(m, feeds)
+
+
+def test_conv_transpose_hessian():
+    m, feeds = conv_case("ConvTranspose", (1, 4, 3, 3), (4, 1, 2, 3), group=2, strides=[2, 1])
+    check_hessian(m, feeds)
+
+
+def test_conv_dynamic_batch_forward_and_reverse():
+    m = model([h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+               h.make_node("Tanh", ["c"], ["y"])],
+              [("x", F, ["n", 2, 4, 4]), ("w", F, [3, 2, 3, 3])], [("y", F, ["n", 3, 4, 4])])
+    rng = np.random.default_rng(3)
+    check_derivatives(m, {"x": rng.standard_normal((3, 2, 4, 4)).astype(np.float32),
+                          "w": 0.3 * rng.standard_normal((3, 2, 3, 3)).astype(np.float32)})

@@ -1,0 +1,162 @@
+"""Indexing and data-movement rules (shape.py): finite differences in float64,
+the forward/reverse identity, and Hessians where the model is nonlinear."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from adcheck import check_derivatives, check_hessian
+
+D, I = TP.DOUBLE, TP.INT64
+
+
+def model(nodes, inputs, outputs, opset=18, inits=()):
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                     [h.make_tensor_value_info(n, t, s) for n, t, s in outputs], list(inits))
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+
+
+def const(name, value):
+    return h.make_node("Constant", [], [name], value=nh.from_array(np.asarray(value), name))
+
+
+rng = np.random.default_rng(11)
+
+
+def run(nodes, x_shape, extra_inputs=(), feeds=None, hessian=True, opset=18, square=True):
+    """y = op(...)(x); z = y*y (nonlinear, for Hessians) as a second output."""
+    nodes = list(nodes) + ([h.make_node("Mul", ["y", "y"], ["z"])] if square else [])
+    outs = [("y", D, None)] + ([("z", D, None)] if square else [])
+    m = model(nodes, [("x", D, list(x_shape))] + list(extra_inputs), outs, opset=opset)
+    f = {"x": rng.standard_normal(x_shape)}
+    f.update(feeds or {})
+    errs = check_derivatives(m, f)
+    if hessian and square:
+        check_hessian(m, f, output="z")
+    return errs
+
+
+def test_gather_duplicates():
+    run([const("i", [[2, 0], [2, 1]]), h.make_node("Gather", ["x", "i"], ["y"], axis=1)], (3, 4))
+
+
+def test_gather_negative_axis0():
+    run([const("i", [-1, 0, 0]), h.make_node("Gather", ["x", "i"], ["y"], axis=0)], (3, 2))
+
+
+def test_gather_scalar_index():
+    run([const("i", 1), h.make_node("Gather", ["x", "i"], ["y"], axis=-1)], (2, 3))
+
+
+def test_gather_elements():
+    run([const("i", [[0, 0, 1], [2, 2, 2]]), h.make_node("GatherElements", ["x", "i"], ["y"], axis=0)],
+        (3, 3))
+
+
+def test_gather_nd():
+    run([const("i", [[0, 1], [2, 0], [0, 1]]), h.make_node("GatherND", ["x", "i"], ["y"])], (3, 2, 2))
+
+
+def test_gather_nd_batch_forward():
+    m = model([const("i", [[1], [0]]), h.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)],
+              [("x", D, [2, 3])], [("y", D, None)])
+    from onnx_ad_mlir.api import forward
+    from adcheck import run as ort_run
+    x = rng.standard_normal((2, 3))
+    fx = rng.standard_normal((2, 3, 2))
+    got = ort_run(forward(m, layout="onnx"), {"x": x, "fwd_x": fx})["fwd_y"]
+    np.testing.assert_allclose(got, fx[[0, 1], [1, 0]])
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_elements(reduction):
+    idx = [[1, 0, 2], [0, 2, 1]] if reduction == "none" else [[1, 1, 2], [0, 1, 1]]
+    run([const("i", idx),
+         h.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1, reduction=reduction)],
+        (2, 4), [("u", D, [2, 3])], {"u": rng.standard_normal((2, 3))})
+
+
+@pytest.mark.parametrize("reduction", ["none", "add"])
+def test_scatter_nd(reduction):
+    idx = [[1], [3]] if reduction == "none" else [[1], [1]]
+    run([const("i", idx), h.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)],
+        (4, 3), [("u", D, [2, 3])], {"u": rng.standard_normal((2, 3))})
+
+
+def test_tile():
+    run([const("r", [2, 1, 3]), h.make_node("Tile", ["x", "r"], ["y"])], (2, 3, 2))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad(mode):
+    run([const("p", [1, 0, 2, 3]), h.make_node("Pad", ["x", "p"], ["y"], mode=mode)], (3, 4),
+        opset=19)
+
+
+def test_pad_constant_value():
+    run([const("p", [0, 1, 1, 0]), h.make_node("Pad", ["x", "p", "c"], ["y"])], (2, 3),
+        [("c", D, [])], {"c": np.array(0.7)})
+
+
+def test_trilu():
+    run([h.make_node("Trilu", ["x"], ["y"], upper=0)], (2, 3, 3))
+
+
+def test_range():
+    m = model([h.make_node("Range", ["s", "l", "d"], ["r"]), h.make_node("Mul", ["r", "r"], ["y"])],
+              [("s", D, []), ("l", D, []), ("d", D, [])], [("y", D, None)])
+    check_derivatives(m, {"s": np.array(0.3), "l": np.array(4.1), "d": np.array(0.7)})
+
+
+def test_reverse_sequence():
+    run([const("l", [3, 1, 2]),
+         h.make_node("ReverseSequence", ["x", "l"], ["y"], batch_axis=1, time_axis=0)], (3, 3, 2))
+
+
+@pytest.mark.parametrize("op,mode", [("DepthToSpace", "DCR"), ("DepthToSpace", "CRD"),
+                                     ("SpaceToDepth", None)])
+def test_space_depth(op, mode):
+    attrs = {"blocksize": 2} | ({"mode": mode} if mode else {})
+    shape = (1, 8, 2, 3) if op == "DepthToSpace" else (2, 2, 4, 2)
+    run([h.make_node(op, ["x"], ["y"], **attrs)], shape, hessian=False)
+
+
+@pytest.mark.parametrize("axis", [None, 1])
+def test_compress(axis):
+    attrs = {} if axis is None else {"axis": axis}
+    run([const("c", np.array([True, False, True])), h.make_node("Compress", ["x", "c"], ["y"], **attrs)],
+        (2, 3))
+
+
+def test_unique_values():
+    m = model([h.make_node("Unique", ["x"], ["y"], sorted=1)], [("x", D, [5])], [("y", D, None)])
+    check_derivatives(m, {"x": np.array([0.5, -1.0, 2.0, 0.25, 3.0])})
+
+
+def test_center_crop_pad():
+    run([const("s", [2, 5]), h.make_node("CenterCropPad", ["x", "s"], ["y"], axes=[0, 2])], (4, 2, 3))
+
+
+def test_dequantize_scale():
+    m = model([const("q", np.array([[3, -2], [5, 1]], dtype=np.int8)),
+               const("zp", np.array([1, -1], dtype=np.int8)),
+               h.make_node("DequantizeLinear", ["q", "x", "zp"], ["y"], axis=1),
+               h.make_node("Mul", ["y", "y"], ["z"])], [("x", TP.FLOAT, [2])],
+              [("z", TP.FLOAT, None)], opset=19)
+    check_derivatives(m, {"x": np.array([0.5, 0.25], dtype=np.float32)})
+
+
+@pytest.mark.parametrize("steps", [[2], [-1], [-2]])
+def test_slice_steps_reverse(steps):
+    run([const("s", [-1 if steps[0] < 0 else 0]), const("e", [-100 if steps[0] < 0 else 100]),
+         const("a", [1]), const("st", steps),
+         h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 5))
+
+
+def test_slice_runtime_starts():
+    run([h.make_node("Shape", ["x"], ["sh"], start=1, end=2), const("two", [2]),
+         h.make_node("Div", ["sh", "two"], ["s"]), const("a", [1]),
+         h.make_node("Slice", ["x", "s", "sh", "a"], ["y"])], (2, 5))

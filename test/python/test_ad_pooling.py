@@ -1,0 +1,131 @@
+"""Pooling and resampling rules: finite differences, the forward/reverse
+identity, Hessians where smooth (ONNX Runtime pools are float32 only)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from adcheck import check_derivatives, check_hessian
+
+F, I = TP.FLOAT, TP.INT64
+
+
+def model(nodes, inputs, outputs, opset=19):
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                     [h.make_tensor_value_info(n, t, s) for n, t, s in outputs])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+
+
+def const(name, value):
+    return h.make_node("Constant", [], [name], value=nh.from_array(np.asarray(value), name))
+
+
+def case(op, x_shape, outputs=("y",), extra=(), opset=19, seed=5, distinct=True, **attrs):
+    nodes = list(extra) + [h.make_node(op, ["x"] + [e.output[0] for e in extra], list(outputs), **attrs)]
+    m = model(nodes, [("x", F, list(x_shape))], [(o, F if o == "y" else I, None) for o in outputs],
+              opset=opset)
+    rng = np.random.default_rng(seed)
+    if distinct:  # well-separated values: no ties for max pools
+        x = rng.permutation(np.prod(x_shape)).reshape(x_shape).astype(np.float32) * 0.1
+    else:
+        x = rng.standard_normal(x_shape).astype(np.float32)
+    return m, {"x": x}
+
+
+MAXPOOL = [
+    ("basic", (1, 2, 4, 4), {"kernel_shape": [2, 2]}),
+    ("strided-padded", (2, 1, 5, 5), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("ceil-dilated", (1, 2, 6, 5), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1,
+                                    "dilations": [1, 2]}),
+    ("1d-same", (1, 2, 7), {"kernel_shape": [3], "auto_pad": "SAME_UPPER", "strides": [2]}),
+    ("3d", (1, 1, 3, 4, 4), {"kernel_shape": [2, 2, 2]}),
+]
+
+
+@pytest.mark.parametrize("name,shape,attrs", MAXPOOL, ids=[c[0] for c in MAXPOOL])
+def test_max_pool(name, shape, attrs):
+    m, feeds = case("MaxPool", shape, **attrs)
+    check_derivatives(m, feeds)
+
+
+def test_max_pool_with_indices_output():
+    m, feeds = case("MaxPool", (1, 2, 4, 4), outputs=("y", "i"), kernel_shape=[2, 2], strides=[2, 2])
+    check_derivatives(m, feeds, outputs=["y"])
+
+
+AVG = [
+    ("basic", (1, 2, 4, 4), {"kernel_shape": [2, 2]}),
+    ("pads-exclude", (2, 1, 5, 5), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("pads-include", (1, 2, 5, 4), {"kernel_shape": [3, 2], "pads": [1, 0, 1, 1],
+                                    "count_include_pad": 1}),
+    ("ceil", (1, 1, 6, 5), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("ceil-include", (1, 1, 5, 5), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1,
+                                    "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("same-lower", (1, 2, 5, 5), {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER"}),
+    ("1d", (2, 2, 7), {"kernel_shape": [3], "strides": [2]}),
+    ("3d", (1, 1, 4, 3, 4), {"kernel_shape": [2, 2, 2], "pads": [1, 0, 0, 0, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("name,shape,attrs", AVG, ids=[c[0] for c in AVG])
+def test_average_pool(name, shape, attrs):
+    m, feeds = case("AveragePool", shape, distinct=False, **attrs)
+    check_derivatives(m, feeds)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3])
+def test_lp_pool(p):
+    m, feeds = case("LpPool", (1, 2, 5, 5), distinct=False, kernel_shape=[2, 3], strides=[1, 2],
+                    pads=[1, 0, 0, 1], p=p)
+    feeds["x"] = np.abs(feeds["x"]) + 0.5  # away from the kink at 0
+    check_derivatives(m, feeds)
+    if p == 2:
+        check_hessian(m, feeds)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+def test_global_pools(op):
+    m, feeds = case(op, (2, 3, 4, 3), distinct=op == "GlobalMaxPool")
+    check_derivatives(m, feeds)
+    if op != "GlobalMaxPool":
+        check_hessian(m, feeds)
+
+
+def test_max_unpool():
+    idx = np.array([[[[0, 7], [9, 14]]]], dtype=np.int64)
+    m, feeds = case("MaxUnpool", (1, 1, 2, 2), extra=[const("i", idx)], distinct=False,
+                    kernel_shape=[2, 2], strides=[2, 2])
+    check_derivatives(m, feeds)
+
+
+RESIZE = [
+    ("nearest-up", (1, 2, 3, 4), [1, 1, 2, 1.5], {"mode": "nearest"}),
+    ("linear-up", (1, 2, 3, 4), [1, 1, 2, 2], {"mode": "linear"}),
+    ("linear-down-aa", (1, 1, 6, 5), [1, 1, 0.5, 0.6], {"mode": "linear", "antialias": 1}),
+    ("linear-align", (2, 1, 3, 3), [1, 1, 1.5, 2], {"mode": "linear",
+                                                   "coordinate_transformation_mode": "align_corners"}),
+    ("cubic", (1, 1, 4, 4), [1, 1, 1.5, 2], {"mode": "cubic"}),
+]
+
+
+@pytest.mark.parametrize("name,shape,scales,attrs", RESIZE, ids=[c[0] for c in RESIZE])
+def test_resize(name, shape, scales, attrs):
+    extra = [const("roi", np.zeros(0, np.float32)), const("sc", np.asarray(scales, np.float32))]
+    m, feeds = case("Resize", shape, extra=extra, distinct=False, **attrs)
+    check_derivatives(m, feeds)
+
+
+def test_resize_sizes():
+    extra = [const("roi", np.zeros(0, np.float32)), const("sc", np.zeros(0, np.float32)),
+             const("sz", np.array([1, 2, 5, 7]))]
+    m, feeds = case("Resize", (1, 2, 3, 4), extra=extra, distinct=False, mode="linear")
+    check_derivatives(m, feeds)
+
+
+def test_upsample_opset9():
+    m, feeds = case("Upsample", (1, 1, 2, 3), extra=[const("sc", np.asarray([1, 1, 2, 2], np.float32))],
+                    distinct=False, opset=9, mode="nearest")
+    check_derivatives(m, feeds)

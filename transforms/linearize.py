@@ -79,6 +79,11 @@ def _pattern(rule: JvpRule | None, state: Tangents):
                 for r, t in zip(op.results, produced):
                     if t is not None and is_float(r):
                         state.of[r] = b.fit(t, r) if dims(r) is not None else t
+                # A rule may replace a primal result by an equal value (e.g. an
+                # op that also reports statistics the rule reuses): same tangent.
+                for old, new in getattr(b, "replaced", ()):
+                    if old in state.of:
+                        state.of[new] = state.of[old]
         except OnnxAdError as e:
             state.error = type(e)(f"{node_label(op)}: {e}")
             return True

@@ -77,6 +77,17 @@ def test_layer_norm_statistics(axis):
     ERRORS[f"LayerNorm-stats-{axis}-hess-istd"] = check_hessian(m, feeds_for(ins), output="istd")
 
 
+def test_layer_norm_reuses_statistics():
+    # float32, Y only: the rule switches to the kernel that also reports Mean
+    # and InvStdDev, so the reverse model recomputes no moments.
+    ins = [("x", F, [2, 3, 4]), ("s", F, [4]), ("b", F, [4])]
+    m = model([h.make_node("LayerNormalization", ["x", "s", "b"], ["n"]),
+               h.make_node("Tanh", ["n"], ["y"])], ins, [("y", F, [2, 3, 4])])
+    check("LayerNorm-reuse-f32", m, feeds_for(ins))
+    ops = [n.op_type for n in reverse(m).graph.node]
+    assert ops.count("LayerNormalization") == 1 and "ReduceMean" not in ops, ops
+
+
 @pytest.mark.parametrize("opset", [9, 15])
 def test_batch_norm(opset):
     ins = [("x", D, [2, 3, 2]), ("s", D, [3]), ("b", D, [3]), ("m", D, [3]), ("v", D, [3])]

@@ -16,7 +16,7 @@ from mlir import ir
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type,
-                       operand_or_none, rank)
+                       operand_or_none, rank, tensor_type)
 from ..registry import jvp
 from .elementwise import total
 
@@ -105,6 +105,8 @@ def _layer_norm(b: Builder, op, tangents):
     have = [v is not None and not isinstance(v.type, ir.NoneType) for v in results]
     if have[1] and have[2]:  # reuse what the op reports
         mean, invstd = _like(b, results[1], x), _like(b, results[2], x)
+    elif _reports_statistics(b, op, r, axes):
+        mean, invstd = _like(b, b.stats[0], x), _like(b, b.stats[1], x)
     else:
         mean, invstd = _moments(b, x, axes, attribute(op, "epsilon"))
     xhat = b.mul(b.sub(x, mean), invstd)
@@ -124,6 +126,26 @@ def _layer_norm(b: Builder, op, tangents):
         terms.append(b.align(tb, r))
     out[0] = total(b, terms)
     return out[:len(op.results)]
+
+
+def _reports_statistics(b: Builder, op, r: int, axes: list[int]) -> bool:
+    """Replaces a float32 LayerNormalization that does not report Mean and
+    InvStdDev by one that does (the same kernel), so the rule reuses them
+    instead of recomputing the moments. Only in a function body (region rules
+    keep their own value lists) and with static extents before `axis`."""
+    x, y = op.operands[0], op.results[0]
+    d = dims(x)
+    if not isinstance(element_type(x), ir.F32Type) or attribute(op, "stash_type") != 1 or \
+            op.parent.name != "func.func" or d is None:
+        return False
+    stat_dims = [e if i not in axes else 1 for i, e in enumerate(d)]
+    f32 = tensor_type(stat_dims, element_type(x))
+    attrs = {k: op.attributes[k] for k in ("axis", "epsilon", "stash_type") if k in op.attributes}
+    new = b.create("LayerNormalization", list(op.operands), [y.type, f32, f32], **attrs)
+    y.replace_all_uses_with(new[0])
+    b.replaced = [(y, new[0])]  # linearize gives the new result y's tangent
+    b.stats = new[1:]
+    return True
 
 
 def _channel(b: Builder, v: ir.Value, r: int, tangent: bool = False) -> ir.Value:

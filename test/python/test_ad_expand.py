@@ -196,7 +196,8 @@ def test_shrink():
 
 def test_modes_expand_ops_without_rule():
     """forward/reverse on the original model expand by themselves."""
-    m = model([h.make_node("RMSNormalization", ["x", "s"], ["y"], name="rms")],
+    m = model([h.make_node("RMSNormalization", ["x", "s"], ["y"], name="rms",
+                           stash_type=TP.DOUBLE)],
               [("x", D, [2, 4]), ("s", D, [4])], [("y", D, [2, 4])], 23)
     check_derivatives(m, {"x": rand(2, 4), "s": rand(4)})
 
@@ -218,3 +219,38 @@ def test_refusal_names_node():
         expanded(m)
     except UnsupportedOp as e:
         assert "rms" in str(e) and "RMSNormalization" in str(e)
+
+
+def test_dynamic_batch():
+    """Shape arithmetic that cannot fold stays in the body; a dynamic batch survives."""
+    # stash_type=double: the body otherwise computes in float32
+    m = model([h.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn",
+                           num_groups=2, stash_type=TP.DOUBLE)],
+              [("x", D, ["N", 4, 3]), ("s", D, [4]), ("b", D, [4])], [("y", D, ["N", 4, 3])], 21)
+    feeds = {"x": rand(3, 4, 3), "s": rand(4), "b": rand(4)}
+    e, _ = expanded(m)
+    assert e.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    np.testing.assert_allclose(run(e, feeds)["y"], run(m, feeds)["y"], rtol=1e-10)
+    check_derivatives(m, feeds)
+
+
+def test_hessian_through_expansion():
+    from adcheck import check_hessian
+    m = model([h.make_node("RMSNormalization", ["x", "s"], ["t"], name="rms", stash_type=TP.DOUBLE),
+               h.make_node("ReduceSumSquare", ["t"], ["y"], keepdims=0)],
+              [("x", D, [2, 4]), ("s", D, [4])], [("y", D, [])], 23)
+    print("hessian", check_hessian(m, {"x": rand(2, 4), "s": rand(4)}))
+
+
+def test_pass_in_pipeline():
+    from mlir.passmanager import PassManager
+    from onnx_ad_mlir.passes import build_pipeline
+    m = model([h.make_node("Swish", ["x"], ["y"], name="sw")], [("x", D, [2])],
+              [("y", D, [2])], 24)
+    with ir.Context() as ctx:
+        module = import_onnx(m, ctx)
+        pm = PassManager("builtin.module")
+        build_pipeline(pm, "builtin.module(onnx-ad-expand{all=true},func.func(canonicalize,cse))")
+        pm.run(module.operation)
+        text = str(module)
+    assert "onnx.Swish" not in text and "onnx.Sigmoid" in text

@@ -115,3 +115,26 @@ def test_tensor_scatter(mode):
              "idx": np.array([1, 4 if mode == "circular" else 3], dtype=np.int64)}
     e, err = lowered(m, feeds, "TensorScatter", rtol=0, atol=0)
     print("TensorScatter", mode, err, check_derivatives(e, feeds))
+
+
+def test_modes_lower_by_themselves():
+    """forward/reverse on the original model (LRN has no rule); Hessians of
+    the lowering in float64 (ONNX Runtime's LRN is float only)."""
+    from adcheck import check_hessian
+    make = lambda t: model([h.make_node("LRN", ["x"], ["t"], name="lrn", size=3),
+                            h.make_node("ReduceSumSquare", ["t"], ["y"], keepdims=0)],
+                           [("x", t, [1, 4, 2, 2])], [("y", t, [])], 13)
+    x = R.standard_normal((1, 4, 2, 2))
+    check_derivatives(make(F), {"x": x.astype(np.float32)})
+    e, _ = expanded(make(D))
+    print("LRN hessian", check_hessian(e, {"x": x}))
+
+
+def test_refusal_names_node_op_and_reason():
+    from onnx_ad_mlir.api import forward
+    from onnx_ad_mlir.errors import UnsupportedOp
+    m = model([h.make_node("GridSample", ["x", "g"], ["y"], name="gs3d")],
+              [("x", D, [1, 1, 2, 2, 2]), ("g", D, [1, 2, 2, 2, 3])], [("y", D, [1, 1, 2, 2, 2])],
+              20)
+    with pytest.raises(UnsupportedOp, match=r"gs3d.*GridSample.*2-D"):
+        forward(m)

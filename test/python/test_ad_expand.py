@@ -82,7 +82,7 @@ def test_swish_names_stay_unique():
     assert e.graph.output[0].name == "y"
 
 
-@pytest.mark.parametrize("opset", [23, 24])
+@pytest.mark.parametrize("opset", [23, 24, 25])
 def test_attention_4d(opset):
     b, hq, s, d = 1, 2, 3, 4
     m = model([h.make_node("Attention", ["q", "k", "v"], ["y"], name="att")],
@@ -254,3 +254,20 @@ def test_pass_in_pipeline():
         pm.run(module.operation)
         text = str(module)
     assert "onnx.Swish" not in text and "onnx.Sigmoid" in text
+
+
+def test_inside_a_branch():
+    """Ops in region bodies are expanded in place."""
+    then = h.make_graph([h.make_node("Swish", ["x"], ["t"], name="sw")], "then", [],
+                        [h.make_tensor_value_info("t", D, [2, 3])])
+    other = h.make_graph([h.make_node("Neg", ["x"], ["u"])], "else", [],
+                         [h.make_tensor_value_info("u", D, [2, 3])])
+    m = model([h.make_node("If", ["c"], ["y"], name="if", then_branch=then, else_branch=other)],
+              [("c", TP.BOOL, []), ("x", D, [2, 3])], [("y", D, [2, 3])], 24)
+    e, n = expanded(m)
+    branch = e.graph.node[-1].attribute[0].g
+    assert n == 1 and "Swish" not in {nd.op_type for nd in branch.node}
+    x = rand(2, 3)
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": x}
+        np.testing.assert_allclose(run(e, feeds)["y"], run(m, feeds)["y"], rtol=1e-12)

@@ -86,3 +86,31 @@ def test_conv_dynamic_batch_forward_and_reverse():
     rng = np.random.default_rng(3)
     check_derivatives(m, {"x": rng.standard_normal((3, 2, 4, 4)).astype(np.float32),
                           "w": 0.3 * rng.standard_normal((3, 2, 3, 3)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("kind,xs,ws,attrs", [
+    ("Conv", (1, 4, 5, 5), (4, 2, 3, 3), dict(group=2, strides=[2, 1], pads=[1, 1, 0, 1])),
+    ("ConvTranspose", (1, 4, 3, 3), (4, 1, 2, 3), dict(group=2, strides=[2, 1]))])
+def test_reverse_of_reverse(kind, xs, ws, attrs):
+    """reverse(reverse(m)) against forward(reverse(m)): <J v, w> == <v, J^T w>."""
+    from onnx_ad_mlir.api import forward, reverse
+    from adcheck import run
+    m, feeds = conv_case(kind, xs, ws, **attrs)
+    r = reverse(m, inputs=["x", "w"], layout="onnx")
+    rng = np.random.default_rng(0)
+    feeds["adj_y"] = rng.standard_normal(run(m, feeds)["y"].shape + (1,)).astype(np.float32)
+    ins, outs = ["x", "w", "adj_y"], ["adj_x", "adj_w"]
+    fr = forward(r, inputs=ins, outputs=outs, layout="onnx")
+    rr = reverse(r, inputs=ins, outputs=outs, layout="onnx")
+    n = len(r.graph.input)
+    seeds_f = [i.name for i in fr.graph.input][n:]
+    seeds_r = [i.name for i in rr.graph.input][n:]
+    v = {s: rng.standard_normal(feeds[i].shape + (1,)).astype(np.float32) for s, i in zip(seeds_f, ins)}
+    got = run(fr, {**feeds, **v})
+    jv = [o.name for o in fr.graph.output][-2:]
+    w = {s: rng.standard_normal(got[o].shape).astype(np.float32) for s, o in zip(seeds_r, jv)}
+    back = run(rr, {**feeds, **w})
+    jtw = [o.name for o in rr.graph.output][-3:]
+    lhs = sum((got[o].astype(float) * w[s]).sum() for o, s in zip(jv, seeds_r))
+    rhs = sum((back[o].astype(float) * v[s]).sum() for o, s in zip(jtw, seeds_f))
+    assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))

@@ -129,3 +129,45 @@ def test_upsample_opset9():
     m, feeds = case("Upsample", (1, 1, 2, 3), extra=[const("sc", np.asarray([1, 1, 2, 2], np.float32))],
                     distinct=False, opset=9, mode="nearest")
     check_derivatives(m, feeds)
+
+
+def test_roi_align_double():
+    rois = np.array([[0.5, 0.3, 3.2, 2.9], [1.0, 1.5, 2.5, 3.5], [0.0, 0.0, 1.5, 1.0]], np.float64)
+    nodes = [const("r", rois), const("bi", np.array([1, 0, 1])),
+             h.make_node("RoiAlign", ["x", "r", "bi"], ["y"], output_height=2, output_width=3,
+                         sampling_ratio=2, spatial_scale=1.0)]
+    m = model(nodes, [("x", TP.DOUBLE, [2, 3, 4, 5])], [("y", TP.DOUBLE, None)])
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 5))
+    check_derivatives(m, {"x": x})
+
+
+def test_col2im():
+    nodes = [const("img", np.array([4, 5])), const("blk", np.array([2, 3])),
+             h.make_node("Col2Im", ["x", "img", "blk"], ["y"], strides=[1, 2], pads=[1, 0, 0, 1])]
+    # L = ((4+1+0-2)//1+1) * ((5+0+1-3)//2+1) = 4 * 2
+    m = model(nodes, [("x", F, [2, 2 * 6, 8])], [("y", F, None)])
+    x = np.random.default_rng(4).standard_normal((2, 12, 8)).astype(np.float32)
+    check_derivatives(m, {"x": x})
+
+
+DFT = [("complex", 17, (2, 5, 2), {}, None), ("real-onesided", 17, (2, 6, 1), {"onesided": 1}, None),
+       ("inverse", 17, (3, 4, 2), {"inverse": 1}, None), ("length-pad", 17, (2, 4, 1), {}, 6),
+       ("length-trunc-onesided", 20, (2, 7, 1), {"onesided": 1}, 5), ("axis-opset20", 20, (4, 3, 2), {}, None)]
+
+
+@pytest.mark.parametrize("name,opset,shape,attrs,length", DFT, ids=[c[0] for c in DFT])
+def test_dft(name, opset, shape, attrs, length):
+    nodes, ins = [], ["x"]
+    if length is not None or opset >= 20:
+        nodes.append(const("n", np.array(length if length is not None else shape[1])))
+        ins.append("n")
+    if opset >= 20:
+        nodes.append(const("ax", np.array(0 if name == "axis-opset20" else 1)))
+        ins.append("ax")
+    nodes.append(h.make_node("DFT", ins, ["y"], **attrs))
+    nodes.append(h.make_node("Mul", ["y", "y"], ["z"]))
+    m = model(nodes, [("x", TP.DOUBLE, list(shape))], [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)],
+              opset=opset)
+    x = np.random.default_rng(6).standard_normal(shape)
+    check_derivatives(m, {"x": x})
+    check_hessian(m, {"x": x}, output="z")

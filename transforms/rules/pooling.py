@@ -20,7 +20,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, is_constant_op, op_type,
                        operand_or_none, rank, tensor_type)
-from ..registry import jvp
+from ..registry import jvp, transpose
 from .linalg import matmul
 
 
@@ -314,3 +314,172 @@ def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: 
     if batch > a:
         m = b.transpose(m, [1, 0])
     return b.reshape(m, [n_in, n_out], [n_in, n_out])
+
+
+# ---- RoiAlign (average mode, w.r.t. X) -------------------------------------------------
+
+@jvp("RoiAlign")
+def _roi_align(b: Builder, op, tangents):
+    """Linear in X for fixed rois: per roi a matrix M [H*W, oh*ow], obtained by
+    running the node on the H*W basis images; the tangent gathered at each
+    roi's batch index is multiplied by it (Gather and MatMul transpose)."""
+    x, rois, bi = op.operands
+    y = op.results[0]
+    if tangents[1] is not None:
+        raise UnsupportedOp("RoiAlign: derivative with respect to the rois")
+    t = tangents[0]
+    if t is None:
+        return [None]
+    if (attribute(op, "mode") or "avg") != "avg":
+        raise UnsupportedOp("RoiAlign with mode='max'")
+    xd, yd = dims(x), dims(y)
+    if xd is None or yd is None or None in xd[2:]:
+        raise UnsupportedOp("RoiAlign needs static spatial extents")
+    h, w = xd[2], xd[3]
+    p = h * w
+    elem = element_type(x)
+    dtype = np.float64 if isinstance(elem, ir.F64Type) else np.float32
+    basis = b.constant(ir.DenseElementsAttr.get(np.eye(p, dtype=dtype).reshape(1, p, h, w)))
+    if not isinstance(elem, (ir.F64Type, ir.F32Type)):
+        basis = b.cast_like(basis, x)
+    zeros = b.expand(b.int_scalar(0), b.shape(bi), dims(bi))
+    m = b.op("RoiAlign", [basis, rois, zeros], tensor_type([yd[0], p] + yd[2:], elem),
+             **_verbatim(op))
+    o = None if None in yd[2:] else yd[2] * yd[3]
+    mr = b.reshape(m, [0, p, -1], [yd[0], p, o])
+    tg = b.op("Gather", [t, bi], tensor_type([None, yd[0]] + xd[1:], elem), axis=1)
+    tr = b.reshape(tg, [0, 0, 0, -1], [None, yd[0], xd[1], p])
+    prod = matmul(b, tr, mr)
+    return [b.reshape(prod, b.concat([b.shape(t, 0, 1), b.shape(y)], 0), [None] + yd)]
+
+
+# ---- Col2Im ---------------------------------------------------------------------------
+
+def _col2im_geometry(op) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    img, blk = constant_ints(op.operands[1]), constant_ints(op.operands[2])
+    if img is None or blk is None:
+        raise UnsupportedOp("Col2Im with image_shape/block_shape computed at run time")
+    n = len(img)
+    strides = attribute(op, "strides") or [1] * n
+    dil = attribute(op, "dilations") or [1] * n
+    pads = attribute(op, "pads") or [0] * (2 * n)
+    return img, blk, list(strides), list(dil), list(pads)
+
+
+@jvp("Col2Im")
+def _col2im(b: Builder, op, tangents):
+    t = tangents[0]
+    if t is None:
+        return [None, None, None]
+    y = op.results[0]
+    td, yd = dims(t), dims(y)
+    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
+    res = b.op("Col2Im", [merged, op.operands[1], op.operands[2]],
+               tensor_type([None] + yd[1:], element_type(t)), **_verbatim(op))
+    return [b.reshape(res, b.concat([b.shape(t, 0, 1), b.shape(y)], 0), [None] + yd), None, None]
+
+
+@transpose("Col2Im")
+def _t_col2im(b: Builder, op, cts, linear):
+    """The adjoint of Col2Im is im2col: strided Slices of the padded cotangent."""
+    img, blk, s, d, p = _col2im_geometry(op)
+    ct = cts[0]
+    cd = dims(ct)
+    n = len(img)
+    elem = element_type(ct)
+    outs = [(img[i] + p[i] + p[n + i] - d[i] * (blk[i] - 1) - 1) // s[i] + 1 for i in range(n)]
+    xp = ct
+    if any(p):
+        xp = b.op("Pad", [ct, b.ints([0, 0] + p[:n] + [0, 0] + p[n:])], tensor_type(
+            cd[:2] + [img[i] + p[i] + p[n + i] for i in range(n)], elem))
+    patches = []
+    for off in np.indices(blk).reshape(n, -1).T:
+        starts = [int(o) * di for o, di in zip(off, d)]
+        ends = [st + (o - 1) * si + 1 for st, o, si in zip(starts, outs, s)]
+        sl = b.slice(xp, list(range(2, 2 + n)), starts, ends, tensor_type(cd[:2] + outs, elem), s)
+        patches.append(b.unsqueeze(sl, [2]))
+    stack = b.concat(patches, 2) if len(patches) > 1 else patches[0]
+    kk = int(np.prod(blk))
+    cols = b.reshape(stack, [0, -1, int(np.prod(outs))],
+                     [cd[0], None if cd[1] is None else cd[1] * kk, int(np.prod(outs))])
+    return [cols, None, None]
+
+
+# ---- DFT ----------------------------------------------------------------------------
+#
+# Linear in its input (real pairs). The real adjoint of a complex-linear map
+# is its conjugate transpose: DFT^H = n * inverse DFT, IDFT^H = DFT / n; a
+# onesided output is zero-padded back to n, a real input keeps the real part,
+# and padding/truncation to dft_length is undone.
+
+def _dft_axis(op: ir.Operation, r: int) -> int:
+    """The signal axis of a DFT, normalized, for an input of rank r."""
+    if "axis" in _op_attrs_of(op):
+        a = attribute(op, "axis")
+    else:
+        v = operand_or_none(op, 2)
+        a = -2 if v is None else (constant_ints(v) or [None])[0]
+        if a is None:
+            raise UnsupportedOp("DFT with an axis computed at run time")
+    return a + r if a < 0 else a
+
+
+def _op_attrs_of(op: ir.Operation) -> dict:
+    from onnx_ad_mlir import _op_table
+    return _op_table.OPS[op.name.removeprefix("onnx.")]["attributes"]
+
+
+def _emit_dft(b: Builder, v: ir.Value, length: ir.Value | None, axis: int, inverse: int,
+              onesided: int, out: ir.Type) -> ir.Value:
+    if b.opset >= 20:
+        return b.op("DFT", [v, length, b.int_scalar(axis)], out, inverse=inverse, onesided=onesided)
+    return b.op("DFT", [v, length], out, axis=axis, inverse=inverse, onesided=onesided)
+
+
+@jvp("DFT")
+def _dft(b: Builder, op, tangents):
+    x, y = op.operands[0], op.results[0]
+    t = tangents[0]
+    if t is None:
+        return [None] * len(op.results)
+    axis = _dft_axis(op, rank(x))
+    return [_emit_dft(b, t, operand_or_none(op, 1), axis + 1, attribute(op, "inverse") or 0,
+                      attribute(op, "onesided") or 0, b.derivative_type(y))]
+
+
+@transpose("DFT")
+def _t_dft(b: Builder, op, cts, linear):
+    x, y = op.operands[0], op.results[0]
+    xd, yd = dims(x), dims(y)
+    r = len(xd)
+    axis = _dft_axis(op, r)
+    ln = operand_or_none(op, 1)
+    n = xd[axis] if ln is None else (constant_ints(ln) or [None])[0]
+    m = xd[axis]
+    if n is None or m is None or xd[-1] is None or yd[axis] is None:
+        raise UnsupportedOp("transposing DFT needs static signal lengths")
+    inverse, onesided = attribute(op, "inverse") or 0, attribute(op, "onesided") or 0
+    ct = cts[0]
+    elem = element_type(ct)
+    cd = list(dims(ct))
+    if onesided and yd[axis] < n:
+        pads = [0] * (2 * r)
+        pads[r + axis] = n - yd[axis]
+        cd[axis] = n
+        ct = b.op("Pad", [ct, b.ints(pads)], tensor_type(cd, elem))
+    back = _emit_dft(b, ct, b.int_scalar(n), axis, 1 - inverse, 0,
+                     tensor_type(cd, elem))
+    back = b.mul(back, b.scalar(float(n) if not inverse else 1.0 / n, back))
+    cd = list(dims(back))
+    if xd[-1] == 1:
+        cd[-1] = 1
+        back = b.slice(back, [r - 1], [0], [1], tensor_type(cd, elem))
+    if m < n:
+        cd[axis] = m
+        back = b.slice(back, [axis], [0], [m], tensor_type(cd, elem))
+    elif m > n:
+        pads = [0] * (2 * r)
+        pads[r + axis] = m - n
+        cd[axis] = m
+        back = b.op("Pad", [back, b.ints(pads)], tensor_type(cd, elem))
+    return [back] + [None] * (len(op.operands) - 1)

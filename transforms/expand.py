@@ -337,9 +337,8 @@ class _Round:
     def _constant(self, node: onnx.NodeProto) -> list[onnx.NodeProto] | None:
         """Records the value; `value_int(s)`/`value_float(s)` become a `value`
         tensor (the rules read constant operands from `value`)."""
-        try:
-            value = np.asarray(_evaluate(node, {}, self.opset)[0])
-        except Exception:
+        value = _constant_value(node)
+        if value is None:
             return None
         self.consts[node.output[0]] = value
         if [a.name for a in node.attribute] == ["value"]:
@@ -553,6 +552,23 @@ def _retype_float_constant(node: onnx.NodeProto, elem: int) -> None:
             node.ClearField("attribute")
             node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(value)))
             return
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    if len(node.attribute) != 1:
+        return None
+    a = node.attribute[0]
+    if a.name == "value":
+        return numpy_helper.to_array(a.t)
+    if a.name == "value_int":
+        return np.asarray(a.i, dtype=np.int64)
+    if a.name == "value_ints":
+        return np.asarray(list(a.ints), dtype=np.int64)
+    if a.name == "value_float":
+        return np.asarray(a.f, dtype=np.float32)
+    if a.name == "value_floats":
+        return np.asarray(list(a.floats), dtype=np.float32)
+    return None  # strings, sparse tensors: left as they are
 
 
 def _evaluate(node: onnx.NodeProto, consts: dict[str, np.ndarray], opset: int) -> list:

@@ -8,13 +8,14 @@ ONNX Runtime runs (no Conv: it has no double kernel):
 
   LRN            x / (bias + alpha/size * window_sum(x^2))^beta; the channel
                  window sum is a sum of shifted slices of the padded square.
-  GridSample     2-D, every mode (bilinear/linear, nearest, bicubic/cubic),
+  GridSample     N-D (cubic: 2-D, as the spec), every mode (bilinear/linear,
+                 nearest, bicubic/cubic),
                  padding zeros/border/reflection, align_corners: the
                  coordinate is unnormalised (and, except cubic, clamped or
                  reflected), taps are gathered with GatherElements from the
                  flattened image, weighted, and summed; out-of-range taps of
                  `zeros` get weight 0, those of border/reflection read the
-                 clamped/reflected pixel. Static spatial shapes.
+                 clamped/reflected pixel. Static shapes.
   DeformConv     2-D: bilinear samples at the offset kernel positions
                  (zeros outside), times the mask, then a grouped MatMul with
                  the weights, plus bias. Static shapes.
@@ -25,6 +26,8 @@ ONNX Runtime runs (no Conv: it has no double kernel):
                  length in circular mode) along the sequence axis.
 """
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 from onnx import TensorProto as TP
@@ -222,32 +225,34 @@ def _pad_index(g, index, size, padding, lo, hi, dt):
     return g.op("Clip", [index, zero, last]), valid
 
 
-def _gather_2d(g, flat, taps_y, taps_x, h, w, padding, bounds, dt, lead_shape, out_shape):
-    """Sum over taps of weight * flat[..., iy * w + ix]; `flat` is
-    lead + [h*w] (channels on the last lead axis), tap coordinates have
-    lead-without-channels shape."""
+def _gather(g, flat, taps, sizes, padding, bounds, dt, lead, out_shape):
+    """Sum over tap combinations of weight * flat[..., linear index]; `flat`
+    is lead + [prod(sizes)] (channels on the last lead axis), `taps[d]` the
+    taps along spatial axis d, with coordinates of the output's shape."""
+    strides = [int(np.prod(sizes[d + 1:])) for d in range(len(sizes))]
+    padded = [[(_pad_index(g, i, sizes[d], padding, *bounds[d], dt), wgt) for i, wgt in taps[d]]
+              for d in range(len(sizes))]
     terms = []
-    for iy, wy in taps_y:
-        cy, vy = _pad_index(g, iy, h, padding, *bounds[0], dt)
-        for ix, wx in taps_x:
-            cx, vx = _pad_index(g, ix, w, padding, *bounds[1], dt)
-            lin = g.op("Add", [g.op("Mul", [cy, g.scalar(float(w), dt)]), cx])
-            idx = g.op("Cast", [lin], to=TP.INT64)
-            idx = g.op("Expand", [g.reshape(idx, lead_shape["index"]), g.ints(lead_shape["full"])])
-            vals = g.op("GatherElements", [flat, idx], axis=len(lead_shape["full"]) - 1)
-            weight = None
-            for part in (wy, wx):
-                if part is not None:
-                    weight = part if weight is None else g.op("Mul", [weight, part])
-            for v in (vy, vx):
-                if v is not None:
-                    mask = g.op("Cast", [v], to=helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
-                    weight = mask if weight is None else g.op("Mul", [weight, mask])
-            if weight is not None:
-                vals = g.op("Mul", [vals, g.reshape(weight, lead_shape["index"])])
-            terms.append(vals)
+    for combo in itertools.product(*padded):
+        lin, weight = None, None
+        for d, ((clamped, valid), wgt) in enumerate(combo):
+            part = clamped if strides[d] == 1 else \
+                g.op("Mul", [clamped, g.scalar(float(strides[d]), dt)])
+            lin = part if lin is None else g.op("Add", [lin, part])
+            factors = [wgt] if wgt is not None else []
+            if valid is not None:
+                factors.append(g.op("Cast", [valid],
+                                    to=helper.np_dtype_to_tensor_dtype(np.dtype(dt))))
+            for f in factors:
+                weight = f if weight is None else g.op("Mul", [weight, f])
+        idx = g.op("Cast", [lin], to=TP.INT64)
+        idx = g.op("Expand", [g.reshape(idx, lead["index"]), g.ints(lead["full"])])
+        vals = g.op("GatherElements", [flat, idx], axis=len(lead["full"]) - 1)
+        if weight is not None:
+            vals = g.op("Mul", [vals, g.reshape(weight, lead["index"])])
+        terms.append(vals)
     total = terms[0] if len(terms) == 1 else g.op("Sum", terms)
-    return g.reshape(total, out_shape) if out_shape is not None else total
+    return g.reshape(total, out_shape)
 
 
 @lowering("GridSample")
@@ -260,18 +265,19 @@ def _grid_sample(node, ctx):
     align = int(_attr(node, "align_corners", 0))
     xs = g.static(x, "X")
     gs = g.static(grid, "grid")
-    if len(xs) != 4:
-        g.refuse(f"only 2-D sampling (4-D X) is lowered, X has rank {len(xs)}")
     if mode not in ("linear", "nearest", "cubic"):
         g.refuse(f"mode '{mode}'")
-    n, c, h, w = xs
-    ho, wo = gs[1], gs[2]
-    p = ho * wo
+    if mode == "cubic" and len(xs) != 4:
+        g.refuse("cubic mode is defined for 2-D sampling (4-D X) only")
+    n, c, sizes = xs[0], xs[1], xs[2:]
+    nd = len(sizes)
+    out = gs[1:-1]
+    p = int(np.prod(out))
     dt = g.dtype(x)
-    coords = []
-    bounds = []
-    for axis, size in ((1, h), (0, w)):  # grid[..., 0] is x (width), [..., 1] is y
-        gv = g.squeeze(g.slice(grid, [axis], [axis + 1], [3]), [3])
+    taps, bounds = [], []
+    for d, size in enumerate(sizes):  # grid[..., 0] addresses the last axis (x)
+        comp = nd - 1 - d
+        gv = g.squeeze(g.slice(grid, [comp], [comp + 1], [nd + 1]), [nd + 1])
         one = g.scalar(1.0, dt)
         if align:
             v = g.op("Mul", [g.op("Add", [gv, one]), g.scalar((size - 1) / 2.0, dt)])
@@ -281,25 +287,18 @@ def _grid_sample(node, ctx):
                                                          g.scalar(float(size), dt)]), one]),
                              g.scalar(2.0, dt)])
             lo, hi = -0.5, size - 0.5
-        if mode != "cubic":
+        if mode != "cubic":  # cubic pads its taps, not its coordinate
             if padding == "border":
                 v = g.op("Clip", [v, g.scalar(0.0, dt), g.scalar(size - 1.0, dt)])
             elif padding == "reflection":
                 v = _reflect(g, v, lo, hi, dt)
-        coords.append(v)
+        taps.append(_taps(g, v, mode, dt))
         bounds.append((lo, hi))
-    taps_y = _taps(g, coords[0], mode, dt)
-    taps_x = _taps(g, coords[1], mode, dt)
-    flat = g.reshape(x, [n, c, h * w])
+    flat = g.reshape(x, [n, c, int(np.prod(sizes))])
     lead = {"index": [n, 1, p], "full": [n, c, p]}
-    _gather_into(g, flat, taps_y, taps_x, h, w, padding, bounds, dt, lead, [n, c, ho, wo],
-                 node.output[0])
+    total = _gather(g, flat, taps, sizes, padding, bounds, dt, lead, [n, c, p])
+    g.op("Reshape", [total, g.ints([n, c] + out)], out=node.output[0])
     return g.nodes
-
-
-def _gather_into(g, flat, taps_y, taps_x, h, w, padding, bounds, dt, lead, shape, out):
-    total = _gather_2d(g, flat, taps_y, taps_x, h, w, padding, bounds, dt, lead, None)
-    g.op("Reshape", [total, g.ints(shape)], out=out)
 
 
 # --------------------------------------------------------------------------- DeformConv
@@ -335,8 +334,8 @@ def _deform_conv(node, ctx):
     taps_y, taps_x = _taps(g, py, "linear", dt), _taps(g, px, "linear", dt)
     flat = g.reshape(x, [n, og, c // og, h * w])
     lead = {"index": [n, og, 1, k * p], "full": [n, og, c // og, k * p]}
-    cols = _gather_2d(g, flat, taps_y, taps_x, h, w, "zeros", [(0, h - 1), (0, w - 1)], dt,
-                      lead, [n, og, c // og, k, p])
+    cols = _gather(g, flat, [taps_y, taps_x], [h, w], "zeros", [(0, h - 1), (0, w - 1)], dt,
+                   lead, [n, og, c // og, k, p])
     if mask:
         cols = g.op("Mul", [cols, g.reshape(mask, [n, og, 1, k, p])])
     cols = g.reshape(cols, [n, groups, (c // groups) * k, p])

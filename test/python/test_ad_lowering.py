@@ -133,8 +133,21 @@ def test_modes_lower_by_themselves():
 def test_refusal_names_node_op_and_reason():
     from onnx_ad_mlir.api import forward
     from onnx_ad_mlir.errors import UnsupportedOp
-    m = model([h.make_node("GridSample", ["x", "g"], ["y"], name="gs3d")],
-              [("x", D, [1, 1, 2, 2, 2]), ("g", D, [1, 2, 2, 2, 3])], [("y", D, [1, 1, 2, 2, 2])],
-              20)
-    with pytest.raises(UnsupportedOp, match=r"gs3d.*GridSample.*2-D"):
+    m = model([h.make_node("GridSample", ["x", "g"], ["y"], name="gsdyn")],
+              [("x", D, [1, 1, "H", 2]), ("g", D, [1, 2, 2, 2])], [("y", D, [1, 1, 2, 2])], 20)
+    with pytest.raises(UnsupportedOp, match=r"gsdyn.*GridSample.*static shape"):
         forward(m)
+
+
+@pytest.mark.parametrize("mode,pad,align", [("linear", "zeros", 0), ("linear", "reflection", 1),
+                                            ("nearest", "border", 0)])
+def test_grid_sample_3d(mode, pad, align):
+    m = model([h.make_node("GridSample", ["x", "g"], ["y"], name="gs", mode=mode,
+                           padding_mode=pad, align_corners=align)],
+              [("x", D, [1, 2, 2, 3, 4]), ("g", D, [1, 2, 2, 3, 3])], [("y", D, [1, 2, 2, 2, 3])],
+              20)
+    rng = np.random.default_rng(11)
+    feeds = {"x": rng.standard_normal((1, 2, 2, 3, 4)), "g": rng.uniform(-1.6, 1.6, (1, 2, 2, 3, 3))}
+    e, err = lowered(m, feeds, "GridSample", rtol=1e-9, atol=1e-9)
+    inputs = ["x"] if mode == "nearest" else None
+    print("GridSample 3-D", mode, pad, align, err, check_derivatives(e, feeds, inputs=inputs))

@@ -108,6 +108,7 @@ class _Exporter:
         self.names = _Names()
         self.value_names: dict[ir.Value, str] = {}
         self.op_names: set[str] = set()  # MLIR op names present, for opsets
+        self._none = ir.NoneType.get(module.context)
 
     # ----------------------------------------------------------------- graphs
     def main_graph(self, func: ir.Operation, graph: onnx.GraphProto) -> None:
@@ -214,21 +215,42 @@ class _Exporter:
         if spec is None:
             raise ExportFailure(f"op 'onnx.{mlir_name}' has no ONNX schema")
         self.op_names.add(mlir_name)
-        node = graph.node.add(op_type=spec["op_type"])
         names = self.value_names
         inputs = [names[v] for v in op.operands]
         while inputs and not inputs[-1]:
             inputs.pop()
-        node.input.extend(inputs)
         node_name, wanted = _names_from_loc(op.location)
-        results = list(op.results)
-        produced = [r for r in results if not isinstance(r.type, ir.NoneType)]
+        outputs = self._result_names(op, wanted)
+        node = graph.node.add(op_type=spec["op_type"], input=inputs, output=outputs)
+        if node_name:
+            node.name = self.names.node(node_name)
+        attrs = op.attributes
+        if len(attrs):
+            self._attributes(node, attrs, spec["attributes"], mlir_name)
+        if spec["regions"]:
+            for region_name, region in zip(spec["regions"], op.regions):
+                a = node.attribute.add(name=region_name, type=_A.GRAPH)
+                self._region(region, a.g)
+
+    def _result_names(self, op: ir.Operation, wanted: list[str]) -> list[str]:
+        """Output names of an op: the location's names when they fit, else
+        fresh ones; '' for unproduced optional outputs (trailing ones dropped)."""
+        names = self.value_names
+        results = op.results
+        if len(results) == 1 and len(wanted) == 1:  # the common case
+            r = results[0]
+            name = names.get(r)
+            if name is None:
+                name = names[r] = self.names.claim(wanted[0])
+            return [name]
+        none = self._none
+        produced = [r for r in results if r.type != none]
         if len(wanted) != len(produced):
             wanted = [None] * len(produced)
         wanted_iter = iter(wanted)
         outputs = []
         for r in results:
-            if isinstance(r.type, ir.NoneType):
+            if r.type == none:
                 outputs.append("")
                 continue
             want = next(wanted_iter)
@@ -237,11 +259,9 @@ class _Exporter:
             outputs.append(names[r])
         while outputs and not outputs[-1]:
             outputs.pop()
-        node.output.extend(outputs)
-        if node_name:
-            node.name = self.names.node(node_name)
-        kinds = spec["attributes"]
-        attrs = op.attributes
+        return outputs
+
+    def _attributes(self, node: onnx.NodeProto, attrs, kinds: dict, mlir_name: str) -> None:
         for attr_name in attrs:
             attr = attrs[attr_name]
             if "." in attr_name:  # discardable: our own metadata or a pass's
@@ -255,9 +275,6 @@ class _Exporter:
                 raise ExportFailure(f"onnx.{mlir_name}: attribute '{attr_name}' is not in "
                                     "its ONNX schema")
             self._attribute(node.attribute.add(name=attr_name), kind[0], attr)
-        for region_name, region in zip(spec["regions"], op.regions):
-            a = node.attribute.add(name=region_name, type=_A.GRAPH)
-            self._region(region, a.g)
 
     def _attribute(self, a: onnx.AttributeProto, kind: str, attr: ir.Attribute) -> None:
         if kind == "int":

@@ -16,6 +16,7 @@ from .errors import ImportFailure
 # copy whose large tensors are reduced to their metadata.
 _PROTO_LIMIT = 2**31 - 2**26
 _BIG_TENSOR = 1 << 16
+_REGION_OPS = {"If", "Loop", "Scan", "SequenceMap"}
 
 
 def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
@@ -90,14 +91,17 @@ def sorted_nodes(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list
     enclosing scope defines a name."""
     nodes = list(graph.node)
     defined = _graph_own_names(graph)
-    needs = [_needed_names(n) for n in nodes]
-    for node, needed in zip(nodes, needs):
-        if any(name not in defined and outer(name) is None for name in needed):
+    defined.add("")  # absent optional inputs
+    for node in nodes:
+        # Only default-domain region ops have subgraphs (others are refused).
+        needed = _needed_names(node) if node.op_type in _REGION_OPS else node.input
+        if not defined.issuperset(needed) and \
+                any(name not in defined and outer(name) is None for name in needed):
             break
         defined.update(node.output)
     else:
         return nodes
-    return _topological(nodes, needs)
+    return _topological(nodes, [_needed_names(n) for n in nodes])
 
 
 def _topological(nodes: list[onnx.NodeProto], needs: list[set[str]]) -> list[onnx.NodeProto]:

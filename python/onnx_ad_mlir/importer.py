@@ -36,6 +36,32 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     return _ModelImporter(model, context, base_dir).run()
 
 
+class _OpInfo:
+    """What the importer needs per op type, derived once from `_op_table`."""
+    __slots__ = ("op_name", "spec", "num_inputs", "all_single", "variadic_input",
+                 "num_outputs", "variadic_output", "optional_outputs", "required", "regions")
+
+    def __init__(self, mlir_name: str):
+        spec = _op_table.OPS[mlir_name]
+        self.op_name = "onnx." + mlir_name
+        self.spec = spec
+        in_kinds = [kind for _, kind in spec["inputs"]]
+        out_kinds = [kind for _, kind in spec["outputs"]]
+        self.num_inputs = len(in_kinds)
+        self.all_single = all(k == "single" for k in in_kinds)
+        self.variadic_input = "variadic" in in_kinds
+        self.num_outputs = len(out_kinds)
+        self.variadic_output = "variadic" in out_kinds
+        self.optional_outputs = {i for i, k in enumerate(out_kinds) if k == "optional"}
+        self.required = [n for n, (_, req, _) in spec["attributes"].items() if req]
+        self.regions = spec["regions"]
+
+
+def _what(node: onnx.NodeProto) -> str:
+    """How error messages name a node."""
+    return f"node '{node.name}' ({node.op_type})" if node.name else f"node {node.op_type}"
+
+
 class _Scope:
     """Names visible in one graph; subgraph scopes chain to their parent so
     inner names shadow outer ones."""
@@ -63,7 +89,8 @@ class _ModelImporter:
         self.base_dir = base_dir
         self.types = TypeConverter(context)
         self.opset = _default_opset(model)
-        self.used_names = _used_names(model.graph)
+        self._used_names: set[str] | None = None
+        self._ops: dict[str, _OpInfo] = {}
         self.unknown_loc = ir.Location.unknown(context)
         self._si64 = ir.IntegerType.get_signed(64, context)
         self._i64 = ir.IntegerType.get_signless(64, context)
@@ -179,105 +206,136 @@ class _ModelImporter:
     # ----------------------------------------------------------------- nodes
     def _node(self, node: onnx.NodeProto, scope: _Scope, block: ir.Block,
               ip: ir.InsertionPoint) -> None:
-        what = f"node '{node.name}' ({node.op_type})" if node.name else f"node {node.op_type}"
-        if node.domain not in DEFAULT_DOMAINS:
-            raise UnsupportedOp(f"{what}: op '{node.op_type}' of domain '{node.domain}' "
-                                "is not supported (only the default ONNX domain is)")
-        name = _mlir_op_name(node.op_type, self.opset, what)
-        spec = _op_table.OPS[name]
-        operands = self._operands(node, spec, scope, block, what)
-        attributes, graphs = self._attributes(node, spec, what)
-        outputs = _padded_outputs(node, spec)
-        if outputs is None:
-            raise ImportFailure(f"{what}: {len(node.output)} outputs, the schema has "
-                                f"{len(spec['outputs'])}")
-        result_types, produced = self._result_types(node, outputs, spec, scope, operands, what)
+        info = self._ops.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        if info is None:
+            info = self._op_info(node)
+        operands = self._operands(node, info, scope, block)
+        if node.attribute or info.required or node.doc_string or node.metadata_props:
+            attributes, graphs = self._attributes(node, info)
+        else:
+            attributes, graphs = {}, {}
+        outputs = list(node.output)
+        if len(outputs) != info.num_outputs or info.variadic_output:
+            outputs = _padded_outputs(outputs, info.spec)
+            if outputs is None:
+                raise ImportFailure(f"{_what(node)}: {len(node.output)} outputs, the schema "
+                                    f"has {len(info.spec['outputs'])}")
+        result_types, produced = self._result_types(node, outputs, info, scope, operands)
         op = ir.Operation.create(
-            "onnx." + name, results=result_types, operands=operands, attributes=attributes,
-            regions=len(spec["regions"]), loc=self._names_loc(node.name, produced), ip=ip)
-        for region, region_name in zip(op.regions, spec["regions"]):
-            self._subgraph(graphs[region_name], scope, region, node.op_type, operands, node)
+            info.op_name, results=result_types, operands=operands, attributes=attributes,
+            regions=len(info.regions), loc=self._names_loc(node.name, produced), ip=ip)
+        if info.regions:
+            for region, region_name in zip(op.regions, info.regions):
+                self._subgraph(graphs[region_name], scope, region, node.op_type, operands, node)
+        values = scope.values
+        if len(outputs) == 1:  # the common case; op.results costs more
+            if outputs[0]:
+                values[outputs[0]] = op.result
+            return
         for out_name, result in zip(outputs, op.results):
             if out_name:
-                scope.values[out_name] = result
+                values[out_name] = result
 
-    def _operands(self, node: onnx.NodeProto, spec: dict, scope: _Scope, block: ir.Block,
-                  what: str) -> list[ir.Value]:
-        inputs = list(node.input)
-        operands: list[ir.Value] = []
-        for i, (in_name, kind) in enumerate(spec["inputs"]):
+    def used_names(self) -> set[str]:
+        if self._used_names is None:  # only ops with optional outputs ask
+            self._used_names = _used_names(self.model.graph)
+        return self._used_names
+
+    def _op_info(self, node: onnx.NodeProto) -> _OpInfo:
+        """The dispatch facts of a node's op at this model's opset (cached)."""
+        if node.domain not in DEFAULT_DOMAINS:
+            raise UnsupportedOp(f"{_what(node)}: op '{node.op_type}' of domain '{node.domain}' "
+                                "is not supported (only the default ONNX domain is)")
+        info = _OpInfo(_mlir_op_name(node.op_type, self.opset, _what(node)))
+        self._ops[node.op_type] = info
+        return info
+
+    def _operands(self, node: onnx.NodeProto, info: _OpInfo, scope: _Scope,
+                  block: ir.Block) -> list[ir.Value]:
+        inputs = node.input
+        if info.all_single and len(inputs) == info.num_inputs:  # the common case
+            if scope.parent is None:
+                values = scope.values
+                operands = [values.get(name) for name in inputs]
+            else:
+                operands = [scope.lookup(name) for name in inputs]
+            if all(v is not None for v in operands):
+                return operands
+        inputs = list(inputs)
+        operands = []
+        for i, (in_name, kind) in enumerate(info.spec["inputs"]):
             names = inputs[i:] if kind == "variadic" else inputs[i:i + 1]
             if kind != "variadic" and not (names and names[0]):
                 if kind == "single":
-                    raise ImportFailure(f"{what}: required input '{in_name}' is missing")
+                    raise ImportFailure(f"{_what(node)}: required input '{in_name}' is missing")
                 operands.append(self._no_value(scope, block))
                 continue
             for name in names:
                 if not name:
-                    raise ImportFailure(f"{what}: empty name in variadic input '{in_name}'")
-                operands.append(self._resolve(name, scope, f"{what}: input '{name}'"))
-        schema = spec["inputs"]
-        if len(inputs) > len(schema) and not (schema and schema[-1][1] == "variadic"):
-            raise ImportFailure(f"{what}: {len(inputs)} inputs, the schema has "
-                                f"{len(spec['inputs'])}")
+                    raise ImportFailure(f"{_what(node)}: empty name in variadic input "
+                                        f"'{in_name}'")
+                operands.append(self._resolve(name, scope, f"{_what(node)}: input '{name}'"))
+        if len(inputs) > info.num_inputs and not info.variadic_input:
+            raise ImportFailure(f"{_what(node)}: {len(inputs)} inputs, the schema has "
+                                f"{info.num_inputs}")
         return operands
 
-    def _result_types(self, node: onnx.NodeProto, outputs: list[str], spec: dict,
-                      scope: _Scope, operands: list[ir.Value], what: str
-                      ) -> tuple[list[ir.Type], list[str]]:
+    def _result_types(self, node: onnx.NodeProto, outputs: list[str], info: _OpInfo,
+                      scope: _Scope, operands: list[ir.Value]) -> tuple[list[ir.Type], list[str]]:
         """Result types for the schema-aligned `outputs`; blanks the names of
         outputs that are not materialised."""
         types, produced = [], []
-        kinds = [kind for _, kind in spec["outputs"]]
+        optional = info.optional_outputs
         for i, name in enumerate(outputs):
-            optional = i < len(kinds) and kinds[i] == "optional"
-            if not name or optional and name not in self.used_names:
+            if not name or i in optional and name not in self.used_names():
                 # An optional output nobody reads is not materialised: it
                 # simplifies the IR (and old Dropout masks of another type
                 # than the dialect's merged schema never reach MLIR).
                 outputs[i] = ""
                 types.append(self._none_type)
                 continue
-            if scope.values.get(name) is not None:
-                raise ImportFailure(f"{what}: output '{name}' is already defined "
+            if name in scope.values:
+                raise ImportFailure(f"{_what(node)}: output '{name}' is already defined "
                                     "(graphs must be in SSA form)")
             tp = scope.types.get(name)
-            if tp is not None and tp.WhichOneof("value") is not None:
-                types.append(self.types.from_type_proto(tp, f"value '{name}'")[0])
+            t = self.types.from_type_proto(tp, name)[0] if tp is not None else None
+            if t is not None:
+                types.append(t)
             else:
                 types.append(fallback_result_type(node, i, self.opset, operands, self.types,
-                                                  what))
+                                                  _what(node)))
             produced.append(name)
         return types, produced
 
-    def _attributes(self, node: onnx.NodeProto, spec: dict, what: str
+    def _attributes(self, node: onnx.NodeProto, info: _OpInfo
                     ) -> tuple[dict[str, ir.Attribute], dict[str, onnx.GraphProto]]:
         attrs: dict[str, ir.Attribute] = {}
         graphs: dict[str, onnx.GraphProto] = {}
-        kinds = spec["attributes"]
+        kinds = info.spec["attributes"]
         for a in node.attribute:
             if a.ref_attr_name:
-                raise ImportFailure(f"{what}: attribute '{a.name}' refers to a function "
-                                    "attribute outside a function")
-            if a.name in spec["regions"]:
+                raise ImportFailure(f"{_what(node)}: attribute '{a.name}' refers to a "
+                                    "function attribute outside a function")
+            if a.name in info.regions:
                 if a.type != _A.GRAPH:
-                    raise ImportFailure(f"{what}: attribute '{a.name}' must be a graph")
+                    raise ImportFailure(f"{_what(node)}: attribute '{a.name}' must be a graph")
                 graphs[a.name] = a.g
                 continue
             kind = kinds.get(a.name)
             if kind is None:
-                raise ImportFailure(f"{what}: unknown attribute '{a.name}'")
+                raise ImportFailure(f"{_what(node)}: unknown attribute '{a.name}'")
             if a.type != _KIND_TYPES[kind[0]]:
                 raise ImportFailure(
-                    f"{what}: attribute '{a.name}' has type "
+                    f"{_what(node)}: attribute '{a.name}' has type "
                     f"{_A.AttributeType.Name(a.type)}, expected {kind[0].upper()}")
-            attrs[a.name] = self._attribute(a, kind[0], what)
-        for attr_name, (kind, required, _default) in kinds.items():
-            if required and attr_name not in attrs:
-                raise ImportFailure(f"{what}: required attribute '{attr_name}' is missing")
-        for region in spec["regions"]:
+            attrs[a.name] = self._attribute(a, kind[0], _what(node))
+        for attr_name in info.required:
+            if attr_name not in attrs:
+                raise ImportFailure(f"{_what(node)}: required attribute '{attr_name}' "
+                                    "is missing")
+        for region in info.regions:
             if region not in graphs:
-                raise ImportFailure(f"{what}: graph attribute '{region}' is missing")
+                raise ImportFailure(f"{_what(node)}: graph attribute '{region}' is missing")
         if node.doc_string:
             attrs["onnx.doc_string"] = self._str(node.doc_string)
         if node.metadata_props:
@@ -301,7 +359,10 @@ class _ModelImporter:
             return tensor_to_attr(a.t, self.types, self.base_dir)
         if kind == "sparse_tensor":
             return self._sparse_attr(a.sparse_tensor)
-        return ir.TypeAttr.get(self.types.from_type_proto(a.tp, f"{what}: attribute '{a.name}'")[0])
+        t = self.types.from_type_proto(a.tp, a.name)[0]
+        if t is None:
+            raise ImportFailure(f"{what}: attribute '{a.name}' holds an empty type")
+        return ir.TypeAttr.get(t)
 
     # ----------------------------------------------------------------- helpers
     def _resolve(self, name: str, scope: _Scope, what: str) -> ir.Value:
@@ -327,7 +388,7 @@ class _ModelImporter:
             if required:
                 raise ImportFailure(f"value '{vi.name}' has no type")
             return None, None
-        return self.types.from_type_proto(tp, f"value '{vi.name}'")
+        return self.types.from_type_proto(tp, vi.name)
 
     def _value_attrs(self, vi: onnx.ValueInfoProto, params: list[str] | None
                      ) -> dict[str, ir.Attribute]:
@@ -411,10 +472,9 @@ def _mlir_op_name(op_type: str, opset: int | None, what: str) -> str:
     return chosen
 
 
-def _padded_outputs(node: onnx.NodeProto, spec: dict) -> list[str] | None:
+def _padded_outputs(outputs: list[str], spec: dict) -> list[str] | None:
     """Node output names aligned to the schema outputs ('' = not produced),
     or None when the node has more outputs than the schema allows."""
-    outputs = list(node.output)
     schema = spec["outputs"]
     if schema and schema[-1][1] == "variadic":
         fixed = len(schema) - 1

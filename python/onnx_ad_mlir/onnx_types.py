@@ -34,6 +34,7 @@ class TypeConverter:
         self.context = context
         self._elements: dict[int, ir.Type] = {}
         self._tensors: dict[tuple, ir.Type] = {}
+        self._protos: dict[bytes, tuple[ir.Type, list[str] | None]] = {}
         self._loc = ir.Location.unknown(context)
 
     def element(self, elem_type: int) -> ir.Type:
@@ -60,9 +61,19 @@ class TypeConverter:
             self._tensors[key] = cached
         return cached
 
-    def from_type_proto(self, tp: onnx.TypeProto, what: str) -> tuple[ir.Type, list[str] | None]:
-        """The MLIR type of `tp` and its dim_param names (None when it has none).
-        `what` names the value for error messages."""
+    def from_type_proto(self, tp: onnx.TypeProto, name: str
+                        ) -> tuple[ir.Type | None, list[str] | None]:
+        """The MLIR type of `tp` (None for an empty TypeProto) and its
+        dim_param names (None when it has none); `name` is the value's name,
+        for error messages."""
+        key = tp.SerializeToString()  # cheaper than walking the proto in Python
+        cached = self._protos.get(key)
+        if cached is None:
+            cached = (None, None) if not key else self._convert(tp, f"value '{name}'")
+            self._protos[key] = cached
+        return cached
+
+    def _convert(self, tp: onnx.TypeProto, what: str) -> tuple[ir.Type, list[str] | None]:
         kind = tp.WhichOneof("value")
         if kind == "tensor_type":
             tt = tp.tensor_type
@@ -83,10 +94,10 @@ class TypeConverter:
         if kind == "sequence_type":
             # Element shapes are dropped: the dialect compares loop-carried
             # sequence types exactly, and elements of one sequence vary anyway.
-            inner, _ = self.from_type_proto(_shapeless(tp.sequence_type.elem_type), what)
+            inner, _ = self._convert(_shapeless(tp.sequence_type.elem_type), what)
             return ir.Type.parse(f"!onnx.Seq<{inner}>", self.context), None
         if kind == "optional_type":
-            inner, _ = self.from_type_proto(tp.optional_type.elem_type, what)
+            inner, _ = self._convert(tp.optional_type.elem_type, what)
             return ir.Type.parse(f"!onnx.Opt<{inner}>", self.context), None
         raise ImportFailure(f"{what}: unsupported value type {kind or 'missing'}")
 
@@ -106,8 +117,21 @@ def _elem_name(elem_type: int) -> str:
         return "unknown"
 
 
+_SIGNLESS = {1: _T.BOOL, 2: _T.INT2, 4: _T.INT4, 8: _T.INT8, 16: _T.INT16, 32: _T.INT32,
+             64: _T.INT64}
+_UNSIGNED = {2: _T.UINT2, 4: _T.UINT4, 8: _T.UINT8, 16: _T.UINT16, 32: _T.UINT32,
+             64: _T.UINT64}
+
+
 def element_of(t: ir.Type) -> int:
     """The ONNX element type of an MLIR element type."""
+    # Common types by class (printing a type costs far more).
+    if isinstance(t, ir.F32Type):
+        return _T.FLOAT
+    if isinstance(t, ir.IntegerType):
+        table = _SIGNLESS if t.is_signless else _UNSIGNED if t.is_unsigned else {}
+        if t.width in table:
+            return table[t.width]
     elem = _SPELLING_TO_ELEMENT.get(str(t))
     if elem is None:
         raise ExportFailure(f"element type {t} has no ONNX equivalent")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 import weakref
 
 import numpy as np
@@ -39,6 +40,7 @@ _BLOBS: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictiona
 _BLOB_IDS = itertools.count()
 _RESOURCE_NAME = re.compile(r"dense_resource<([^>]+)>")
 _NON_IDENT = re.compile(r"[^A-Za-z0-9_]")
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str = "") -> ir.Attribute:
@@ -47,11 +49,13 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
     ttype = types.tensor(elem, tuple(tensor.dims))
     if elem == onnx.TensorProto.STRING:
         return _string_attr(tensor, ttype, types.context)
-    try:
-        array = numpy_helper.to_array(tensor, base_dir)
-    except Exception as e:  # onnx raises many kinds on malformed data
-        raise ImportFailure(f"tensor '{tensor.name}': unreadable data ({e})") from e
-    array = np.ascontiguousarray(array)
+    array = _raw_array(tensor) if elem in _BUFFER_ELEMENTS else None
+    if array is None:
+        try:
+            array = numpy_helper.to_array(tensor, base_dir)
+        except Exception as e:  # onnx raises many kinds on malformed data
+            raise ImportFailure(f"tensor '{tensor.name}': unreadable data ({e})") from e
+        array = np.ascontiguousarray(array)
     if elem in _BUFFER_ELEMENTS and array.nbytes <= DENSE_LIMIT_BYTES:
         if elem == onnx.TensorProto.BOOL:
             packed = np.packbits(array.reshape(-1), bitorder="little")
@@ -60,6 +64,23 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
         return ir.DenseElementsAttr.get(array, type=ttype.element_type,
                                         shape=list(tensor.dims), context=types.context)
     return _blob_attr(array, tensor.name, ttype, types.context)
+
+
+def _raw_array(tensor: onnx.TensorProto) -> np.ndarray | None:
+    """The data of a tensor stored as little-endian raw bytes, without
+    numpy_helper's generality (the common case, and worth the speed)."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or not tensor.raw_data \
+            or not _LITTLE_ENDIAN:
+        return None
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    array = np.frombuffer(tensor.raw_data, dtype=dtype)
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    if array.size != count:
+        raise ImportFailure(f"tensor '{tensor.name}': {array.size} elements of raw data for "
+                            f"shape {list(tensor.dims)}")
+    return array.reshape(tensor.dims)
 
 
 def _blob_attr(array: np.ndarray, hint: str, ttype: ir.Type, context: ir.Context) -> ir.Attribute:
@@ -109,12 +130,15 @@ class ResourceReader:
         elem = element_of(ttype.element_type)
         shape = list(ttype.shape)
         dtype = helper.tensor_dtype_to_np_dtype(elem)
-        if _cast(ir.DenseResourceElementsAttr, attr) is not None:
-            raw = self._blob(attr)
-            return raw.view(dtype).reshape(shape)
+        # Attributes read back from ops are not always downcast by the
+        # bindings (dense_resource never is): test the cheap cases first.
+        dense = attr if isinstance(attr, ir.DenseElementsAttr) else None
+        if dense is None and elem != onnx.TensorProto.STRING:
+            if _cast(ir.DenseResourceElementsAttr, attr) is not None:
+                return self._blob(attr).view(dtype).reshape(shape)
+            dense = _cast(ir.DenseElementsAttr, attr)
         if elem == onnx.TensorProto.STRING:
             return _parse_strings(str(attr), shape)
-        dense = _cast(ir.DenseElementsAttr, attr)
         if dense is None:
             raise ExportFailure(f"constant of type {attr.type} is neither dense nor "
                                 "dense_resource")
@@ -138,9 +162,8 @@ class ResourceReader:
 
 
 def _cast(cls: type, attr: ir.Attribute) -> ir.Attribute | None:
-    """`attr` as `cls`, or None. Attributes read back from ops are not always
-    downcast by the bindings (dense_resource never is); the cast tells their
-    kind without printing them."""
+    """`attr` as `cls`, or None; the cast tells an attribute's kind without
+    printing it."""
     try:
         return cls(attr)
     except ValueError:
@@ -224,6 +247,9 @@ def _unescape(s: str) -> bytes:
 
 def array_to_tensor(array: np.ndarray, elem: int, name: str) -> onnx.TensorProto:
     """A TensorProto of ONNX element type `elem` (array's dtype must match)."""
+    if elem in _BUFFER_ELEMENTS and _LITTLE_ENDIAN:  # raw bytes, no per-type logic
+        return onnx.TensorProto(name=name, data_type=elem, dims=array.shape,
+                                raw_data=array.tobytes())
     if elem == onnx.TensorProto.STRING:
         return helper.make_tensor(name, elem, array.shape, array.reshape(-1).tolist())
     return numpy_helper.from_array(array, name)

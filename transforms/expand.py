@@ -60,11 +60,43 @@ def expand_function(f: ir.Operation, opset: int, keep: Container[str] | None = N
     many ops were replaced. `keep`: MLIR op names left alone (default: the
     ops with a JVP rule)."""
     keep = JVP if keep is None else keep
-    todo = [op for op in _ops(f.operation if hasattr(f, "operation") else f)
-            if _wanted(op, opset, keep)]
-    for op in todo:
-        _expand_op(op, opset, keep)
-    return len(todo)
+    ops = _ops(f.operation if hasattr(f, "operation") else f)
+    reached = _reached(ops)
+    count = 0
+    for op in ops:
+        if not _wanted(op, opset, keep):
+            continue
+        try:
+            _expand_op(op, opset, keep)
+            count += 1
+        except UnsupportedOp:
+            if op in reached:
+                raise
+            # No argument reaches it (its inputs are constants): it is never
+            # differentiated, so it may stay as it is.
+    return count
+
+
+def _reached(ops: list[ir.Operation]) -> set:
+    """Ops that some block argument reaches (through operands, or values
+    their regions capture). `ops` is in _ops order: nested ops before their
+    op, both after every op defined earlier."""
+    values: set = set()
+    reached: set = set()
+    for op in ops:
+        for region in op.regions:
+            for block in region.blocks:
+                values.update(block.arguments)
+        hit = any(v in values or _is_block_argument(v) for v in op.operands) or \
+            any(inner in reached for inner in _ops(op))
+        if hit:
+            reached.add(op)
+            values.update(op.results)
+    return reached
+
+
+def _is_block_argument(v: ir.Value) -> bool:
+    return isinstance(v, ir.BlockArgument)
 
 
 def _ops(root: ir.Operation) -> list[ir.Operation]:

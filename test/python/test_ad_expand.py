@@ -268,3 +268,27 @@ def test_inside_a_branch():
     for c in (True, False):
         feeds = {"c": np.array(c), "x": x}
         np.testing.assert_allclose(run(e, feeds)["y"], run(m, feeds)["y"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("opset", [23, 24])
+def test_attention_kv_cache_outputs(opset):
+    """Several outputs (present key/value, qk matmul output), softcap, past cache."""
+    b, h_, s, p, d = 1, 2, 2, 3, 4
+    m = model([h.make_node("Attention", ["q", "k", "v", "", "pk", "pv"],
+                           ["y", "present_k", "present_v", "qk"], name="att",
+                           softcap=2.0, qk_matmul_output_mode=1)],
+              [("q", F, [b, h_, s, d]), ("k", F, [b, h_, s, d]), ("v", F, [b, h_, s, d]),
+               ("pk", F, [b, h_, p, d]), ("pv", F, [b, h_, p, d])],
+              [("y", F, [b, h_, s, d]), ("present_k", F, [b, h_, p + s, d]),
+               ("present_v", F, [b, h_, p + s, d]), ("qk", F, [b, h_, s, p + s])], opset)
+    feeds = {n: rand(*shape, dtype=np.float32) for n, shape in
+             (("q", (b, h_, s, d)), ("k", (b, h_, s, d)), ("v", (b, h_, s, d)),
+              ("pk", (b, h_, p, d)), ("pv", (b, h_, p, d)))}
+    check(m, feeds, "Attention")
+
+
+def test_softmax_cross_entropy_loss_log_prob():
+    m = model([h.make_node("SoftmaxCrossEntropyLoss", ["x", "t"], ["y", "lp"], name="sce")],
+              [("x", F, [3, 4]), ("t", I64, [3])], [("y", F, []), ("lp", F, [3, 4])], 18)
+    check(m, {"x": rand(3, 4, dtype=np.float32), "t": np.array([0, 3, 1], dtype=np.int64)},
+          "SoftmaxCrossEntropyLoss")

@@ -14,7 +14,7 @@ from mlir import ir
 from mlir.rewrite import RewritePatternSet, walk_and_apply_patterns
 
 from onnx_ad_mlir import _op_table
-from onnx_ad_mlir.errors import OnnxAdError, UnsupportedOp
+from onnx_ad_mlir.errors import OnnxAdError, RuleError, UnsupportedOp
 
 from .builder import Builder, dims, is_float
 from .registry import JVP, JvpRule
@@ -84,11 +84,19 @@ def _pattern(rule: JvpRule | None, state: Tangents):
                 for old, new in getattr(b, "replaced", ()):
                     if old in state.of:
                         state.of[new] = state.of[old]
-        except OnnxAdError as e:
-            state.error = type(e)(f"{node_label(op)}: {e}")
+        except Exception as e:  # noqa: BLE001 - must not unwind through the C++ driver
+            state.error = located(e, op)
             return True
         return False
     return apply
+
+
+def located(e: Exception, op: ir.Operation) -> OnnxAdError:
+    """The error `e` raised by a rule for `op`, as an OnnxAdError naming the node."""
+    if isinstance(e, OnnxAdError):
+        return type(e)(f"{node_label(op)}: {e}")
+    return RuleError(f"{node_label(op)}: internal error in its derivative rule: "
+                     f"{type(e).__name__}: {e}")
 
 
 def _region(op: ir.Operation, rewriter, state: Tangents) -> bool:
@@ -97,8 +105,8 @@ def _region(op: ir.Operation, rewriter, state: Tangents) -> bool:
     given tangents by the pre-step) and replaces the op."""
     try:
         return not REGION_RULES[op.name](op, rewriter, state)
-    except OnnxAdError as e:
-        state.error = type(e)(f"{node_label(op)}: {e}")
+    except Exception as e:  # noqa: BLE001 - must not unwind through the C++ driver
+        state.error = located(e, op)
         return True
 
 

@@ -26,7 +26,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 from . import signature as sig
 from .builder import Builder, dims, is_float
 from .expand import expand_function
-from .linearize import Tangents, linearize, node_label
+from .linearize import Tangents, linearize, located, node_label
 from .registry import TRANSPOSE
 from .rules.control_flow import PLACEHOLDER, REGION_ID, inline_constant_ifs, retire_standin
 
@@ -175,7 +175,10 @@ def _transpose(ops: list[ir.Operation], linear: set[ir.Value],
             raise UnsupportedOp(f"{node_label(op)}: no transpose rule for this linear op "
                                 "(a JVP rule emitted it; this is a bug in the rule table)")
         is_linear = [v in linear for v in op.operands]
-        contributions = rule(b, op, cts, is_linear)
+        try:
+            contributions = rule(b, op, cts, is_linear)
+        except Exception as e:  # noqa: BLE001 - reported with the node, not a traceback
+            raise located(e, op) from e
         for v, ct, lin in zip(op.operands, contributions, is_linear):
             if ct is not None and lin:
                 cotangents[v].append(ct)

@@ -19,3 +19,9 @@ class ExportFailure(OnnxAdError):
 
 class UnsupportedOp(ImportFailure):
     """A node uses an op (or domain, or opset) outside what the dialect covers."""
+
+
+class RuleError(OnnxAdError):
+    """A derivative rule failed unexpectedly: a bug, reported with the node
+    and op instead of a traceback (and never through MLIR's C++ frames,
+    where a Python exception would abort the process)."""

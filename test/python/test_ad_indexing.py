@@ -160,3 +160,19 @@ def test_slice_runtime_starts():
     run([h.make_node("Shape", ["x"], ["sh"], start=1, end=2), const("two", [2]),
          h.make_node("Div", ["sh", "two"], ["s"]), const("a", [1]),
          h.make_node("Slice", ["x", "s", "sh", "a"], ["y"])], (2, 5))
+
+
+@pytest.mark.parametrize("op,attrs,idx", [
+    ("Gather", {"axis": 1}, [[2, 0], [2, 1]]),
+    ("GatherElements", {"axis": 0}, [[0, 0, 1], [2, 2, 2]]),
+    ("GatherND", {}, [[0, 1], [2, 0], [0, 1]])])
+def test_gathers_before_opset16(op, attrs, idx):
+    """No scatter reduction before opset 16: OneHot products, duplicates accumulate."""
+    shape = (3, 2, 2) if op == "GatherND" else (3, 4)
+    errs = run([const("i", idx), h.make_node(op, ["x", "i"], ["y"], **attrs)], shape, opset=13)
+    assert errs["dot"] < 1e-9
+
+
+def test_slice_steps_opset13():
+    run([const("s", [0]), const("e", [100]), const("a", [1]), const("st", [2]),
+         h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 5), opset=13)

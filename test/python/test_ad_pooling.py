@@ -171,3 +171,13 @@ def test_dft(name, opset, shape, attrs, length):
     x = np.random.default_rng(6).standard_normal(shape)
     check_derivatives(m, {"x": x})
     check_hessian(m, {"x": x}, output="z")
+
+
+@pytest.mark.parametrize("name,shape,attrs", MAXPOOL[:3], ids=[c[0] for c in MAXPOOL[:3]])
+def test_max_pool_before_opset16(name, shape, attrs):
+    """Overlapping windows, no scatter-add: window masks instead of Indices."""
+    attrs = dict(attrs)
+    if "dilations" in attrs:
+        attrs.pop("ceil_mode")
+    m, feeds = case("MaxPool", shape, opset=13, **attrs)
+    check_derivatives(m, feeds)

@@ -43,6 +43,8 @@ def _max_pool(b: Builder, op, tangents):
     if len(op.results) > 1 and not isinstance(op.results[1].type, ir.NoneType) and \
             (attribute(op, "storage_order") or 0) == 0:
         idx = op.results[1]
+    if idx is None and b.opset < 16:  # no scatter-add for the transpose: window masks
+        return [_max_pool_masks(b, op, tangents[0], x, y)] + [None] * (len(op.results) - 1)
     if idx is None:
         if len(op.results) < 2:
             raise UnsupportedOp("MaxPool before opset 8 has no Indices output")
@@ -51,6 +53,47 @@ def _max_pool(b: Builder, op, tangents):
         idx = made[1]
     flat = b.reshape(tangents[0], [0, -1], [None, None])
     return [b.op("Gather", [flat, idx], b.derivative_type(y), axis=1)] + [None] * (len(op.results) - 1)
+
+
+def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list[int],
+             fill: float | None) -> ir.Value:
+    """Windows of v (spatial axes from `first`) stacked on a new axis first-1+... :
+    [.., C, K, *O] by strided Slices of v padded with `fill` (0 when None)."""
+    vd = dims(v)
+    n = len(outs)
+    k, s, d, p = geom["kernel_shape"], geom["strides"], geom["dilations"], geom["pads"]
+    elem = element_type(v)
+    if any(p):
+        pads = [0] * (2 * len(vd))
+        for i in range(n):
+            pads[first + i], pads[len(vd) + first + i] = p[i], p[n + i]
+        pd = vd[:first] + [None if vd[first + i] is None else vd[first + i] + p[i] + p[n + i]
+                           for i in range(n)]
+        operands = [v, b.ints(pads)] + ([b.scalar(fill, v)] if fill is not None else [])
+        v = b.op("Pad", operands, tensor_type(pd, elem))
+    parts = []
+    for off in np.indices(k).reshape(n, -1).T:
+        starts = [int(o) * di for o, di in zip(off, d)]
+        ends = [st + (o - 1) * si + 1 for st, o, si in zip(starts, outs, s)]
+        sl = b.slice(v, list(range(first, first + n)), starts, ends,
+                     tensor_type(vd[:first] + outs, elem), s)
+        parts.append(b.unsqueeze(sl, [first]))
+    return b.concat(parts, first) if len(parts) > 1 else parts[0]
+
+
+def _max_pool_masks(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
+    """MaxPool's tangent without Indices: per window, the tangent at the
+    positions equal to the max (shared among ties); Slices and a ReduceSum."""
+    yd = dims(y)
+    if yd is None or None in yd[2:]:
+        raise UnsupportedOp("MaxPool before opset 16 needs static output extents")
+    geom = _pool_pads(op, x, y)
+    outs = yd[2:]
+    xs = _patches(b, x, 2, geom, outs, float("-inf"))      # [N, C, K, *O]
+    hit = b.cast_like(b.compare("Equal", xs, b.unsqueeze(y, [2])), x)
+    weight = b.div(hit, b.reduce("ReduceSum", hit, [2], True))
+    ts = _patches(b, t, 3, geom, outs, None)               # [k, N, C, K, *O]
+    return b.reduce("ReduceSum", b.mul(ts, weight), [3], False)
 
 
 # ---- window sums: AveragePool, LpPool ---------------------------------------------

@@ -11,6 +11,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
                        rank, tensor_type)
 from ..registry import jvp, transpose
+from .linalg import matmul
 
 
 def _reshape_like(b: Builder, t: ir.Value, primal: ir.Value) -> ir.Value:
@@ -288,8 +289,9 @@ def _t_pad(b: Builder, op, cts, linear):
 # ---- indexing: gathers, scatters and data movement ------------------------------
 #
 # Gathers are linear in their data; their transposes scatter-add (duplicates
-# accumulate) into zeros with ScatterElements(reduction="add") -- an opset-16
-# op, emitted at opset >= 16 (the exporter raises the model's opset). Ops that
+# accumulate) into zeros with ScatterElements/ScatterND(reduction="add") at
+# opset >= 16; before that (no reduction attribute) through a OneHot product,
+# exact but dense in the gathered axis' extent. Ops that
 # take an index tensor shaped like their data (GatherElements, ScatterElements)
 # get the indices broadcast over the direction axis.
 
@@ -299,11 +301,6 @@ def _i64() -> ir.Type:
 
 def _tail(op: ir.Operation, n: int) -> list:
     return [None] * (len(op.operands) - n)
-
-
-def _high(b: Builder, opset: int = 16) -> Builder:
-    """A builder emitting ops of at least `opset` (reduction attributes)."""
-    return b if b.opset >= opset else Builder(max(b.opset, 18), b.location)
 
 
 def _zeros(b: Builder, shape: ir.Value, out: list | None, like: ir.Value) -> ir.Value:
@@ -334,14 +331,67 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
     if q is None or cd is None or axis < 1:
         raise UnsupportedOp("transposing Gather needs static ranks and a data axis >= 1")
     post = len(cd) - axis - q
-    flat = b.reshape(ct, b.concat([b.shape(ct, 0, axis), b.ints([-1]), b.shape(ct, axis + q)], 0),
-                     cd[:axis] + [None] + cd[axis + q:])
+    if None not in cd[axis + q:]:  # a constant target keeps the rank visible after export
+        target = b.ints([0] * axis + [-1] + cd[axis + q:])
+    else:
+        target = b.concat([b.shape(ct, 0, axis), b.ints([-1]), b.shape(ct, axis + q)], 0)
+    flat = b.reshape(ct, target, cd[:axis] + [None] + cd[axis + q:])
     ix = b.reshape(idx, [1] * axis + [-1] + [1] * post, [1] * axis + [None] + [1] * post)
     ix = b.expand(ix, b.shape(flat), dims(flat))
     dd = dims(data_lin)
+    if b.opset < 16:
+        return _onehot_scatter(b, flat, b.reshape(idx, [-1], [None]), axis, dd[axis])
     zeros = _zeros(b, b.like_shape(ct, data_lin), [None] + dd[1:], ct)
-    return _high(b).op("ScatterElements", [zeros, ix, flat], zeros.type, axis=axis,
-                       reduction="add")
+    return b.op("ScatterElements", [zeros, ix, flat], zeros.type, axis=axis, reduction="add")
+
+
+def onehot(b: Builder, idx: ir.Value, depth: int, like: ir.Value, axis: int = -1) -> ir.Value:
+    """OneHot(idx, depth) as 0/1 of like's element type (a new axis at `axis`)."""
+    elem = element_type(like)
+    # ONNX Runtime's OneHot kernels produce float (not double): cast after.
+    vals = b.constant(ir.DenseElementsAttr.get(np.asarray([0.0, 1.0], np.float32)))
+    d = dims(idx)
+    out = None
+    if d is not None:
+        out = list(d)
+        out.insert(axis if axis >= 0 else len(d) + 1 + axis, depth)
+    hot = b.op("OneHot", [idx, b.ints([depth]), vals], tensor_type(out, ir.F32Type.get()), axis=axis)
+    return hot if isinstance(elem, ir.F32Type) else b.cast_like(hot, like)
+
+
+def _onehot_scatter(b: Builder, flat: ir.Value, idx: ir.Value, axis: int, depth: int | None
+                    ) -> ir.Value:
+    """Before opset 16 (no scatter reduction): flat [.., n at axis, ..] times
+    OneHot(idx) [n, depth] -- duplicates accumulate."""
+    if depth is None:
+        raise UnsupportedOp("scatter-add before opset 16 needs a static extent")
+    fd = dims(flat)
+    r = len(fd)
+    perm = [i for i in range(r) if i != axis] + [axis]
+    moved = b.transpose(flat, perm)
+    prod = matmul(b, moved, onehot(b, idx, depth, flat))
+    inverse = [perm.index(i) for i in range(r)]
+    return b.transpose(prod, inverse)
+
+
+def _onehot_scatter_elements(b: Builder, ct: ir.Value, ix: ir.Value, axis: int,
+                             depth: int | None, target_dims: list | None = None) -> ir.Value:
+    """ScatterElements(zeros, ix, ct, add) before opset 16, via OneHot."""
+    if depth is None:
+        raise UnsupportedOp("scatter-add before opset 16 needs a static extent")
+    r = rank(ct)
+    prod = b.mul(b.unsqueeze(ct, [r]), onehot(b, ix, depth, ct))
+    summed = b.reduce("ReduceSum", prod, [axis], False)
+    out = b.transpose(summed, list(range(axis)) + [r - 1] + list(range(axis, r - 1)))
+    # The indices may be shorter than the data on the other axes: zero-pad the ends.
+    od, td = dims(out), target_dims
+    if td is not None and any(o is not None and t is not None and o < t
+                              for o, t in zip(od[1:], td[1:])):
+        if any(o is None or t is None for o, t in zip(od[1:], td[1:])):
+            raise UnsupportedOp("scatter-add before opset 16 needs static extents")
+        pads = [0] * r + [0] + [t - o for o, t in zip(od[1:], td[1:])]
+        out = b.op("Pad", [out, b.ints(pads)], tensor_type([None] + td[1:], element_type(out)))
+    return out
 
 
 def scatter_add_into(b: Builder, ct: ir.Value, target: ir.Value, tdims: list | None,
@@ -353,7 +403,9 @@ def scatter_add_into(b: Builder, ct: ir.Value, target: ir.Value, tdims: list | N
     ix = b.reshape(idx, [1] * axis + [-1] + [1] * (r - axis - 1), [1] * axis + [None] + [1] * (r - axis - 1))
     ix = b.expand(ix, b.shape(ct), cd)
     zeros = _zeros(b, target, tdims, ct)
-    return _high(b).op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis, reduction="add")
+    if b.opset < 16:  # the indices of a Slice are distinct: no accumulation needed
+        return b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis)
+    return b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis, reduction="add")
 
 
 @jvp("Gather")
@@ -383,9 +435,11 @@ def _t_gather_elements(b: Builder, op, cts, linear):
     x, idx = op.operands
     ct = cts[0]
     ix = _match_directions(b, idx, ct)
+    axis = _axis(op, rank(x))
+    if b.opset < 16:
+        return [_onehot_scatter_elements(b, ct, ix, axis, dims(x)[axis], dims(x)), None]
     zeros = _zeros(b, b.like_shape(ct, x), [None] + dims(x)[1:], ct)
-    return [_high(b).op("ScatterElements", [zeros, ix, ct], zeros.type,
-                        axis=_axis(op, rank(x)), reduction="add"), None]
+    return [b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis, reduction="add"), None]
 
 
 def _reduction(op: ir.Operation) -> str:
@@ -486,11 +540,37 @@ def _t_gather_nd(b: Builder, op, cts, linear):
     if (attribute(op, "batch_dims") or 0) != 0:
         raise UnsupportedOp("transposing GatherND with batch_dims > 0")
     ct = cts[0]
-    zeros = _zeros(b, b.concat([b.shape(x, 0, _last_static(idx)), b.shape(ct, rank(idx) - 1,
-                                                                         rank(idx)),
-                                b.shape(x, _last_static(idx) + 1)], 0), [None] * rank(x), ct)
+    q = _last_static(idx)
+    if b.opset < 16:
+        return [_onehot_scatter_nd(b, ct, x, idx, q), None]
+    zeros = _zeros(b, b.concat([b.shape(x, 0, q), b.shape(ct, rank(idx) - 1, rank(idx)),
+                                b.shape(x, q + 1)], 0), [None] * rank(x), ct)
     # Linear GatherNDs come from the JVP above: the direction axis follows the indexed ones.
-    return [_high(b).op("ScatterND", [zeros, idx, ct], zeros.type, reduction="add"), None]
+    return [b.op("ScatterND", [zeros, idx, ct], zeros.type, reduction="add"), None]
+
+
+def _onehot_scatter_nd(b: Builder, ct: ir.Value, x: ir.Value, idx: ir.Value, q: int) -> ir.Value:
+    """ScatterND(zeros, idx, ct, add) before opset 16: linear indices over the
+    q indexed axes, then a OneHot product (duplicates accumulate)."""
+    xd = dims(x)
+    ext = xd[:q]
+    if None in ext:
+        raise UnsupportedOp("scatter-add before opset 16 needs static extents")
+    strides = [int(np.prod(ext[j + 1:])) for j in range(q)]
+    neg = b.compare("Less", idx, b.ints([0]))
+    norm = b.where(neg, b.add(idx, b.ints(ext)), idx)
+    lin = b.reduce("ReduceSum", b.mul(norm, b.ints(strides)), [-1], False)
+    lead = rank(idx) - 1
+    cd = dims(ct)
+    rest = cd[lead + 1:]
+    if None in rest:
+        raise UnsupportedOp("scatter-add before opset 16 needs static extents")
+    front = _front(b, ct, lead)                                    # [k, I..., rest]
+    flat = b.reshape(front, [0, -1] + rest, [None, None] + rest)  # [k, n, rest]
+    summed = _onehot_scatter(b, flat, b.reshape(lin, [-1], [None]), 1, int(np.prod(ext)))
+    back = b.reshape(summed, [0] + ext + rest, [None] + ext + rest)
+    r = len(ext) + 1 + len(rest)
+    return b.transpose(back, list(range(1, q + 1)) + [0] + list(range(q + 1, r)))
 
 
 @jvp("ScatterND")

@@ -292,7 +292,8 @@ def _grouped_weight_tangent(b: Builder, x: ir.Value, t: ir.Value, y: ir.Value,
     o = int(np.prod(outs))
     grouped = b.reshape(stack, b.ints([0, g, (c // g) * kk, o]), [xd[0], g, (c // g) * kk, o])
     moved = b.transpose(grouped, [1, 2, 0, 3])  # [g, C/g*K, N, O]
-    pmat = b.reshape(moved, b.ints([g, (c // g) * kk, -1]), [g, (c // g) * kk, None])
+    no = None if xd[0] is None else xd[0] * o
+    pmat = b.reshape(moved, b.ints([g, (c // g) * kk, -1]), [g, (c // g) * kk, no])
     tw = b.reshape(t, b.ints([-1, g, m // g, (c // g) * kk]), [td[0], g, m // g, (c // g) * kk])
     prod = matmul(b, tw, pmat)  # [k, g, M/g, N*O]
     split = b.reshape(prod, b.concat([b.ints([-1, g, m // g]), b.shape(x, 0, 1), b.ints(outs)], 0),
@@ -355,13 +356,24 @@ def conv_weight_grad(b: Builder, inp: ir.Value, cot: ir.Value, geom: dict,
         data = b.reshape(moved, b.concat([b.ints([0, -1]), b.shape(inp, 2)], 0),
                          [cg, None] + idd[2:])
     cd = dims(cot)
-    kern = b.transpose(cot, [1, 0] + list(range(2, r)))
+    kern = _swap01(b, cot)
     n = r - 2
     full = b.op("Conv", [data, kern, None], tensor_type([wd[1], cd[1]] + [None] * n, elem),
                 strides=geom["dilations"], dilations=geom["strides"], pads=geom["pads"], group=g)
     k = geom["kernel_shape"]
     cut = b.slice(full, list(range(2, r)), [0] * n, k, tensor_type([wd[1], cd[1]] + k, elem))
     return b.transpose(cut, [1, 0] + list(range(2, r)))
+
+
+def _swap01(b: Builder, v: ir.Value) -> ir.Value:
+    """v with axes 0 and 1 swapped; undoes such a Transpose instead of stacking one."""
+    r = rank(v)
+    perm = [1, 0] + list(range(2, r))
+    owner = getattr(v.owner, "operation", v.owner)
+    if isinstance(owner, ir.Operation) and owner.name == "onnx.Transpose" and \
+            attribute(owner, "perm") == perm:
+        return owner.operands[0]
+    return b.transpose(v, perm)
 
 
 def _explicit(geom: dict, *names: str) -> dict:

@@ -19,9 +19,11 @@ ONNX Runtime runs (no Conv: it has no double kernel):
   DeformConv     2-D: bilinear samples at the offset kernel positions
                  (zeros outside), times the mask, then a grouped MatMul with
                  the weights, plus bias. Static shapes.
-  STFT           frames sliced from the signal, then a DFT as a MatMul with
-                 the (windowed) cos/sin matrix; real or complex input,
-                 onesided. Constant frame_step/frame_length.
+  STFT           frames gathered from the signal (indices constant when
+                 frame_step and the length are, computed at run time
+                 otherwise), then a DFT as a MatMul with the (windowed)
+                 cos/sin matrix; real or complex input, onesided. The frame
+                 length must be static (window shape or constant).
   TensorScatter  ScatterElements at write_indices[b] + i (mod the cache
                  length in circular mode) along the sequence axis.
 """
@@ -355,12 +357,15 @@ def _stft(node, ctx):
     g = _G(node, ctx)
     ins = list(node.input) + [""] * (4 - len(node.input))
     signal, step_name, window, length_name = ins[:4]
-    ss = g.static(signal, "the signal")
+    ss = ctx.shape(signal)
+    if ss is None or len(ss) not in (2, 3):
+        g.refuse("needs a signal of rank 2 or 3")
     if len(ss) == 2:
         ss = ss + [1]
         signal = g.unsqueeze(signal, [2])
-    b, length, comp = ss
-    step = int(np.asarray(g.constant_value(step_name, "frame_step")).reshape(-1)[0])
+    comp = ss[2]
+    if comp not in (1, 2):
+        g.refuse("needs a signal whose last extent is 1 (real) or 2 (complex)")
     fl = None
     if length_name:
         fl = int(np.asarray(g.constant_value(length_name, "frame_length")).reshape(-1)[0])
@@ -371,14 +376,22 @@ def _stft(node, ctx):
         g.refuse("needs a window or a constant frame_length")
     onesided = int(_attr(node, "onesided", 1))
     dt = g.dtype(signal)
-    frames = (length - fl) // step + 1
     bins = fl // 2 + 1 if onesided else fl
-    # frames [B, F, fl, comp]
-    parts = [g.unsqueeze(g.slice(signal, [f * step], [f * step + fl], [1]), [1])
-             for f in range(frames)]
-    framed = parts[0] if frames == 1 else g.op("Concat", parts, axis=1)
+    offsets = np.arange(fl, dtype=np.int64)
+    if step_name in ctx.consts and ss[1] is not None:  # frames known: constant indices
+        step = int(np.asarray(ctx.consts[step_name]).reshape(-1)[0])
+        frames = (ss[1] - fl) // step + 1
+        idx = g.const(np.arange(frames, dtype=np.int64)[:, None] * step + offsets[None, :])
+    else:  # frame starts computed at run time: frames = (length - fl) / step + 1
+        step = g.op("Reshape", [step_name, g.ints([])])
+        length = g.op("Reshape", [g.slice(g.op("Shape", [signal]), [1], [2], [0]), g.ints([])])
+        frames = g.op("Add", [g.op("Div", [g.op("Sub", [length, g.ints(fl)]), step]),
+                              g.ints(1)])
+        starts = g.op("Mul", [g.op("Range", [g.ints(0), frames, g.ints(1)]), step])
+        idx = g.op("Add", [g.unsqueeze(starts, [1]), g.const(offsets[None, :])])
+    framed = g.op("Gather", [signal, idx], axis=1)                     # [B, F, fl, comp]
     nk = np.outer(np.arange(fl), np.arange(bins)) * (2 * np.pi / fl)
-    cos, sin = np.cos(nk).astype(dt), np.sin(nk).astype(dt)  # [fl, bins]
+    cos, sin = np.cos(nk).astype(dt), np.sin(nk).astype(dt)           # [fl, bins]
     if window:
         wcol = g.unsqueeze(window, [1])
         wc, ws = g.op("Mul", [wcol, g.const(cos)]), g.op("Mul", [wcol, g.const(sin)])
@@ -387,14 +400,14 @@ def _stft(node, ctx):
     neg_ws = g.op("Neg", [ws])
     if comp == 1:
         m = g.op("Concat", [wc, neg_ws], axis=1)                      # [fl, 2 bins]
-        rows = g.reshape(framed, [b, frames, fl])
+        rows = g.squeeze(framed, [3])
     else:  # complex: Re = xr wc + xi ws, Im = xi wc - xr ws
         top = g.op("Concat", [wc, neg_ws], axis=1)
         bottom = g.op("Concat", [ws, wc], axis=1)
         m = g.op("Concat", [top, bottom], axis=0)                     # [2 fl, 2 bins]
-        rows = g.reshape(g.op("Transpose", [framed], perm=[0, 1, 3, 2]), [b, frames, 2 * fl])
+        rows = g.reshape(g.op("Transpose", [framed], perm=[0, 1, 3, 2]), [0, 0, 2 * fl])
     spec = g.op("MatMul", [rows, m])                                  # [B, F, 2 bins]
-    spec = g.reshape(spec, [b, frames, 2, bins])
+    spec = g.reshape(spec, [0, 0, 2, bins])
     g.op("Transpose", [spec], out=node.output[0], perm=[0, 1, 3, 2])
     return g.nodes
 

@@ -212,9 +212,9 @@ def test_rule_ops_are_kept():
 
 def test_refusal_names_node():
     """A lowering that cannot apply names the node, the op and the reason."""
-    m = model([h.make_node("STFT", ["x", "step"], ["y"], name="spec")],
-              [("x", F, [1, 16, 1]), ("step", I64, [])], [("y", F, None)], 17)
-    with pytest.raises(UnsupportedOp, match=r"spec.*STFT.*frame_step must be a constant"):
+    m = model([h.make_node("STFT", ["x", "step", "", "n"], ["y"], name="spec")],
+              [("x", F, [1, 16, 1]), ("step", I64, []), ("n", I64, [])], [("y", F, None)], 17)
+    with pytest.raises(UnsupportedOp, match=r"spec.*STFT.*frame_length must be a constant"):
         expanded(m)
 
 

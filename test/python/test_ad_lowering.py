@@ -151,3 +151,17 @@ def test_grid_sample_3d(mode, pad, align):
     e, err = lowered(m, feeds, "GridSample", rtol=1e-9, atol=1e-9)
     inputs = ["x"] if mode == "nearest" else None
     print("GridSample 3-D", mode, pad, align, err, check_derivatives(e, feeds, inputs=inputs))
+
+
+def test_stft_run_time_frame_step():
+    """frame_step fed at run time (ONNX's own test case): frames are gathered
+    with indices computed in the graph."""
+    b, length, fl = 1, 20, 8
+    fl_t = h.make_tensor("fl", I64, [], [fl])
+    m = model([h.make_node("STFT", ["s", "step", "", "fl"], ["y"], name="stft")],
+              [("s", D, [b, "L", 1]), ("step", I64, [])], [("y", D, [b, None, fl // 2 + 1, 2])],
+              17, [fl_t])
+    rng = np.random.default_rng(6)
+    feeds = {"s": rng.standard_normal((b, length, 1)), "step": np.array(4, dtype=np.int64)}
+    e, err = lowered(m, feeds, "STFT", rtol=1e-9, atol=1e-9)
+    print("STFT run-time step", err, check_derivatives(e, feeds))

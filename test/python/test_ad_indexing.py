@@ -176,3 +176,13 @@ def test_gathers_before_opset16(op, attrs, idx):
 def test_slice_steps_opset13():
     run([const("s", [0]), const("e", [100]), const("a", [1]), const("st", [2]),
          h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 5), opset=13)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_gather_nd_batch_dims(opset):
+    run([const("i", [[[1], [0], [1]], [[2], [2], [0]]]),
+         h.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)], (2, 3, 2), opset=opset)
+
+
+def test_pad_negative():
+    run([const("p", [-1, 2, 1, -2]), h.make_node("Pad", ["x", "p"], ["y"])], (3, 5))

@@ -280,9 +280,18 @@ def _t_pad(b: Builder, op, cts, linear):
     if (attribute(op, "mode") or "constant") != "constant":
         raise UnsupportedOp("transposing Pad in a mode other than 'constant'")
     r = len(d)
-    starts = pads[:r]
+    # Positive pads are sliced off; negative ones (crops) are zero-padded back.
+    starts = [max(p, 0) for p in pads[:r]]
     ends = [-p if p > 0 else 2**62 for p in pads[r:]]
-    return [b.slice(cts[0], list(range(r)), starts, ends, tensor_type([None] + d[1:], element_type(cts[0])))] \
+    ct = cts[0]
+    crops = [max(-p, 0) for p in pads]
+    if any(crops):
+        cd = dims(ct)
+        mid = [None if e is None else e - starts[i] - max(pads[r + i], 0) for i, e in enumerate(cd)]
+        ct = b.slice(ct, list(range(r)), starts, ends, tensor_type([None] + mid[1:], element_type(ct)))
+        return [b.op("Pad", [ct, b.ints(crops)], tensor_type([None] + d[1:], element_type(ct)))] \
+            + [None] * (len(op.operands) - 1)
+    return [b.slice(ct, list(range(r)), starts, ends, tensor_type([None] + d[1:], element_type(ct)))] \
         + [None] * (len(op.operands) - 1)
 
 
@@ -534,11 +543,30 @@ def _gather_nd(b: Builder, op, tangents):
     return [_front(b, res, lead)]
 
 
+def _with_batch_coordinates(b: Builder, idx: ir.Value, batch: int) -> ir.Value:
+    """GatherND indices with batch_dims > 0 as plain indices: the batch
+    coordinates prepended on the last axis."""
+    d = dims(idx)
+    if d is None or None in d[:batch]:
+        raise UnsupportedOp("GatherND with batch_dims needs static batch extents")
+    r = len(d)
+    grids = []
+    for j in range(batch):
+        shape = [1] * (r - 1) + [1]
+        shape[j] = d[j]
+        g = b.ints(list(range(d[j])))
+        g = b.reshape(g, shape, shape)
+        grids.append(b.expand(g, b.concat([b.shape(idx, 0, r - 1), b.ints([1])], 0),
+                              d[:r - 1] + [1]))
+    return b.concat(grids + [idx], r - 1)
+
+
 @transpose("GatherND")
 def _t_gather_nd(b: Builder, op, cts, linear):
     x, idx = op.operands
-    if (attribute(op, "batch_dims") or 0) != 0:
-        raise UnsupportedOp("transposing GatherND with batch_dims > 0")
+    batch = attribute(op, "batch_dims") or 0
+    if batch:
+        idx = _with_batch_coordinates(b, idx, batch)
     ct = cts[0]
     q = _last_static(idx)
     if b.opset < 16:

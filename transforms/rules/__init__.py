@@ -3,3 +3,4 @@ from . import elementwise, linalg, reduction, shape  # noqa: F401
 from . import pooling  # noqa: F401
 from . import multilinear, normalization  # noqa: F401
 from . import control_flow  # noqa: F401,E402  (last: its fallbacks yield to family files)
+from . import recurrent  # noqa: F401,E402  (after control_flow: wraps its stand-in transpose)

@@ -129,7 +129,9 @@ def _run(argv: list[str]) -> int:
         if out is not None:
             outputs.append(out)
     if ok or args.output == "-":  # a failed run leaves an output file alone
-        _write(args.output, f"\n{SPLIT_MARKER}\n".join(outputs), args.input)
+        # As mlir-opt: chunk outputs separated by marker lines.
+        _write(args.output, f"{SPLIT_MARKER}\n".join(o.rstrip("\n") + "\n" for o in outputs),
+               args.input)
     return 0 if ok else 1
 
 

@@ -13,9 +13,8 @@ from mlir import ir
 from . import _op_table
 from .errors import ExportFailure
 from .export_opset import model_versions
-from .onnx_types import fill_type_proto
+from .onnx_types import element_of, fill_type_proto
 from .tensors import ResourceReader, array_to_tensor
-from .onnx_types import element_of
 
 _A = onnx.AttributeProto
 _TERMINATORS = ("onnx.Yield", "func.return")

@@ -33,7 +33,14 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     holding `func.func @main_graph`."""
     model, base_dir = prepare_model(model)
     context = context or ir.Context()
-    return _ModelImporter(model, context, base_dir).run()
+    module = _ModelImporter(model, context, base_dir).run()
+    try:  # cheap (~1 us per op), and the caller gets an exception, not bad IR
+        module.operation.verify()
+    except ir.MLIRError as e:
+        first = e.error_diagnostics[0] if e.error_diagnostics else None
+        detail = f"{first.location}: {first.message}" if first else str(e)
+        raise ImportFailure(f"the imported IR does not verify: {detail}") from e
+    return module
 
 
 class _OpInfo:
@@ -123,6 +130,8 @@ class _ModelImporter:
     def _main_graph(self, g: onnx.GraphProto, module: ir.Module) -> None:
         scope = _Scope(None, _declared_types(g))
         initializers = {t.name: t for t in g.initializer}
+        if len({vi.name for vi in g.input}) != len(g.input):
+            raise ImportFailure(f"graph '{g.name}' has duplicate input names")
         arg_types, arg_attrs = [], []
         for vi in g.input:
             t, params = self._value_type(vi, scope)
@@ -184,12 +193,12 @@ class _ModelImporter:
             self._node(node, scope, block, ip)
 
     def _subgraph(self, g: onnx.GraphProto, parent: _Scope, region: ir.Region,
-                  op_name: str, operands: list[ir.Value], node: onnx.NodeProto) -> None:
+                  op_type: str, operands: list[ir.Value], node: onnx.NodeProto) -> None:
         scope = _Scope(parent, _declared_types(g))
         arg_types = []
         for i, vi in enumerate(g.input):
             if vi.type.WhichOneof("value") is None:
-                arg_types.append(_default_region_arg(op_name, i, operands, node, self))
+                arg_types.append(_default_region_arg(op_type, i, operands, node, self))
             else:
                 arg_types.append(self._value_type(vi, scope)[0])
         locs = [ir.Location.name(vi.name, context=self.context) for vi in g.input]
@@ -287,6 +296,10 @@ class _ModelImporter:
         types, produced = [], []
         optional = info.optional_outputs
         for i, name in enumerate(outputs):
+            if not name and i < info.num_outputs and i not in optional \
+                    and not info.variadic_output:
+                raise ImportFailure(f"{_what(node)}: required output "
+                                    f"'{info.spec['outputs'][i][0]}' is missing")
             if not name or i in optional and name not in self.used_names():
                 # An optional output nobody reads is not materialised: it
                 # simplifies the IR (and old Dropout masks of another type

@@ -356,3 +356,17 @@ def test_shape_inference_without_big_tensor_bytes(monkeypatch):
         exported = export_onnx(module)
     feeds = {"x": np.ones((2, 1000), F)}
     assert_same_outputs(run(session(model), feeds), run(session(exported), feeds), "big")
+
+
+def test_structural_errors_are_import_failures():
+    k = numpy_helper.from_array(np.array([1], np.int64), "k")
+    _bad(_model([h.make_node("TopK", ["x", "k"], ["v"], name="top")], [_vi("x", [3])],
+                [_vi("v", [1])], [k]), "'top' \\(TopK\\): required output 'Indices'")
+    body = h.make_graph([h.make_node("Identity", ["c"], ["c2"])], "body",
+                        [_vi("i", [], T.INT64), _vi("c", [], T.BOOL), _vi("s", [2])],
+                        [_vi("c2", [], T.BOOL)])  # yields no carried value
+    _bad(_model([h.make_node("Loop", ["n", "", "x"], ["y"], body=body)],
+                [_vi("n", [], T.INT64), _vi("x", [2])], [_vi("y", [2])]),
+         "does not verify: .*body yields 1 values")
+    _bad(_model([h.make_node("Neg", ["x"], ["y"])], [_vi("x", [2]), _vi("x", [2])],
+                [_vi("y", [2])]), "duplicate input names")

@@ -186,3 +186,22 @@ def test_gather_nd_batch_dims(opset):
 
 def test_pad_negative():
     run([const("p", [-1, 2, 1, -2]), h.make_node("Pad", ["x", "p"], ["y"])], (3, 5))
+
+
+def test_closure_second_order():
+    """Every op these rules emit has rules itself: differentiate twice, all ways."""
+    from onnx_ad_mlir.api import forward, reverse
+    cases = [
+        ([const("i", [[2, 0], [2, 1]]), h.make_node("Gather", ["x", "i"], ["y"], axis=1)], (3, 4), 18),
+        ([const("i", [[0, 1], [2, 0]]), h.make_node("GatherND", ["x", "i"], ["y"])], (3, 2, 2), 13),
+        ([const("i", [[0, 0, 1]]), h.make_node("GatherElements", ["x", "i"], ["y"], axis=0)], (3, 3), 13),
+        ([const("r", [2, 1]), h.make_node("Tile", ["x", "r"], ["y"])], (2, 3), 18),
+        ([const("p", [1, 0, 2, 3]), h.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], (3, 4), 18),
+        ([const("s", [0]), const("e", [100]), const("a", [1]), const("st", [2]),
+          h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 5), 18),
+    ]
+    for nodes, shape, opset in cases:
+        m = model(nodes, [("x", D, list(shape))], [("y", D, None)], opset=opset)
+        reverse(reverse(m))
+        reverse(forward(m))
+        forward(forward(m))

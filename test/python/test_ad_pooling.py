@@ -181,3 +181,21 @@ def test_max_pool_before_opset16(name, shape, attrs):
         attrs.pop("ceil_mode")
     m, feeds = case("MaxPool", shape, opset=13, **attrs)
     check_derivatives(m, feeds)
+
+
+def test_closure_second_order():
+    from onnx_ad_mlir.api import forward, reverse
+    builders = [
+        lambda: case("MaxPool", (1, 2, 4, 4), kernel_shape=[2, 2])[0],
+        lambda: case("MaxPool", (1, 1, 4, 4), opset=13, kernel_shape=[3, 3])[0],
+        lambda: case("AveragePool", (1, 2, 5, 5), kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)[0],
+        lambda: case("LpPool", (1, 1, 4, 4), kernel_shape=[2, 2])[0],
+        lambda: case("Resize", (1, 1, 3, 3), extra=[const("roi", np.zeros(0, np.float32)),
+                                                    const("sc", np.asarray([1, 1, 2, 2], np.float32))],
+                     mode="linear")[0],
+    ]
+    for make in builders:
+        m = make()
+        reverse(reverse(m))
+        reverse(forward(m))
+        forward(forward(m))

@@ -384,7 +384,8 @@ def _onehot_scatter(b: Builder, flat: ir.Value, idx: ir.Value, axis: int, depth:
 
 
 def _onehot_scatter_elements(b: Builder, ct: ir.Value, ix: ir.Value, axis: int,
-                             depth: int | None, target_dims: list | None = None) -> ir.Value:
+                             depth: int | None, target_dims: list | None = None,
+                             target: ir.Value | None = None) -> ir.Value:
     """ScatterElements(zeros, ix, ct, add) before opset 16, via OneHot."""
     if depth is None:
         raise UnsupportedOp("scatter-add before opset 16 needs a static extent")
@@ -394,13 +395,18 @@ def _onehot_scatter_elements(b: Builder, ct: ir.Value, ix: ir.Value, axis: int,
     out = b.transpose(summed, list(range(axis)) + [r - 1] + list(range(axis, r - 1)))
     # The indices may be shorter than the data on the other axes: zero-pad the ends.
     od, td = dims(out), target_dims
-    if td is not None and any(o is not None and t is not None and o < t
-                              for o, t in zip(od[1:], td[1:])):
-        if any(o is None or t is None for o, t in zip(od[1:], td[1:])):
-            raise UnsupportedOp("scatter-add before opset 16 needs static extents")
-        pads = [0] * r + [0] + [t - o for o, t in zip(od[1:], td[1:])]
-        out = b.op("Pad", [out, b.ints(pads)], tensor_type([None] + td[1:], element_type(out)))
-    return out
+    if td is None or od is None:
+        raise UnsupportedOp("scatter-add before opset 16 needs static ranks")
+    if all(o is not None and t is not None for o, t in zip(od[1:], td[1:])):
+        if any(o < t for o, t in zip(od[1:], td[1:])):
+            pads = [0] * r + [0] + [t - o for o, t in zip(od[1:], td[1:])]
+            out = b.op("Pad", [out, b.ints(pads)], tensor_type([None] + td[1:], element_type(out)))
+        return out
+    if target is None:
+        raise UnsupportedOp("scatter-add before opset 16 needs static extents")
+    ends = b.sub(b.shape(target, 1), b.shape(out, 1))
+    pads = b.concat([b.ints([0] * (r + 1)), ends], 0)
+    return b.op("Pad", [out, pads], tensor_type([None] + td[1:], element_type(out)))
 
 
 def scatter_add_into(b: Builder, ct: ir.Value, target: ir.Value, tdims: list | None,
@@ -446,7 +452,7 @@ def _t_gather_elements(b: Builder, op, cts, linear):
     ix = _match_directions(b, idx, ct)
     axis = _axis(op, rank(x))
     if b.opset < 16:
-        return [_onehot_scatter_elements(b, ct, ix, axis, dims(x)[axis], dims(x)), None]
+        return [_onehot_scatter_elements(b, ct, ix, axis, dims(x)[axis], dims(x), x), None]
     zeros = _zeros(b, b.like_shape(ct, x), [None] + dims(x)[1:], ct)
     return [b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis, reduction="add"), None]
 
@@ -591,12 +597,11 @@ def _onehot_scatter_nd(b: Builder, ct: ir.Value, x: ir.Value, idx: ir.Value, q: 
     lead = rank(idx) - 1
     cd = dims(ct)
     rest = cd[lead + 1:]
-    if None in rest:
-        raise UnsupportedOp("scatter-add before opset 16 needs static extents")
     front = _front(b, ct, lead)                                    # [k, I..., rest]
-    flat = b.reshape(front, [0, -1] + rest, [None, None] + rest)  # [k, n, rest]
+    rest_v = b.ints(rest) if None not in rest else b.shape(ct, lead + 1)
+    flat = b.reshape(front, b.concat([b.ints([0, -1]), rest_v], 0), [None, None] + rest)
     summed = _onehot_scatter(b, flat, b.reshape(lin, [-1], [None]), 1, int(np.prod(ext)))
-    back = b.reshape(summed, [0] + ext + rest, [None] + ext + rest)
+    back = b.reshape(summed, b.concat([b.ints([0] + ext), rest_v], 0), [None] + ext + rest)
     r = len(ext) + 1 + len(rest)
     return b.transpose(back, list(range(1, q + 1)) + [0] + list(range(q + 1, r)))
 
@@ -655,13 +660,23 @@ def _tile(b: Builder, op, tangents):
 def _t_tile(b: Builder, op, cts, linear):
     x, reps = op.operands
     c, d = constant_ints(reps), dims(x)
-    if c is None or d is None or None in d[1:]:
-        raise UnsupportedOp("transposing Tile needs constant repeats and static extents")
-    shape = [0]
-    for rp, e in zip(c[1:], d[1:]):
-        shape += [rp, e]
-    split = b.reshape(cts[0], shape, [None] + [v for pair in zip(c[1:], d[1:]) for v in pair])
-    axes = [1 + 2 * i for i in range(len(d) - 1)]
+    if c is None or d is None:
+        raise UnsupportedOp("transposing Tile needs constant repeats and a known rank")
+    ct = cts[0]
+    pieces, out, axes = [b.shape(ct, 0, 1)], [None], []
+    for i, (rp, e) in enumerate(zip(c[1:], d[1:]), start=1):
+        if rp == 1:
+            pieces.append(b.shape(ct, i, i + 1) if e is None else b.ints([e]))
+            out.append(e)
+            continue
+        if e is None:
+            raise UnsupportedOp("transposing Tile needs static extents on repeated axes")
+        axes.append(len(out))
+        pieces.append(b.ints([rp, e]))
+        out += [rp, e]
+    if not axes:
+        return [ct, None]
+    split = b.reshape(ct, b.concat(pieces, 0), out)
     return [b.reduce("ReduceSum", split, axes, False), None]
 
 

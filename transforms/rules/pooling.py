@@ -305,14 +305,15 @@ def _resize(b: Builder, op, tangents):
             continue
         m_t = _interpolation_matrix(b, op, kind, x, a, xd[a], yd[a],
                                     None if scales is None else scales[a])  # [in, out]
-        od = dims(out)
         perm = [i for i in range(r + 1) if i != a + 1] + [a + 1]
-        moved = b.transpose(out, perm)
+        moved = _permute(b, out, perm)
         prod = matmul(b, moved, m_t)
-        inverse = [perm.index(i) for i in range(r + 1)]
-        out = b.transpose(prod, inverse)
-        del od
+        out = _permute(b, prod, [perm.index(i) for i in range(r + 1)])
     return [out] + [None] * (len(op.results) - 1)
+
+
+def _permute(b: Builder, v: ir.Value, perm: list[int]) -> ir.Value:
+    return v if perm == list(range(len(perm))) else b.transpose(v, perm)
 
 
 def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: int,
@@ -353,10 +354,9 @@ def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: 
             res = b.op("Upsample", [e, b.constant(ir.DenseElementsAttr.get(np.asarray(sv, np.float32)))],
                        tensor_type(out_shape, elem), mode=attribute(op, "mode"))
     del f32
-    m = b.reshape(res, [n_in, n_out] if batch < a else [n_out, n_in], None)
-    if batch > a:
-        m = b.transpose(m, [1, 0])
-    return b.reshape(m, [n_in, n_out], [n_in, n_out])
+    if batch < a:
+        return b.reshape(res, [n_in, n_out], [n_in, n_out])
+    return b.transpose(b.reshape(res, [n_out, n_in], [n_out, n_in]), [1, 0])
 
 
 # ---- RoiAlign (average mode, w.r.t. X) -------------------------------------------------

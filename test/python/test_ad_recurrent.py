@@ -1,0 +1,202 @@
+"""RNN, GRU and LSTM (rules/recurrent.py): hand-built models checked by adcheck.
+
+Every float input (X, W, R, B, initial_h, initial_c) is differentiated, all
+outputs are seeded. ONNX Runtime (1.32) has no float64 kernel for RNN, GRU or
+LSTM, so everything is checked in float32 with adcheck's looser defaults.
+It has no layout=1 kernels either: layout 1 is checked by running the
+derivative models with each fused op rewritten to Transpose + layout 0 +
+Transpose, against the derivatives of a layout-0 model with those Transposes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from adcheck import check_derivatives, check_hessian, run
+from onnx_ad_mlir.api import forward, reverse
+from onnx_ad_mlir.errors import UnsupportedOp
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def make(kind, direction="forward", layout=0, bias=True, init=True, dtype=np.float32,
+         T=4, B=2, I=3, H=3, seed=0, **attrs):
+    D = 2 if direction == "bidirectional" else 1
+    G = GATES[kind]
+    rng = np.random.default_rng(seed)
+    elem = TensorProto.DOUBLE if dtype == np.float64 else TensorProto.FLOAT
+    x_shape = [B, T, I] if layout else [T, B, I]
+    s_shape = [B, D, H] if layout else [D, B, H]
+    feeds = {"X": rng.standard_normal(x_shape), "W": 0.5 * rng.standard_normal([D, G * H, I]),
+             "R": 0.5 * rng.standard_normal([D, G * H, H])}
+    names = ["X", "W", "R", "", "", ""]
+    if bias:
+        feeds["B"] = 0.3 * rng.standard_normal([D, 2 * G * H])
+        names[3] = "B"
+    if init:
+        feeds["H0"] = 0.5 * rng.standard_normal(s_shape)
+        names[5] = "H0"
+        if kind == "LSTM":
+            feeds["C0"] = 0.5 * rng.standard_normal(s_shape)
+            names.append("C0")
+    while names[-1] == "":
+        names.pop()
+    feeds = {k: v.astype(dtype) for k, v in feeds.items()}
+    outs = ["Y", "Y_h"] + (["Y_c"] if kind == "LSTM" else [])
+    node = helper.make_node(kind, names, outs, direction=direction, hidden_size=H,
+                            **({"layout": layout} if layout else {}), **attrs)
+    y_shape = [B, T, D, H] if layout else [T, D, B, H]
+    graph = helper.make_graph(
+        [node], kind.lower(),
+        [helper.make_tensor_value_info(k, elem, list(v.shape)) for k, v in feeds.items()],
+        [helper.make_tensor_value_info("Y", elem, y_shape)] +
+        [helper.make_tensor_value_info(o, elem, s_shape) for o in outs[1:]])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model, feeds
+
+
+CASES = [
+    (kind, direction, bias, init)
+    for kind in ("RNN", "GRU", "LSTM")
+    for direction in ("forward", "reverse", "bidirectional")
+    for bias, init in ((True, True), (False, False), (True, False))
+]
+
+
+@pytest.mark.parametrize("kind,direction,bias,init", CASES)
+def test_recurrent(kind, direction, bias, init):
+    model, feeds = make(kind, direction, 0, bias, init)
+    errors = check_derivatives(model, feeds)
+    print(kind, direction, bias, init, errors)
+
+
+def _as_layout0(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Each layout=1 RNN/GRU/LSTM node becomes Transpose + layout 0 + Transpose."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    nodes = []
+    for i, n in enumerate(model.graph.node):
+        if n.op_type not in GATES or not any(a.name == "layout" and a.i for a in n.attribute):
+            nodes.append(n)
+            continue
+        ins, outs = list(n.input), list(n.output)
+        for j in (0, 5, 6):
+            if j < len(ins) and ins[j]:
+                nodes.append(helper.make_node("Transpose", [ins[j]], [f"l0_{i}_in{j}"],
+                                              perm=[1, 0, 2]))
+                ins[j] = f"l0_{i}_in{j}"
+        new_outs = [f"l0_{i}_out{j}" if o else "" for j, o in enumerate(outs)]
+        attrs = [a for a in n.attribute if a.name != "layout"]
+        node = helper.make_node(n.op_type, ins, new_outs, name=n.name)
+        node.attribute.extend(attrs)
+        nodes.append(node)
+        for j, o in enumerate(outs):
+            if o:
+                nodes.append(helper.make_node("Transpose", [new_outs[j]], [o],
+                                              perm=[2, 0, 1, 3] if j == 0 else [1, 0, 2]))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_layout1(kind, direction):
+    model, feeds = make(kind, direction, layout=1, seed=1)
+    reference = _as_layout0(model)  # differentiated through its Transposes
+    check_derivatives(reference, feeds)
+    rng = np.random.default_rng(3)
+    fwd, fwd_ref = (forward(m, layout="onnx") for m in (model, reference))
+    seeds = {f"fwd_{k}": rng.standard_normal(v.shape + (2,)).astype(v.dtype)
+             for k, v in feeds.items()}
+    got, want = run(_as_layout0(fwd), {**feeds, **seeds}), run(fwd_ref, {**feeds, **seeds})
+    ys = run(reference, feeds)
+    adj_seeds = {f"adj_{k}": rng.standard_normal(v.shape + (2,)).astype(v.dtype)
+                 for k, v in ys.items()}
+    adj, adj_ref = (reverse(m, layout="onnx") for m in (model, reference))
+    got.update(run(_as_layout0(adj), {**feeds, **adj_seeds}))
+    want.update(run(adj_ref, {**feeds, **adj_seeds}))
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("lbr", [0, 1])
+def test_gru_linear_before_reset(direction, lbr):
+    model, feeds = make("GRU", direction, linear_before_reset=lbr)
+    print(check_derivatives(model, feeds))
+
+
+# Relu: seeds whose pre-activations stay away from the kink (finite differences)
+@pytest.mark.parametrize("kind,acts,seed", [
+    ("RNN", ["Relu"], 2), ("RNN", ["Sigmoid"], 0), ("GRU", ["Tanh", "Sigmoid"], 0),
+    ("GRU", ["Sigmoid", "Relu"], 2), ("LSTM", ["Sigmoid", "Relu", "Sigmoid"], 0),
+    ("GRU", ["Relu", "Tanh", "Sigmoid", "Tanh"], 5)])
+def test_activations(kind, acts, seed):
+    direction = "bidirectional" if len(acts) > {"RNN": 1, "GRU": 2, "LSTM": 3}[kind] else "forward"
+    model, feeds = make(kind, direction, activations=acts, seed=seed)
+    print(check_derivatives(model, feeds))
+
+
+def test_only_some_inputs():
+    """Weights only; initial state only (the tangent source tA is absent)."""
+    model, feeds = make("GRU", "bidirectional", linear_before_reset=1)
+    check_derivatives(model, feeds, inputs=["W", "R", "B"])
+    check_derivatives(model, feeds, inputs=["H0"], outputs=["Y"])
+    model, feeds = make("LSTM", "reverse")
+    check_derivatives(model, feeds, inputs=["C0"])
+    check_derivatives(model, feeds, inputs=["X"], outputs=["Y_c"])
+
+
+def test_constant_sequence_lens():
+    model, feeds = make("RNN", "forward", T=4, B=2)
+    node = model.graph.node[0]
+    model.graph.initializer.append(helper.make_tensor("lens", TensorProto.INT32, [2], [4, 4]))
+    node.input[4] = "lens"
+    check_derivatives(model, feeds)
+
+
+@pytest.mark.parametrize("kind", ["GRU", "LSTM"])
+def test_hessian(kind):
+    model, feeds = make(kind, "bidirectional", T=3, B=2, I=2, H=2,
+                        **({"linear_before_reset": 0} if kind == "GRU" else {}))
+    print(check_hessian(model, feeds, output="Y"))
+
+
+@pytest.mark.parametrize("attrs,message", [
+    ({"clip": 2.0}, "clip"),
+    ({"activations": ["HardSigmoid", "Tanh"]}, "activation HardSigmoid"),
+])
+def test_refusals(attrs, message):
+    model, _ = make("GRU", **attrs)
+    with pytest.raises(UnsupportedOp, match=message):
+        reverse(model, layout="onnx")
+
+
+def test_refuse_ragged_and_peepholes():
+    model, _ = make("RNN", T=4, B=2)
+    model.graph.initializer.append(helper.make_tensor("lens", TensorProto.INT32, [2], [4, 3]))
+    model.graph.node[0].input[4] = "lens"
+    with pytest.raises(UnsupportedOp, match="sequence_lens"):
+        forward(model, layout="onnx")
+    model, feeds = make("LSTM", H=3)
+    node = model.graph.node[0]
+    model.graph.initializer.append(helper.make_tensor("P", TensorProto.FLOAT, [1, 9], [0.1] * 9))
+    node.input.extend(["P"])
+    with pytest.raises(UnsupportedOp, match="peephole"):
+        reverse(model, layout="onnx")
+    with pytest.raises(UnsupportedOp, match="input_forget"):
+        reverse(make("LSTM", input_forget=1)[0], layout="onnx")
+
+
+def test_primal_unchanged_and_fused_op_kept():
+    model, feeds = make("LSTM", "bidirectional")
+    adj = reverse(model, layout="onnx")
+    assert sum(n.op_type == "LSTM" for n in adj.graph.node) == 1
+    ref = run(model, feeds)
+    got = run(adj, {**feeds, **{f"adj_{k}": np.zeros(v.shape + (1,), np.float32)
+                                for k, v in ref.items()}})
+    for k, v in ref.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-6)

@@ -158,11 +158,26 @@ def test_constant_sequence_lens():
     check_derivatives(model, feeds)
 
 
-@pytest.mark.parametrize("kind", ["GRU", "LSTM"])
-def test_hessian(kind):
-    model, feeds = make(kind, "bidirectional", T=3, B=2, I=2, H=2,
-                        **({"linear_before_reset": 0} if kind == "GRU" else {}))
+@pytest.mark.parametrize("kind,attrs", [("GRU", {"linear_before_reset": 0}),
+                                         ("GRU", {"linear_before_reset": 1}), ("LSTM", {}),
+                                         ("RNN", {})])
+def test_hessian(kind, attrs):
+    model, feeds = make(kind, "bidirectional", T=3, B=2, I=2, H=2, **attrs)
     print(check_hessian(model, feeds, output="Y"))
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+def test_closure_second_order(kind):
+    """Every op the rules emit has rules: differentiate twice, all ways, and run."""
+    model, feeds = make(kind, "bidirectional", T=3, B=2, I=2, H=2)
+    o = {"layout": "onnx"}
+    for m in (reverse(reverse(model, **o), **o), reverse(forward(model, **o), **o),
+              forward(forward(model, **o), **o)):
+        onnx.checker.check_model(m, full_check=True)
+        ins = {i.name: (feeds[i.name] if i.name in feeds else np.ones(
+            [d.dim_value or 2 for d in i.type.tensor_type.shape.dim], np.float32))
+            for i in m.graph.input}  # 2 seeds where the seed count is symbolic
+        run(m, ins)
 
 
 @pytest.mark.parametrize("attrs,message", [

@@ -499,6 +499,8 @@ class _Round:
                             lambda a: _resolve_attr(a, node, fn, schema))
             if like is not None and copy.op_type == "Constant":
                 _retype_float_constant(copy, like)
+            if node.op_type == "Attention" and copy.op_type == "Constant":
+                _finite_mask_constant(copy)
             out.append(copy)
         for formal, actual in outputs.items():
             if actual and formal in fn.input:
@@ -601,6 +603,21 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
     if a.name == "value_floats":
         return np.asarray(list(a.floats), dtype=np.float32)
     return None  # strings, sparse tensors: left as they are
+
+
+def _finite_mask_constant(node: onnx.NodeProto) -> None:
+    """Attention's body masks with -inf and then replaces the softmax of a
+    fully masked row (NaN) by zeros with a Where. Reverse mode multiplies
+    the zero cotangent by that NaN; the lowest finite value masks the same
+    (exp underflows to exactly 0) and keeps the discarded row finite."""
+    for a in node.attribute:
+        if a.name == "value" and a.t.data_type in _FLOATS:
+            value = numpy_helper.to_array(a.t)
+            if np.isneginf(value).any():
+                value = np.where(np.isneginf(value), np.finfo(value.dtype).min, value)
+                a.t.CopyFrom(numpy_helper.from_array(value.astype(value.dtype)))
+        elif a.name == "value_float" and np.isneginf(a.f):
+            a.f = float(np.finfo(np.float32).min)
 
 
 def _evaluate(node: onnx.NodeProto, consts: dict[str, np.ndarray], opset: int) -> list:

@@ -292,3 +292,19 @@ def test_softmax_cross_entropy_loss_log_prob():
               [("x", F, [3, 4]), ("t", I64, [3])], [("y", F, []), ("lp", F, [3, 4])], 18)
     check(m, {"x": rand(3, 4, dtype=np.float32), "t": np.array([0, 3, 1], dtype=np.int64)},
           "SoftmaxCrossEntropyLoss")
+
+
+def test_attention_fully_masked_row():
+    """A row masked everywhere yields zeros (the body's Where); its reverse
+    derivative stays finite (no 0 * NaN from the discarded softmax)."""
+    b, h_, s, d = 1, 1, 3, 2
+    m = model([h.make_node("Attention", ["q", "k", "v", "mask"], ["y"], name="att")],
+              [("q", D, [b, h_, s, d]), ("k", D, [b, h_, s, d]), ("v", D, [b, h_, s, d]),
+               ("mask", TP.BOOL, [s, s])], [("y", D, [b, h_, s, d])], 24)
+    mask = np.array([[False, False, False], [True, False, True], [True, True, True]])
+    feeds = {"q": rand(b, h_, s, d), "k": rand(b, h_, s, d), "v": rand(b, h_, s, d), "mask": mask}
+    e, _ = expanded(m)
+    want = run(m, feeds)["y"]
+    assert np.all(want[0, 0, 0] == 0)
+    np.testing.assert_allclose(run(e, feeds)["y"], want, rtol=1e-12, atol=0)
+    print("Attention masked", check_derivatives(m, feeds))

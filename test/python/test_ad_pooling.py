@@ -199,3 +199,12 @@ def test_closure_second_order():
         reverse(reverse(m))
         reverse(forward(m))
         forward(forward(m))
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("opset", [13, 19])
+def test_tiling_windows(op, opset):
+    """strides == kernel: the reshape path (a remainder row is cut off)."""
+    m, feeds = case(op, (2, 2, 5, 6), opset=opset, distinct=op == "MaxPool", kernel_shape=[2, 3],
+                    strides=[2, 3])
+    check_derivatives(m, feeds)

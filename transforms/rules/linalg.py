@@ -204,7 +204,8 @@ def _fold_conv(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value, att
     elem = element_type(t)
     folded = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
     attrs = dict(attrs, group=group)
-    conv = b.op(kind, [x, folded, None], tensor_type([yd[0], None] + yd[2:], elem), **attrs)
+    km = None if td[0] is None or td[1] is None else td[0] * td[1]
+    conv = b.op(kind, [x, folded, None], tensor_type([yd[0], km] + yd[2:], elem), **attrs)
     r = len(yd)
     front = b.transpose(conv, [1, 0] + list(range(2, r)))
     split = b.reshape(front, b.concat([_k(b, t), b.shape(t, 1, 2), b.shape(x, 0, 1),
@@ -346,6 +347,9 @@ def conv_weight_grad(b: Builder, inp: ir.Value, cot: ir.Value, geom: dict,
     r = len(idd)
     elem = element_type(cot)
     cin = idd[1]
+    cd = dims(cot)
+    if g == 1 and cin is not None and None not in idd[2:] and None not in cd[2:]:
+        return _weight_grad_matmul(b, inp, cot, geom, w_like)
     if g == 1:
         data = b.transpose(inp, [1, 0] + list(range(2, r)))
     else:
@@ -363,6 +367,37 @@ def conv_weight_grad(b: Builder, inp: ir.Value, cot: ir.Value, geom: dict,
     k = geom["kernel_shape"]
     cut = b.slice(full, list(range(2, r)), [0] * n, k, tensor_type([wd[1], cd[1]] + k, elem))
     return b.transpose(cut, [1, 0] + list(range(2, r)))
+
+
+def _weight_grad_matmul(b: Builder, inp: ir.Value, cot: ir.Value, geom: dict,
+                        w_like: ir.Value) -> ir.Value:
+    """Ungrouped weight gradient as one MatMul: cot [M, N*O] times the patches
+    of the channels-last input [N*O, C*K] (im2col). One fat GEMM instead of a
+    Conv whose kernel is the whole cotangent image (slow skinny GEMMs)."""
+    idd, cd = dims(inp), dims(cot)
+    r = len(idd)
+    n = r - 2
+    elem = element_type(cot)
+    c, m, outs = idd[1], cd[1], cd[2:]
+    k, s, d, p = geom["kernel_shape"], geom["strides"], geom["dilations"], geom["pads"]
+    last = b.transpose(inp, [0] + list(range(2, r)) + [1])          # [N, *H, C]
+    if any(p):
+        pads = [0] + p[:n] + [0] + [0] + p[n:] + [0]
+        last = b.op("Pad", [last, b.ints(pads)], tensor_type(
+            [idd[0]] + [idd[2 + i] + p[i] + p[n + i] for i in range(n)] + [c], elem))
+    parts = []
+    for off in np.indices(k).reshape(n, -1).T:
+        starts = [int(o) * di for o, di in zip(off, d)]
+        ends = [st + (o - 1) * si + 1 for st, o, si in zip(starts, outs, s)]
+        sl = b.slice(last, list(range(1, 1 + n)), starts, ends,
+                     tensor_type([idd[0]] + outs + [c], elem), s)
+        parts.append(b.unsqueeze(sl, [r]))
+    kk = len(parts)
+    stack = b.concat(parts, r) if kk > 1 else parts[0]                 # [N, *O, C, K]
+    cols = b.reshape(stack, [-1, c * kk], [None, c * kk])               # [N*O, C*K]
+    rows = b.reshape(_swap01(b, cot), [0, -1], [m, None])               # [M, N*O]
+    dw = matmul(b, rows, cols)                                          # [M, C*K]
+    return b.reshape(dw, [0, c] + list(k), [m, c] + list(k))
 
 
 def _swap01(b: Builder, v: ir.Value) -> ir.Value:

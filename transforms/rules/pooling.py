@@ -43,6 +43,16 @@ def _max_pool(b: Builder, op, tangents):
     if len(op.results) > 1 and not isinstance(op.results[1].type, ir.NoneType) and \
             (attribute(op, "storage_order") or 0) == 0:
         idx = op.results[1]
+    kernel = _tiling_kernel(op, x, y)
+    if kernel is not None:  # windows tile the input: reshapes, a mask, a ReduceSum
+        xv = _window_view(b, x, 2, kernel, dims(y)[2:])
+        n = len(kernel)
+        yv = b.unsqueeze(y, [3 + 2 * i for i in range(n)])
+        hit = b.cast_like(b.compare("Equal", xv, yv), x)
+        weight = b.div(hit, b.reduce("ReduceSum", hit, [3 + 2 * i for i in range(n)], True))
+        tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
+        return [b.reduce("ReduceSum", b.mul(tv, weight), [4 + 2 * i for i in range(n)], False)] + \
+            [None] * (len(op.results) - 1)
     if idx is None and b.opset < 16:  # no scatter-add for the transpose: window masks
         return [_max_pool_masks(b, op, tangents[0], x, y)] + [None] * (len(op.results) - 1)
     if idx is None:
@@ -94,6 +104,41 @@ def _max_pool_masks(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value) -> ir
     weight = b.div(hit, b.reduce("ReduceSum", hit, [2], True))
     ts = _patches(b, t, 3, geom, outs, None)               # [k, N, C, K, *O]
     return b.reduce("ReduceSum", b.mul(ts, weight), [3], False)
+
+
+def _tiling_kernel(op: ir.Operation, x: ir.Value, y: ir.Value) -> list[int] | None:
+    """The kernel when the pool's windows tile the input (strides == kernel, no
+    padding or dilation, floor-sized output), with static extents; else None."""
+    xd, yd = dims(x), dims(y)
+    if xd is None or yd is None or None in xd[2:] or None in yd[2:]:
+        return None
+    kernel = attribute(op, "kernel_shape")
+    n = len(kernel)
+    strides = attribute(op, "strides") or [1] * n
+    dil = (attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n
+    pads = attribute(op, "pads") or [0] * (2 * n)
+    auto = attribute(op, "auto_pad") or "NOTSET"
+    if list(strides) != list(kernel) or any(v != 1 for v in dil) or any(pads) or \
+            auto not in ("NOTSET", "VALID"):
+        return None
+    if any(yd[2 + i] != xd[2 + i] // kernel[i] for i in range(n)):
+        return None
+    return list(kernel)
+
+
+def _window_view(b: Builder, v: ir.Value, first: int, kernel: list[int], outs: list[int]
+                 ) -> ir.Value:
+    """v [.., *S] (spatial from `first`) as [.., o0, k0, o1, k1, ..] (the
+    remainder cut off): leading extents copied, so it is k-uniform."""
+    vd = dims(v)
+    n = len(kernel)
+    elem = element_type(v)
+    if any(vd[first + i] != outs[i] * kernel[i] for i in range(n)):
+        cut = [o * k for o, k in zip(outs, kernel)]
+        v = b.slice(v, list(range(first, first + n)), [0] * n, cut,
+                    tensor_type(vd[:first] + cut, elem))
+    split = [e for o, k in zip(outs, kernel) for e in (o, k)]
+    return b.reshape(v, [0] * first + split, vd[:first] + split)
 
 
 # ---- window sums: AveragePool, LpPool ---------------------------------------------
@@ -155,6 +200,12 @@ def _average_pool(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
     if rank(x) is None or rank(y) is None:
         raise UnsupportedOp("AveragePool needs static ranks")
+    kernel = _tiling_kernel(op, x, y)
+    if kernel is not None:  # windows tile the input: a ReduceSum of a reshape
+        n = len(kernel)
+        tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
+        s = b.reduce("ReduceSum", tv, [4 + 2 * i for i in range(n)], False)
+        return [b.mul(s, b.scalar(1.0 / float(np.prod(kernel)), y))]
     geom = _pool_pads(op, x, y)
     yd = dims(y)
     ones = _ones_image(b, x)

@@ -135,6 +135,23 @@ def _has_body(op_type: str, opset: int) -> bool:
         any(v <= opset for v in schema.context_dependent_function_opset_versions)
 
 
+def expansion_kind(op_type: str, opset: int) -> str | None:
+    """How onnx-ad-expand covers an op at an opset, for coverage tables:
+    "lowering", "function body" or "context-dependent function body" (the
+    version chosen is the newest <= opset), or None."""
+    if op_type in LOWERINGS:
+        return "lowering"
+    try:
+        schema = defs.get_schema(op_type, opset, "")
+    except defs.SchemaError:
+        return None
+    if any(v <= opset for v in schema.function_opset_versions):
+        return "function body"
+    if any(v <= opset for v in schema.context_dependent_function_opset_versions):
+        return "context-dependent function body"
+    return None
+
+
 def _node_name(op: ir.Operation) -> str:
     loc = op.location
     return loc.name_str if loc.is_a_name() else ""

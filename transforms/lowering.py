@@ -15,10 +15,10 @@ ONNX Runtime runs (no Conv: it has no double kernel):
                  reflected), taps are gathered with GatherElements from the
                  flattened image, weighted, and summed; out-of-range taps of
                  `zeros` get weight 0, those of border/reflection read the
-                 clamped/reflected pixel. Static shapes.
+                 clamped/reflected pixel. Static shapes but the batch.
   DeformConv     2-D: bilinear samples at the offset kernel positions
                  (zeros outside), times the mask, then a grouped MatMul with
-                 the weights, plus bias. Static shapes.
+                 the weights, plus bias. Static shapes but the batch.
   STFT           frames gathered from the signal (indices constant when
                  frame_step and the length are, computed at run time
                  otherwise), then a DFT as a MatMul with the (windowed)
@@ -119,6 +119,21 @@ class _G:
         if s is None:
             self.refuse(f"needs a static shape for {what}")
         return s
+
+    def static_but_batch(self, name, what):
+        """Static dims except perhaps the first (None)."""
+        s = self.ctx.shape(name)
+        if s is None or None in s[1:]:
+            self.refuse(f"needs a static shape for {what} (all but the batch axis)")
+        return s
+
+    def batch_shape(self, like, rest):
+        """[dim 0 of `like`] + rest as a 1-D int64 value (a constant when static)."""
+        n = self.ctx.shape(like)[0]
+        if n is not None:
+            return self.ints([n] + list(rest))
+        return self.op("Concat", [self.slice(self.op("Shape", [like]), [0], [1], [0]),
+                                  self.ints(rest)], axis=0)
 
     def constant_value(self, name, what):
         if not name:
@@ -248,7 +263,8 @@ def _gather(g, flat, taps, sizes, padding, bounds, dt, lead, out_shape):
             for f in factors:
                 weight = f if weight is None else g.op("Mul", [weight, f])
         idx = g.op("Cast", [lin], to=TP.INT64)
-        idx = g.op("Expand", [g.reshape(idx, lead["index"]), g.ints(lead["full"])])
+        idx = g.op("Expand", [g.reshape(idx, lead["index"]),
+                              g.batch_shape(lead["like"], lead["full"][1:])])
         vals = g.op("GatherElements", [flat, idx], axis=len(lead["full"]) - 1)
         if weight is not None:
             vals = g.op("Mul", [vals, g.reshape(weight, lead["index"])])
@@ -265,13 +281,13 @@ def _grid_sample(node, ctx):
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
     padding = _str(_attr(node, "padding_mode", b"zeros"))
     align = int(_attr(node, "align_corners", 0))
-    xs = g.static(x, "X")
-    gs = g.static(grid, "grid")
+    xs = g.static_but_batch(x, "X")
+    gs = g.static_but_batch(grid, "grid")
     if mode not in ("linear", "nearest", "cubic"):
         g.refuse(f"mode '{mode}'")
     if mode == "cubic" and len(xs) != 4:
         g.refuse("cubic mode is defined for 2-D sampling (4-D X) only")
-    n, c, sizes = xs[0], xs[1], xs[2:]
+    n, c, sizes = 0, xs[1], xs[2:]  # 0: Reshape copies the (maybe dynamic) batch
     nd = len(sizes)
     out = gs[1:-1]
     p = int(np.prod(out))
@@ -297,7 +313,7 @@ def _grid_sample(node, ctx):
         taps.append(_taps(g, v, mode, dt))
         bounds.append((lo, hi))
     flat = g.reshape(x, [n, c, int(np.prod(sizes))])
-    lead = {"index": [n, 1, p], "full": [n, c, p]}
+    lead = {"index": [n, 1, p], "full": [n, c, p], "like": x}
     total = _gather(g, flat, taps, sizes, padding, bounds, dt, lead, [n, c, p])
     g.op("Reshape", [total, g.ints([n, c] + out)], out=node.output[0])
     return g.nodes
@@ -309,10 +325,12 @@ def _deform_conv(node, ctx):
     g = _G(node, ctx)
     ins = list(node.input) + [""] * (5 - len(node.input))
     x, wt, off, bias, mask = ins[:5]
-    xs, ws, os_ = g.static(x, "X"), g.static(wt, "W"), g.static(off, "offset")
+    xs, ws = g.static_but_batch(x, "X"), g.static(wt, "W")
+    os_ = g.static_but_batch(off, "offset")
     if len(xs) != 4:
         g.refuse(f"only 2-D DeformConv is lowered, X has rank {len(xs)}")
-    n, c, h, w = xs
+    _, c, h, w = xs
+    n = 0  # Reshape copies the (maybe dynamic) batch
     oc, cg, kh, kw = ws
     kh, kw = _attr(node, "kernel_shape", [kh, kw])
     groups = int(_attr(node, "group", 1))
@@ -322,7 +340,7 @@ def _deform_conv(node, ctx):
     pt, pl, pb, pr = _attr(node, "pads", [0, 0, 0, 0])
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    if os_ != [n, og * 2 * kh * kw, oh, ow]:
+    if os_[1:] != [og * 2 * kh * kw, oh, ow]:
         g.refuse(f"offset shape {os_} does not match [N, {og * 2 * kh * kw}, {oh}, {ow}]")
     k, p = kh * kw, oh * ow
     dt = g.dtype(x)
@@ -335,7 +353,7 @@ def _deform_conv(node, ctx):
     px = g.op("Add", [g.squeeze(g.slice(offs, [1], [2], [3]), [3]), g.const(base_x)])
     taps_y, taps_x = _taps(g, py, "linear", dt), _taps(g, px, "linear", dt)
     flat = g.reshape(x, [n, og, c // og, h * w])
-    lead = {"index": [n, og, 1, k * p], "full": [n, og, c // og, k * p]}
+    lead = {"index": [n, og, 1, k * p], "full": [n, og, c // og, k * p], "like": x}
     cols = _gather(g, flat, [taps_y, taps_x], [h, w], "zeros", [(0, h - 1), (0, w - 1)], dt,
                    lead, [n, og, c // og, k, p])
     if mask:

@@ -193,3 +193,20 @@ def test_lowerings_emit_only_ops_with_rules():
         e, _ = expanded(m)
         missing = {t for t in op_types(e) if "onnx." + resolve(t, opset) not in JVP}
         assert not missing, (m.graph.node[0].op_type, missing)
+
+
+def test_dynamic_batch():
+    """GridSample and DeformConv with a symbolic batch: the lowering reads it at run time."""
+    gs = model([h.make_node("GridSample", ["x", "g"], ["y"], mode="cubic")],
+               [("x", D, ["N", 2, 3, 4]), ("g", D, ["N", 2, 3, 2])], [("y", D, ["N", 2, 2, 3])], 20)
+    dc = model([h.make_node("DeformConv", ["x", "w", "off"], ["y"], kernel_shape=[2, 2])],
+               [("x", D, ["N", 2, 3, 3]), ("w", D, [2, 2, 2, 2]), ("off", D, ["N", 8, 2, 2])],
+               [("y", D, ["N", 2, 2, 2])], 19)
+    rng = np.random.default_rng(4)
+    for m, feeds in ((gs, {"x": rng.standard_normal((2, 2, 3, 4)),
+                           "g": rng.uniform(-1.1, 1.1, (2, 2, 3, 2))}),
+                     (dc, {"x": rng.standard_normal((3, 2, 3, 3)), "w": rng.standard_normal((2, 2, 2, 2)),
+                           "off": rng.uniform(-0.9, 0.9, (3, 8, 2, 2))})):
+        e, err = lowered(m, feeds, m.graph.node[0].op_type, rtol=1e-9, atol=1e-9)
+        assert e.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+        print(m.graph.node[0].op_type, "dynamic batch", err, check_derivatives(m, feeds))

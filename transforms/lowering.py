@@ -436,7 +436,7 @@ def _tensor_scatter(node, ctx):
     g = _G(node, ctx)
     ins = list(node.input) + [""] * (3 - len(node.input))
     past, update, indices = ins[:3]
-    ps, us = g.static(past, "past_cache"), g.static(update, "update")
+    ps, us = g.static_but_batch(past, "past_cache"), g.static_but_batch(update, "update")
     r = len(ps)
     axis = int(_attr(node, "axis", -2)) % r
     mode = _str(_attr(node, "mode", b"linear"))
@@ -446,10 +446,10 @@ def _tensor_scatter(node, ctx):
     pos = g.const(np.arange(seq, dtype=np.int64).reshape(shape))
     if indices:
         bshape = [1] * r
-        bshape[0] = us[0]
+        bshape[0] = -1
         pos = g.op("Add", [pos, g.op("Reshape", [indices, g.ints(bshape)])])
     if mode == "circular":
         pos = g.op("Mod", [pos, g.ints([cap])])
-    idx = g.op("Expand", [pos, g.ints(us)])
+    idx = g.op("Expand", [pos, g.batch_shape(update, us[1:])])
     g.op("ScatterElements", [past, idx, update], out=node.output[0], axis=axis)
     return g.nodes

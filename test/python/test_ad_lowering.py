@@ -103,12 +103,12 @@ def test_stft(complex_, onesided, window):
     print("STFT", complex_, onesided, err, check_derivatives(e, feeds))
 
 
-@pytest.mark.parametrize("mode", ["linear", "circular"])
-def test_tensor_scatter(mode):
+@pytest.mark.parametrize("mode,batch", [("linear", 2), ("circular", 2), ("circular", "B")])
+def test_tensor_scatter(mode, batch):
     m = model([h.make_node("TensorScatter", ["past", "upd", "idx"], ["y"], name="ts",
                            mode=mode, axis=2)],
-              [("past", F, [2, 3, 5, 2]), ("upd", F, [2, 3, 2, 2]), ("idx", I64, [2])],
-              [("y", F, [2, 3, 5, 2])], 24)
+              [("past", F, [batch, 3, 5, 2]), ("upd", F, [batch, 3, 2, 2]), ("idx", I64, [batch])],
+              [("y", F, [batch, 3, 5, 2])], 24)
     rng = np.random.default_rng(2)
     feeds = {"past": rng.standard_normal((2, 3, 5, 2)).astype(np.float32),
              "upd": rng.standard_normal((2, 3, 2, 2)).astype(np.float32),

@@ -1,0 +1,157 @@
+"""Differentiates ONNX's own node test cases and classifies each outcome.
+
+Every case from `onnx.backend.test.case.node.collect_testcases()` whose model
+has a floating-point input and output is differentiated in both modes and
+checked by adcheck (central finite differences, <J v, w> = <v, J^T w>).
+Float32 models are promoted to float64 first when ONNX Runtime runs them so.
+
+    python test/python/node_case_sweep.py     # prints the table of outcomes
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from typing import Iterator
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import numpy_helper as nh
+from onnx.backend.test.case.node import collect_testcases
+
+from adcheck import NoReference, check_derivatives, session
+from onnx_ad_mlir.errors import OnnxAdError, RuleError
+
+FLOATS = {TP.FLOAT, TP.DOUBLE, TP.FLOAT16, TP.BFLOAT16}
+NARROW = {TP.FLOAT, TP.FLOAT16}  # promoted to double when ORT runs the result
+
+
+@dataclasses.dataclass
+class Outcome:
+    name: str
+    op: str
+    status: str  # "pass", "refused", "fail", or "no reference" (see classify)
+    detail: str = ""
+
+
+def float_cases() -> Iterator[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]]:
+    for case in collect_testcases():
+        if case.kind != "node" or not case.data_sets:
+            continue
+        m = case.model
+        ins = [i for i in m.graph.input if i.type.HasField("tensor_type")]
+        if len(ins) != len(m.graph.input) or not any(
+                i.type.tensor_type.elem_type in FLOATS for i in ins) or not any(
+                o.type.HasField("tensor_type") and o.type.tensor_type.elem_type in FLOATS
+                for o in m.graph.output):
+            continue
+        feeds = {i.name: np.asarray(v) for i, v in zip(m.graph.input, case.data_sets[0][0])}
+        yield case.name, m, feeds
+
+
+def promoted(model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+             ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model with float32/float16 tensors as float64, when ONNX Runtime
+    runs it: finite differences need the precision."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.tensor_type.elem_type in NARROW:
+            vi.type.tensor_type.elem_type = TP.DOUBLE
+    for i, t in enumerate(g.initializer):
+        if t.data_type in NARROW:
+            g.initializer[i].CopyFrom(nh.from_array(nh.to_array(t).astype(np.float64), t.name))
+    for n in g.node:
+        for a in n.attribute:
+            if a.name == "to" and a.i in NARROW:
+                a.i = TP.DOUBLE
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in NARROW:
+                a.t.CopyFrom(nh.from_array(nh.to_array(a.t).astype(np.float64), a.t.name))
+    f = {k: v.astype(np.float64) if v.dtype in (np.float32, np.float16) else v
+         for k, v in feeds.items()}
+    try:
+        onnx.checker.check_model(m, full_check=True)
+        session(m).run(None, f)
+    except Exception:
+        return model, feeds
+    return m, f
+
+
+RANDOM = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+          "Bernoulli", "Multinomial", "Dropout"}
+
+
+def no_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], inputs: list[str]) -> str:
+    """Why finite differences cannot judge this case, or '' when they can:
+    ONNX Runtime cannot run the primal, the outputs are random, or a small
+    perturbation of the inputs changes the output shapes."""
+    if any(n.op_type in RANDOM for n in model.graph.node):
+        return "random outputs"
+    try:
+        s = session(model)
+        base = s.run(None, feeds)
+        nudged = s.run(None, {**feeds, **{x: (feeds[x] * (1 + 1e-3) + 1e-3).astype(feeds[x].dtype)
+                                          for x in inputs}})
+    except Exception as e:
+        return f"ONNX Runtime cannot run the primal: {_short(str(e))[:80]}"
+    if [a.shape for a in base] != [b.shape for b in nudged]:
+        return "output shapes depend on the input values"
+    return ""
+
+
+def classify(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+             produced: list[onnx.ModelProto] | None = None) -> Outcome:
+    op = model.graph.node[0].op_type if model.graph.node else "?"
+    model, feeds = promoted(model, feeds)
+    float_inputs = [i.name for i in model.graph.input
+                    if i.type.tensor_type.elem_type in FLOATS and feeds[i.name].size > 0]
+    if not float_inputs:
+        return Outcome(name, op, "no reference", "no non-empty floating-point input")
+    why = no_reference(model, feeds, float_inputs)
+    if why:
+        return Outcome(name, op, "no reference", why)
+    try:
+        check_derivatives(model, feeds, inputs=float_inputs, k=2, produced=produced)
+        return Outcome(name, op, "pass")
+    except NoReference as e:
+        return Outcome(name, op, "no reference", str(e))
+    except RuleError as e:  # a rule crashed: a bug, not a refusal
+        return Outcome(name, op, "fail", _short(str(e)))
+    except OnnxAdError as e:
+        return Outcome(name, op, "refused", _short(str(e)))
+    except AssertionError as e:
+        return Outcome(name, op, "fail", _short(str(e)))
+    except Exception as e:  # ORT or checker rejecting a derivative model is a failure
+        return Outcome(name, op, "fail", f"{type(e).__name__}: {_short(str(e))}")
+
+
+def _short(text: str) -> str:
+    text = re.sub(r"\s+", " ", text).strip()
+    return text[:200]
+
+
+def sweep(produced: list[onnx.ModelProto] | None = None) -> list[Outcome]:
+    return [classify(*case, produced=produced) for case in float_cases()]
+
+
+def report(outcomes: list[Outcome]) -> str:
+    by = {s: [o for o in outcomes if o.status == s]
+          for s in ("pass", "refused", "fail", "no reference")}
+    lines = [f"{status:12s} {o.name} [{o.op}]: {o.detail}"
+             for status in ("fail", "refused", "no reference") for o in by[status]]
+    lines.append(f"{len(by['pass'])} passed, {len(by['fail'])} failed, {len(by['refused'])} refused, "
+                 f"{len(by['no reference'])} without a finite-difference reference, "
+                 f"of {len(outcomes)} floating-point node cases")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    outcomes = sweep()
+    print(report(outcomes))
+    return 0 if not any(o.status == "fail" for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -54,5 +54,7 @@ def _assert_same(e, a, where: str) -> None:
         f"{where}: {a.dtype}{a.shape} vs expected {e.dtype}{e.shape}"
     if e.dtype.kind in "fc":
         np.testing.assert_allclose(a, e, rtol=RTOL, atol=0, equal_nan=True, err_msg=where)
-    else:
+    elif e.dtype.kind in "biuUSO":
         assert np.array_equal(a, e), where
+    else:  # ml_dtypes (bfloat16, float8...): bit-identical, NaNs included
+        assert a.tobytes() == e.tobytes(), where

@@ -46,7 +46,8 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
 class _OpInfo:
     """What the importer needs per op type, derived once from `_op_table`."""
     __slots__ = ("op_name", "spec", "num_inputs", "all_single", "variadic_input",
-                 "num_outputs", "variadic_output", "optional_outputs", "required", "regions")
+                 "num_outputs", "variadic_output", "optional_outputs", "one_single_output",
+                 "required", "regions")
 
     def __init__(self, mlir_name: str):
         spec = _op_table.OPS[mlir_name]
@@ -60,6 +61,7 @@ class _OpInfo:
         self.num_outputs = len(out_kinds)
         self.variadic_output = "variadic" in out_kinds
         self.optional_outputs = {i for i, k in enumerate(out_kinds) if k == "optional"}
+        self.one_single_output = out_kinds == ["single"]
         self.required = [n for n, (_, req, _) in spec["attributes"].items() if req]
         self.regions = spec["regions"]
 
@@ -293,6 +295,13 @@ class _ModelImporter:
                       scope: _Scope, operands: list[ir.Value]) -> tuple[list[ir.Type], list[str]]:
         """Result types for the schema-aligned `outputs`; blanks the names of
         outputs that are not materialised."""
+        if info.one_single_output and outputs[0] and outputs[0] not in scope.values:
+            name = outputs[0]  # the common case, without the loop below
+            tp = scope.types.get(name)
+            t = self.types.from_type_proto(tp, name)[0] if tp is not None else None
+            if t is None:
+                t = fallback_result_type(node, 0, self.opset, operands, self.types, _what(node))
+            return [t], outputs
         types, produced = [], []
         optional = info.optional_outputs
         for i, name in enumerate(outputs):

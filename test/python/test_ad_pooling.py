@@ -208,3 +208,30 @@ def test_tiling_windows(op, opset):
     m, feeds = case(op, (2, 2, 5, 6), opset=opset, distinct=op == "MaxPool", kernel_shape=[2, 3],
                     strides=[2, 3])
     check_derivatives(m, feeds)
+
+
+@pytest.mark.parametrize("opset", [13, 19])
+def test_max_pool_reverse_of_reverse(opset):
+    """Overlapping windows (MaxUnpool per phase in reverse): reverse(reverse(m))
+    against forward(reverse(m)) by <J v, w> == <v, J^T w>."""
+    from onnx_ad_mlir.api import forward, reverse
+    from adcheck import run as ort_run
+    m, feeds = case("MaxPool", (1, 2, 5, 5), opset=opset, kernel_shape=[3, 3], strides=[2, 2],
+                    pads=[1, 1, 1, 1])
+    r = reverse(m, layout="onnx")
+    rng = np.random.default_rng(2)
+    feeds["adj_y"] = rng.standard_normal(ort_run(m, feeds)["y"].shape + (1,)).astype(np.float32)
+    fr = forward(r, inputs=["x", "adj_y"], outputs=["adj_x"], layout="onnx")
+    rr = reverse(r, inputs=["x", "adj_y"], outputs=["adj_x"], layout="onnx")
+    n = len(r.graph.input)
+    sf, sr = [i.name for i in fr.graph.input][n:], [i.name for i in rr.graph.input][n:]
+    v = {s: rng.standard_normal(feeds[i].shape + (1,)).astype(np.float32)
+         for s, i in zip(sf, ["x", "adj_y"])}
+    got = ort_run(fr, {**feeds, **v})
+    jv = [o.name for o in fr.graph.output][-1]
+    w = rng.standard_normal(got[jv].shape).astype(np.float32)
+    back = ort_run(rr, {**feeds, sr[0]: w})
+    outs = [o.name for o in rr.graph.output][-2:]
+    lhs = float((got[jv].astype(float) * w).sum())
+    rhs = sum(float((back[o].astype(float) * v[s]).sum()) for o, s in zip(outs, sf))
+    assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))

@@ -1,7 +1,10 @@
 """Pooling and resampling.
 
-MaxPool gathers the tangent at the primal's argmax (its Indices output; a
-MaxPool producing Indices is added when the node has none). AveragePool and
+MaxPool with windows that tile the input reshapes them and weights by an
+argmax mask. Otherwise it gathers the tangent at the primal's argmax (its
+Indices output; a MaxPool producing Indices is added when the node has none);
+that Gather transposes through MaxUnpool, one per window phase (windows of a
+phase are disjoint, so their argmaxes are distinct), summed: no scatter-add. AveragePool and
 LpPool use a window sum: a Conv with a ones kernel on [k*N*C, 1, *S] (k-uniform
 reshapes, so Conv's transpose -- ConvTranspose -- handles reverse mode), scaled
 per output position by a primal map. For AveragePool that map is
@@ -22,6 +25,7 @@ from ..builder import (Builder, attribute, constant_ints, dims, element_type, is
                        operand_or_none, rank, tensor_type)
 from ..registry import jvp, transpose
 from .linalg import matmul
+from .shape import GATHER_TRANSPOSE_HOOKS
 
 
 def _i64() -> ir.Type:
@@ -53,7 +57,8 @@ def _max_pool(b: Builder, op, tangents):
         tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
         return [b.reduce("ReduceSum", b.mul(tv, weight), [4 + 2 * i for i in range(n)], False)] + \
             [None] * (len(op.results) - 1)
-    if idx is None and b.opset < 16:  # no scatter-add for the transpose: window masks
+    if idx is None and (b.opset < 8 or _unpool_groups(op, x, y) is None) and b.opset < 16:
+        # no scatter-add and no MaxUnpool transpose: window masks
         return [_max_pool_masks(b, op, tangents[0], x, y)] + [None] * (len(op.results) - 1)
     if idx is None:
         if len(op.results) < 2:
@@ -139,6 +144,68 @@ def _window_view(b: Builder, v: ir.Value, first: int, kernel: list[int], outs: l
                     tensor_type(vd[:first] + cut, elem))
     split = [e for o, k in zip(outs, kernel) for e in (o, k)]
     return b.reshape(v, [0] * first + split, vd[:first] + split)
+
+
+def _unpool_groups(op: ir.Operation, x: ir.Value, y: ir.Value) -> list[int] | None:
+    """Per spatial axis, how many window phases overlap (ceil(extent/stride)),
+    when MaxPool's geometry and extents are static; else None."""
+    xd, yd = dims(x), dims(y)
+    if xd is None or yd is None or None in xd[1:] or None in yd[1:]:
+        return None
+    kernel = attribute(op, "kernel_shape")
+    n = len(kernel)
+    strides = attribute(op, "strides") or [1] * n
+    dil = (attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n
+    return [-(-((k - 1) * d + 1) // s) for k, d, s in zip(kernel, dil, strides)]
+
+
+def _maxpool_gather_transpose(b: Builder, gather: ir.Operation, ct: ir.Value):
+    """Gather(flat tangent, MaxPool Indices) transposed without scatter-add:
+    windows split into phases whose windows are disjoint, so their argmaxes are
+    distinct; one MaxUnpool (a plain placement) per phase, summed."""
+    idx = gather.operands[1]
+    owner = getattr(idx.owner, "operation", idx.owner)
+    if not isinstance(owner, ir.Operation) or not owner.name.startswith("onnx.MaxPool") or \
+            len(owner.results) < 2 or owner.results[1] != idx or attribute(gather, "axis") != 1 or \
+            (attribute(owner, "storage_order") or 0) != 0:
+        return None
+    x, y = owner.operands[0], owner.results[0]
+    groups = _unpool_groups(owner, x, y)
+    if groups is None or b.opset < 9:
+        return None
+    xd, yd = dims(x), dims(y)
+    n = len(groups)
+    i64 = ir.IntegerType.get_signless(64)
+    elem = element_type(ct)
+    total = int(np.prod(xd))
+    k = b.shape(ct, 0, 1)
+    merged = b.reshape(ct, [-1] + yd[1:], [None] + yd[1:])                 # [k*N, C, *O]
+    # Indices per direction: offset by kk * |x| so the merged batch stays flat.
+    kk = b.op("Range", [b.int_scalar(0), b.squeeze(k, [0]), b.int_scalar(1)], tensor_type([None], i64))
+    shift = b.reshape(b.mul(kk, b.int_scalar(total)), [-1] + [1] * len(yd), [None] + [1] * len(yd))
+    ids = b.reshape(b.add(b.unsqueeze(idx, [0]), shift), [-1] + yd[1:], [None] + yd[1:])
+    out_shape = b.concat([b.shape(merged, 0, 1), b.ints(xd[1:])], 0)
+    attrs = {a: attribute(owner, a) for a in ("kernel_shape", "strides", "pads")
+             if a in owner.attributes}
+    parts = []
+    for phase in np.indices(groups).reshape(n, -1).T:
+        if all(g == 1 for g in groups):
+            cg, ig = merged, ids
+        else:
+            ends = [2**62] * n
+            od = [None] + yd[1:2] + [-(-(o - int(p)) // g) for o, p, g in zip(yd[2:], phase, groups)]
+            cg = b.slice(merged, list(range(2, 2 + n)), [int(p) for p in phase], ends,
+                         tensor_type(od, elem), groups)
+            ig = b.slice(ids, list(range(2, 2 + n)), [int(p) for p in phase], ends,
+                         tensor_type(od, i64), groups)
+        un = b.op("MaxUnpool", [cg, ig, out_shape], tensor_type([None] + xd[1:], elem), **attrs)
+        # a constant-target Reshape keeps the rank visible to shape inference after export
+        parts.append(b.reshape(un, [-1] + xd[1:], [None] + xd[1:]))
+    summed = b.sum(parts)
+    return b.reshape(summed, b.concat([k, b.ints([-1])], 0), [None, total])
+
+
+GATHER_TRANSPOSE_HOOKS.append(_maxpool_gather_transpose)
 
 
 # ---- window sums: AveragePool, LpPool ---------------------------------------------

@@ -243,6 +243,10 @@ def _t_slice(b: Builder, op, cts, linear):
         axes = _slice_axes(op, len(d))
         if axes is None:
             raise UnsupportedOp("reverse mode through Slice with axes computed at run time")
+    if starts is not None and all(st == -1 and s == -1 and e <= -2**62
+                                  for s, e, st in zip(starts, ends, steps)):
+        # full reversals (start -1, end -inf, step -1): their own transpose
+        return [b.slice(cts[0], axes, starts, ends, cts[0].type, steps)] + tail
     if starts is not None and all(st == 1 for st in steps) and None not in d[1:]:
         pads = [0] * (2 * len(d))
         for s, e, a in zip(starts, ends, axes):
@@ -257,6 +261,12 @@ def _t_slice(b: Builder, op, cts, linear):
     done: set[int] = set()
     for i in reversed(range(len(axes))):
         a = axes[i]
+        if starts is not None and d[a] is not None and steps[i] > 0:
+            kept = list(range(d[a]))[slice(starts[i], ends[i], steps[i])]
+            if kept and None not in dims(ct)[a + 1:]:
+                done.add(a)
+                ct = _interleave(b, ct, a, kept[0], len(kept), steps[i], d[a])
+                continue
         if starts is not None and d[a] is not None:
             idx = b.ints(list(range(d[a]))[slice(starts[i], ends[i], steps[i])])
         else:
@@ -268,6 +278,33 @@ def _t_slice(b: Builder, op, cts, linear):
         tdims = [None] + [d[j] if j in done else cd[j] for j in range(1, len(d))]
         ct = scatter_add_into(b, ct, target, tdims, idx, a)
     return [ct] + tail
+
+
+def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: int,
+                n: int) -> ir.Value:
+    """Transpose of a strided Slice along axis a (positions first + i*step,
+    i < count, of n): ct interleaved with step-1 zeros, then placed -- Pads and
+    a Reshape, no scatter."""
+    cd = list(dims(ct))
+    elem = element_type(ct)
+    r = len(cd)
+    if step > 1:
+        u = b.unsqueeze(ct, [a + 1])
+        pads = [0] * (2 * (r + 1))
+        pads[r + 1 + a + 1] = step - 1
+        u = b.op("Pad", [u, b.ints(pads)], tensor_type(cd[:a + 1] + [step] + cd[a + 1:], elem))
+        cd[a] = count * step
+        ct = b.reshape(u, [0] * a + [count * step] + cd[a + 1:], cd)
+    span = min(cd[a], n - first)
+    if span < cd[a]:
+        cd[a] = span
+        ct = b.slice(ct, [a], [0], [span], tensor_type(list(cd), elem))
+    pads = [0] * (2 * r)
+    pads[a], pads[r + a] = first, n - first - span
+    if any(pads):
+        cd[a] = n
+        ct = b.op("Pad", [ct, b.ints(pads)], tensor_type(cd, elem))
+    return ct
 
 
 @transpose("Pad")
@@ -430,9 +467,18 @@ def _gather(b: Builder, op, tangents):
     return [b.op("Gather", [tangents[0], idx], b.derivative_type(op.results[0]), axis=axis + 1)]
 
 
+# Specialised Gather transposes, tried in order: hook(b, op, ct) -> value or None
+# (pooling.py: a Gather at MaxPool's Indices transposes through MaxUnpool).
+GATHER_TRANSPOSE_HOOKS: list = []
+
+
 @transpose("Gather")
 def _t_gather(b: Builder, op, cts, linear):
     x, idx = op.operands
+    for hook in GATHER_TRANSPOSE_HOOKS:
+        special = hook(b, op, cts[0])
+        if special is not None:
+            return [special, None]
     return [scatter_add_along(b, cts[0], x, idx, _axis(op, rank(x))), None]
 
 

@@ -151,7 +151,23 @@ class _Exporter:
         outputs = self._claim_outputs(operands, wanted)
         self._block(block, graph)
         self._graph_outputs(graph, operands, outputs, [None] * len(operands))
+        self._body_value_info(block, graph, set(outputs))
         graph.name = graph_name or self.names.fresh("graph")
+
+    def _body_value_info(self, block: ir.Block, graph: onnx.GraphProto, skip: set) -> None:
+        """value_info for the ranked results of a subgraph's nodes. ONNX shape
+        inference cannot read constants of the outer scope (e.g. Squeeze axes
+        hoisted out of a Loop body by canonicalization), so without these a
+        re-imported body loses ranks that the MLIR types knew."""
+        for opview in block.operations:
+            op = opview.operation
+            if op.name in _TERMINATORS or op.name == "onnx.NoValue" or \
+                    "onnx.initializer" in op.attributes:
+                continue
+            for r in op.results:
+                name = self.value_names.get(r)
+                if name and name not in skip and isinstance(r.type, ir.RankedTensorType):
+                    fill_type_proto(graph.value_info.add(name=name).type, r.type)
 
     def _claim_outputs(self, values: list[ir.Value], wanted: list[str | None]) -> list[str]:
         """Graph output names, claimed before the body so they win over names

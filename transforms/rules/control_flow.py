@@ -599,9 +599,9 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         _yield(blk, new_ct_v + new_acc + ct_x, loc)
         res = list(rev.results)
         contrib = {}
-        _add(contrib, [inits[j] for j in fl], res[:len(fl)])
-        _add(contrib, caps_all, res[len(fl):len(carried_types)])
-        _add(contrib, [scans[i] for i in act_x], res[len(carried_types):])
+        _add(b, contrib, [inits[j] for j in fl], res[:len(fl)])
+        _add(b, contrib, caps_all, res[len(fl):len(carried_types)])
+        _add(b, contrib, [scans[i] for i in act_x], res[len(carried_types):])
         return contrib, primal_floats
     # Loop
     i64 = ir.IntegerType.get_signless(64)
@@ -644,15 +644,15 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     _yield(blk, [cond_out] + new_ct_v + new_acc, loc)
     res = list(rev.results)
     contrib = {}
-    _add(contrib, [inits[j] for j in fl], res[:len(fl)])
-    _add(contrib, caps_all, res[len(fl):])
+    _add(b, contrib, [inits[j] for j in fl], res[:len(fl)])
+    _add(b, contrib, caps_all, res[len(fl):])
     return contrib, primal_floats
 
 
-def _add(contrib: dict, keys, values) -> None:
+def _add(b: Builder, contrib: dict, keys, values) -> None:
+    # the same value may be a carried init and a capture (or two inits)
     for k_, v in zip(keys, values):
         if k_ in contrib:
-            b = Builder(0)
             contrib[k_] = b.ew("Add", contrib[k_], v)
         else:
             contrib[k_] = v

@@ -25,6 +25,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 
 from . import signature as sig
 from .builder import Builder, dims, is_float
+from .checkpoint import segment_loops
 from .expand import expand_function
 from .linearize import Tangents, linearize, located, node_label
 from .registry import TRANSPOSE
@@ -73,9 +74,13 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             outputs: list[str] | None = None, layout: str = "casadi",
-            prefix: str | None = None) -> None:
+            prefix: str | None = None, checkpoint: int = 1) -> None:
+    """`checkpoint` = k > 1: Loop/Scan store every k-th state and recompute
+    the steps in between (checkpoint.py) instead of storing every state."""
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
     inline_constant_ifs(f)
+    if checkpoint > 1:
+        segment_loops(f, opset, checkpoint)
     block, ret = _entry(f)
     in_names, out_names = sig.arg_names(f), sig.result_names(f)
     xs = sig.select(in_names, list(block.arguments), inputs, "input")
@@ -117,8 +122,16 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
     nothing reaches it). Used for functions and, recursively, for the
     bodies of reverse If/Loop/Scan ops."""
     b = Builder(opset, root.location)
+    stand_ins = []
+    for x in xs:
+        # after x when x is computed in the block (the reverse Loop's Gathered
+        # states), else at its start: a transpose rule may keep the stand-in
+        # alive to read a run-time shape, so it must not precede x
+        owner = x.owner
+        inside = isinstance(owner, (ir.Operation, ir.OpView)) and owner.operation.block == block
+        with ir.InsertionPoint.after(owner) if inside else ir.InsertionPoint.at_block_begin(block):
+            stand_ins.append(b.unsqueeze(x, [0]))
     with ir.InsertionPoint.at_block_begin(block):
-        stand_ins = [b.unsqueeze(x, [0]) for x in xs]
         k = b.ints([1])
     state = Tangents(opset, mode="linear", scope=block, k=k)
     for x, t in zip(xs, stand_ins):

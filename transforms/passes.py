@@ -1,7 +1,8 @@
 """The AD passes, registered for onnx-ad-opt and pass pipelines.
 
   onnx-ad-forward{inputs=x,y outputs=z layout=casadi|onnx prefix=fwd_ func=main_graph}
-  onnx-ad-reverse{... same options ...}
+  onnx-ad-reverse{... same options ... checkpoint=k}  (k > 1: Loop/Scan store every
+                       k-th state and recompute in between; checkpoint.py)
   onnx-ad-unroll       flattens Scan/Loop with constant trip counts, inlines
                        If on constant conditions (every function)
 
@@ -60,6 +61,13 @@ def _names(options: dict[str, str], key: str) -> list[str] | None:
 
 
 def _run(mode, module: ir.Operation, options: dict[str, str]) -> None:
+    extra = {}
+    if mode is modes.reverse and "checkpoint" in options:
+        options = dict(options)
+        text = options.pop("checkpoint")
+        if not text.isdigit() or int(text) < 1:
+            raise PassOptionError(f"checkpoint={text}: expected a positive integer")
+        extra["checkpoint"] = int(text)
     unknown = set(options) - {"inputs", "outputs", "layout", "prefix", "func"}
     if unknown:
         raise PassOptionError(f"unknown option(s) {sorted(unknown)}")
@@ -69,7 +77,7 @@ def _run(mode, module: ir.Operation, options: dict[str, str]) -> None:
     f = target_function(module, options.get("func"))
     with module.context, module.location:
             mode(f, module_opset(module), _names(options, "inputs"), _names(options, "outputs"),
-             layout, options.get("prefix"))
+             layout, options.get("prefix"), **extra)
 
 
 @register_pass("onnx-ad-forward", "Forward mode (JVP): seeds fwd_<x>, results fwd_<y>")

@@ -31,9 +31,12 @@ def _transform(model: onnx.ModelProto | str | os.PathLike,
         return export_onnx(module)
 
 
-def _mode(kind: str, model, inputs, outputs, layout: str, prefix: str | None) -> onnx.ModelProto:
+def _mode(kind: str, model, inputs, outputs, layout: str, prefix: str | None,
+          checkpoint: int = 1) -> onnx.ModelProto:
     from onnx_ad_mlir.transforms import passes
     options = {"layout": layout}
+    if checkpoint != 1:
+        options["checkpoint"] = str(checkpoint)
     if inputs is not None:
         options["inputs"] = ",".join(inputs)
     if outputs is not None:
@@ -56,10 +59,12 @@ def forward(model: onnx.ModelProto | str | os.PathLike, inputs: Sequence[str] | 
 
 def reverse(model: onnx.ModelProto | str | os.PathLike, inputs: Sequence[str] | None = None,
             outputs: Sequence[str] | None = None, prefix: str | None = None,
-            layout: str = "casadi") -> onnx.ModelProto:
+            layout: str = "casadi", checkpoint: int = 1) -> onnx.ModelProto:
     """The adjoint model: primal signature, then seeds `adj_<y>` for `outputs`
-    and results `adj_<x>` = J^T . adj_y for `inputs`."""
-    return _mode("adj", model, inputs, outputs, layout, prefix)
+    and results `adj_<x>` = J^T . adj_y for `inputs`. `checkpoint=k` (> 1):
+    reverse sweeps through Loop/Scan store every k-th state and recompute the
+    steps in between (less memory, about one more forward sweep of time)."""
+    return _mode("adj", model, inputs, outputs, layout, prefix, checkpoint)
 
 
 def unroll(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:

@@ -114,3 +114,15 @@ def test_reverse_of_reverse(kind, xs, ws, attrs):
     lhs = sum((got[o].astype(float) * w[s]).sum() for o, s in zip(jv, seeds_r))
     rhs = sum((back[o].astype(float) * v[s]).sum() for o, s in zip(jtw, seeds_f))
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))
+
+
+@pytest.mark.parametrize("attrs,ws", [(dict(pads=[1, 0, 1, 1], strides=[2, 1]), [3, 2, 3, 2]),
+                                      (dict(pads=[1, 1, 1, 1], group=2, strides=[2, 2]), [4, 1, 3, 3])])
+def test_conv_dynamic_spatial(attrs, ws):
+    """Spatial extents known only at run time: ConvTranspose with the largest
+    output_padding, cut to x's extents."""
+    m = model([h.make_node("Conv", ["x", "w"], ["y"], **attrs)],
+              [("x", F, ["n", 2, "h", "w"]), ("w", F, ws)], [("y", F, None)])
+    rng = np.random.default_rng(9)
+    check_derivatives(m, {"x": rng.standard_normal((2, 2, 6, 5)).astype(np.float32),
+                          "w": rng.standard_normal(ws).astype(np.float32)})

@@ -426,10 +426,19 @@ def _t_conv(b: Builder, op, cts, linear):
         raise UnsupportedOp("Conv of two linear values is not linear")
     if linear[0]:
         xd, cd = dims(x), dims(ct)
-        if None in xd[2:] or None in cd[2:]:
-            raise UnsupportedOp("reverse mode through Conv needs static spatial extents")
         s, d, p, k = geom["strides"], geom["dilations"], geom["pads"], geom["kernel_shape"]
         n = len(k)
+        if None in xd[2:] or None in cd[2:]:
+            # Extents known at run time only: the largest output_padding, then
+            # cut to x's extents (the extra rows are outside x).
+            full = b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0], xd[1]] + [None] * n,
+                                                                    element_type(ct)),
+                        output_padding=[si - 1 for si in s], **_explicit(geom))
+            out[0] = b.op("Slice", [full, b.ints([0] * n), b.shape(x, 2), b.ints(list(range(2, 2 + n)))],
+                          tensor_type([cd[0]] + xd[1:], element_type(ct)))
+            if linear[1]:
+                out[1] = conv_weight_grad(b, x, ct, geom, w)
+            return out
         opad = [xd[2 + i] + p[i] + p[n + i] - s[i] * (cd[2 + i] - 1) - (k[i] - 1) * d[i] - 1
                 for i in range(n)]
         out[0] = b.op("ConvTranspose", [ct, w, None],

@@ -128,6 +128,7 @@ class _Exporter:
                                       [_str_attr(a, "onnx.name") for a in res_attrs])
         self._block(block, graph)
         self._graph_outputs(graph, list(terminator.operands), outputs, res_attrs)
+        self._body_value_info(block, graph, set(outputs))
         if "onnx.graph_name" in attrs:
             graph.name = ir.StringAttr(attrs["onnx.graph_name"]).value
         else:
@@ -155,10 +156,11 @@ class _Exporter:
         graph.name = graph_name or self.names.fresh("graph")
 
     def _body_value_info(self, block: ir.Block, graph: onnx.GraphProto, skip: set) -> None:
-        """value_info for the ranked results of a subgraph's nodes. ONNX shape
+        """value_info for the ranked results of a graph's nodes. ONNX shape
         inference cannot read constants of the outer scope (e.g. Squeeze axes
-        hoisted out of a Loop body by canonicalization), so without these a
-        re-imported body loses ranks that the MLIR types knew."""
+        hoisted out of a Loop body by canonicalization) and gives up on whole
+        Loops when one body value is unknown, so without these a re-imported
+        derivative model loses ranks that the MLIR types knew."""
         for opview in block.operations:
             op = opview.operation
             if op.name in _TERMINATORS or op.name == "onnx.NoValue" or \

@@ -450,7 +450,6 @@ def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: 
     e = e if isinstance(elem, (ir.F64Type, ir.F32Type)) else b.cast_like(e, x)
     out_shape = list(shape)
     out_shape[a] = n_out
-    f32 = ir.F32Type.get()
     if kind == "Resize":
         if scale is not None:
             sv = [1.0] * r
@@ -471,7 +470,6 @@ def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: 
         else:
             res = b.op("Upsample", [e, b.constant(ir.DenseElementsAttr.get(np.asarray(sv, np.float32)))],
                        tensor_type(out_shape, elem), mode=attribute(op, "mode"))
-    del f32
     if batch < a:
         return b.reshape(res, [n_in, n_out], [n_in, n_out])
     return b.transpose(b.reshape(res, [n_out, n_in], [n_out, n_in]), [1, 0])

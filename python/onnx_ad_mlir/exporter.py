@@ -126,9 +126,8 @@ class _Exporter:
         terminator = _terminator(block)
         outputs = self._claim_outputs(list(terminator.operands),
                                       [_str_attr(a, "onnx.name") for a in res_attrs])
-        self._block(block, graph)
+        self._block(block, graph, set(outputs))
         self._graph_outputs(graph, list(terminator.operands), outputs, res_attrs)
-        self._body_value_info(block, graph, set(outputs))
         if "onnx.graph_name" in attrs:
             graph.name = ir.StringAttr(attrs["onnx.graph_name"]).value
         else:
@@ -150,26 +149,9 @@ class _Exporter:
         if len(wanted) != len(operands):
             wanted = [None] * len(operands)
         outputs = self._claim_outputs(operands, wanted)
-        self._block(block, graph)
+        self._block(block, graph, set(outputs))
         self._graph_outputs(graph, operands, outputs, [None] * len(operands))
-        self._body_value_info(block, graph, set(outputs))
         graph.name = graph_name or self.names.fresh("graph")
-
-    def _body_value_info(self, block: ir.Block, graph: onnx.GraphProto, skip: set) -> None:
-        """value_info for the ranked results of a graph's nodes. ONNX shape
-        inference cannot read constants of the outer scope (e.g. Squeeze axes
-        hoisted out of a Loop body by canonicalization) and gives up on whole
-        Loops when one body value is unknown, so without these a re-imported
-        derivative model loses ranks that the MLIR types knew."""
-        for opview in block.operations:
-            op = opview.operation
-            if op.name in _TERMINATORS or op.name == "onnx.NoValue" or \
-                    "onnx.initializer" in op.attributes:
-                continue
-            for r in op.results:
-                name = self.value_names.get(r)
-                if name and name not in skip and isinstance(r.type, ir.RankedTensorType):
-                    fill_type_proto(graph.value_info.add(name=name).type, r.type)
 
     def _claim_outputs(self, values: list[ir.Value], wanted: list[str | None]) -> list[str]:
         """Graph output names, claimed before the body so they win over names
@@ -196,7 +178,13 @@ class _Exporter:
                 self.op_names.add("Identity")
             self._fill_value_info(graph.output.add(name=name), value.type, a)
 
-    def _block(self, block: ir.Block, graph: onnx.GraphProto) -> None:
+    def _block(self, block: ir.Block, graph: onnx.GraphProto, outputs: set[str]) -> None:
+        """Nodes and initializers of a block; value_info for the ranked results
+        that are not graph `outputs`. ONNX shape inference cannot read
+        constants of an outer scope (e.g. Squeeze axes hoisted out of a Loop
+        body by canonicalization) and gives up on whole Loops when one body
+        value is unknown, so without these a re-imported model loses ranks
+        that the MLIR types knew."""
         for opview in block.operations:
             op = opview.operation
             name = op.name
@@ -207,7 +195,7 @@ class _Exporter:
             elif name == "onnx.Constant" and "onnx.initializer" in op.attributes:
                 self._initializer(op, graph)
             elif name.startswith("onnx."):
-                self._node(op, name[5:], graph)
+                self._node(op, name[5:], graph, outputs)
             else:
                 raise ExportFailure(f"op '{name}' is not an onnx dialect op and has no "
                                     "ONNX equivalent")
@@ -227,7 +215,8 @@ class _Exporter:
             sparse.values.name = name
             graph.sparse_initializer.append(sparse)
 
-    def _node(self, op: ir.Operation, mlir_name: str, graph: onnx.GraphProto) -> None:
+    def _node(self, op: ir.Operation, mlir_name: str, graph: onnx.GraphProto,
+              graph_outputs: set[str]) -> None:
         spec = _op_table.OPS.get(mlir_name)
         if spec is None:
             raise ExportFailure(f"op 'onnx.{mlir_name}' has no ONNX schema")
@@ -237,8 +226,14 @@ class _Exporter:
         while inputs and not inputs[-1]:
             inputs.pop()
         node_name, wanted = _names_from_loc(op.location)
-        outputs = self._result_names(op, wanted)
+        results = list(op.results)
+        outputs = self._result_names(results, wanted)
         node = graph.node.add(op_type=spec["op_type"], input=inputs, output=outputs)
+        for r, name in zip(results, outputs):
+            if name and name not in graph_outputs:
+                t = r.type
+                if isinstance(t, ir.RankedTensorType):
+                    fill_type_proto(graph.value_info.add(name=name).type, t)
         if node_name:
             node.name = self.names.node(node_name)
         attrs = op.attributes
@@ -249,11 +244,10 @@ class _Exporter:
                 a = node.attribute.add(name=region_name, type=_A.GRAPH)
                 self._region(region, a.g)
 
-    def _result_names(self, op: ir.Operation, wanted: list[str]) -> list[str]:
+    def _result_names(self, results: list[ir.Value], wanted: list[str]) -> list[str]:
         """Output names of an op: the location's names when they fit, else
         fresh ones; '' for unproduced optional outputs (trailing ones dropped)."""
         names = self.value_names
-        results = op.results
         if len(results) == 1 and len(wanted) == 1:  # the common case
             r = results[0]
             name = names.get(r)

@@ -16,6 +16,8 @@ from mlir import ir
 from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from . import symdims
+
 DYN = ir.ShapedType.get_dynamic_size()
 Dims = list  # list[int | None]; None is an unknown extent
 
@@ -240,6 +242,12 @@ class Builder:
             part = d[start:end]
             if all(e is not None for e in part):
                 return self.ints(part)
+        if start is not None and start >= 1:
+            # A derivative's extents past the direction axis are its primal's:
+            # read them there (the linear forward program need not stay alive).
+            p = symdims.primal_of(x)
+            if p is not None:
+                return self.shape(p, start - 1, None if end is None else end - 1)
         n = None if d is None else len(d[start:end])
         i64 = ir.IntegerType.get_signless(64)
         if self.opset >= 15:
@@ -353,6 +361,9 @@ class Builder:
                 all(a is not None and a == b for a, b in zip(td[1:], pd)):
             return t
         t = self.align(t, len(pd)) if pd is not None else t
+        if pd is not None and rank(t) == len(pd) + 1 and \
+                symdims.dims(t)[1:] == symdims.dims(primal):
+            return t  # the same extents, `?` included (symdims.py)
         target = self.concat([self.shape(t, 0, 1), self.shape(primal)], 0)
         out = None if pd is None else [None] + pd
         return self.expand(t, target, out)
@@ -373,7 +384,30 @@ class Builder:
             if lead:
                 out = self.squeeze(out, list(range(1, 1 + lead)))
             return out
+        if cd is not None and td is not None and len(cd) >= len(td):
+            axes = self._symbolic_unbroadcast_axes(ct, target)
+            if axes is not None:
+                lead = len(cd) - len(td)
+                out = self.reduce("ReduceSum", ct, axes, keepdims=True) if axes else ct
+                if lead:
+                    out = self.squeeze(out, list(range(1, 1 + lead)))
+                return out
         return self._unbroadcast_dynamic(ct, target)
+
+    def _symbolic_unbroadcast_axes(self, ct: ir.Value, target: ir.Value) -> list[int] | None:
+        """The axes of `ct` to sum, when symbolic extents decide them all."""
+        sc, st = symdims.dims(ct), symdims.dims(target)
+        lead = len(sc) - len(st)
+        axes = list(range(1, 1 + lead))
+        for i in range(1, len(st)):
+            c, t = sc[lead + i], st[i]
+            if c == t:
+                continue
+            if t == 1:
+                axes.append(lead + i)
+                continue
+            return None
+        return axes
 
     def _unbroadcast_dynamic(self, ct: ir.Value, target: ir.Value) -> ir.Value:
         """Axes computed at run time: those where target's extent is 1 and ct's

@@ -16,6 +16,7 @@ from mlir.rewrite import RewritePatternSet, walk_and_apply_patterns
 from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import OnnxAdError, RuleError, UnsupportedOp
 
+from . import symdims
 from .builder import Builder, dims, is_float
 from .registry import JVP, JvpRule
 
@@ -78,7 +79,11 @@ def _pattern(rule: JvpRule | None, state: Tangents):
                 produced = rule(b, op, tangents)
                 for r, t in zip(op.results, produced):
                     if t is not None and is_float(r):
-                        state.of[r] = b.fit(t, r) if dims(r) is not None else t
+                        if dims(r) is not None:
+                            state.of[r] = b.fit(t, r)
+                            symdims.register(state.of[r], r)
+                        else:
+                            state.of[r] = t
                 # A rule may replace a primal result by an equal value (e.g. an
                 # op that also reports statistics the rule reuses): same tangent.
                 for old, new in getattr(b, "replaced", ()):
@@ -126,6 +131,11 @@ def linearize(f: ir.Operation, state: Tangents) -> None:
     if state.mode == "forward" and REGION_RULES:
         from .rules.control_flow import prepare_loops
         prepare_loops(f, state)
+    if f.operation.name == "func.func":
+        symdims.reset_all()  # a new run: nothing cached refers to it yet
+    for x, t in state.of.items():  # seeds and stand-ins: [k] + shape(x)
+        if dims(x) is not None and dims(t) is not None and len(dims(t)) == len(dims(x)) + 1:
+            symdims.register(t, x)
     walk_and_apply_patterns(f, patterns(state))
     if state.error is not None:
         raise state.error

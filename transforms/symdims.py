@@ -1,0 +1,430 @@
+"""Symbolic extents: which unknown (`?`) dims of two values are provably equal.
+
+MLIR types say `?` for a dynamic batch; the derivative rules need to know
+whether two `?` are the same extent (a tangent that already has its primal's
+shape needs no Expand; a cotangent that has its operand's shape needs no
+run-time unbroadcasting). `dims(v)` gives, per dim, the static extent or a
+symbol: function arguments name their `?` dims by their `onnx.dim_params`
+(the same name is the same extent), and symbols flow through the ops whose
+output extents follow from their inputs' (elementwise broadcasting, MatMul,
+Gemm, Transpose, (Un)Squeeze, Reshape, Expand, reductions, Concat, Conv and
+pooling's batch axis, same-shape ops). Anything else gets a fresh symbol,
+equal only to itself: the answer is conservative (never "equal" wrongly).
+
+Values are memoized by identity; an entry remembers the op, operands and
+type it was computed from and is recomputed when a value at the same address
+was rebuilt (ops are erased and created during the passes).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from mlir import ir
+
+from onnx_ad_mlir import _op_table
+
+DYN = ir.ShapedType.get_dynamic_size()
+_counter = itertools.count()
+_cache: dict = {}
+
+# Ops whose result 0 has operand 0's shape.
+SAME = {
+    "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BatchNormalization", "Cast",
+    "CastLike", "Ceil", "Celu", "Clip", "Cos", "Cosh", "CumSum", "CumProd", "Dropout", "Elu",
+    "Erf", "Exp", "Floor", "Gelu", "HardSigmoid", "HardSwish", "Hardmax", "Identity",
+    "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Log",
+    "LogSoftmax", "LpNormalization", "MeanVarianceNormalization", "Mish", "Neg", "Not",
+    "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
+    "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu", "Swish",
+    "RMSNormalization", "GroupNormalization", "LRN", "Trilu",
+}
+BROADCAST = {
+    "Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Sum", "Mean", "PRelu", "Mod",
+    "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor",
+}
+REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+          "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
+BATCH_FIRST = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
+               "GlobalMaxPool", "GlobalLpPool", "Resize", "Upsample", "MaxRoiPool"}
+
+
+_context: list = [None]  # the context the caches belong to (kept alive: identity is safe)
+
+
+def _same_context() -> None:
+    ctx = ir.Context.current
+    if ctx is not _context[0]:
+        reset_all()
+        _context[0] = ctx
+
+
+def reset() -> None:
+    _cache.clear()
+
+
+def fresh() -> tuple:
+    return ("?", next(_counter))
+
+
+def _static(t: ir.Type) -> list | None:
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    return [None if d == DYN else d for d in t.shape]
+
+
+def _signature(v: ir.Value):
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return ("arg", hash(owner), ir.BlockArgument(v).arg_number, str(v.type))
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    return (op.name, tuple(hash(o) for o in op.operands), ir.OpResult(v).result_number,
+            str(v.type))
+
+
+def dims(v: ir.Value) -> list | None:
+    """Per dim: an int (static) or a symbol; None for an unranked value."""
+    t = v.type
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    if not any(d == DYN for d in t.shape):
+        return list(t.shape)
+    _same_context()
+    # Iterative post-order over the unresolved operands (chains are long).
+    stack = [v]
+    while stack:
+        top = stack[-1]
+        hit = _cache.get(top)
+        if hit is not None and hit[0] == _signature(top):
+            stack.pop()
+            continue
+        pending = [o for o in _inputs(top) if _needs(o)]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        _cache[top] = (_signature(top), _compute(top))
+    return list(_cache[v][1])
+
+
+def _needs(v: ir.Value) -> bool:
+    t = v.type
+    if not isinstance(t, ir.RankedTensorType) or not any(d == DYN for d in t.shape):
+        return False
+    hit = _cache.get(v)
+    return hit is None or hit[0] != _signature(v)
+
+
+def _inputs(v: ir.Value) -> list:
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return []
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    if op.name.startswith("onnx.") and op.regions and len(op.regions) > 0:
+        return []
+    return list(op.operands)
+
+
+def _of(v: ir.Value) -> list | None:
+    """dims() of an operand already resolved (no recursion)."""
+    t = v.type
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    if not any(d == DYN for d in t.shape):
+        return list(t.shape)
+    hit = _cache.get(v)
+    return list(hit[1]) if hit is not None else None
+
+
+def _fill(out: list | None, v: ir.Value) -> list:
+    """`out` checked against v's type: static extents win, None -> fresh."""
+    st = _static(v.type)
+    if out is None or len(out) != len(st):
+        return [fresh() if d is None else d for d in st]
+    res = []
+    for o, s in zip(out, st):
+        if s is not None:
+            res.append(s)
+        elif o is None or isinstance(o, (int, np.integer)):
+            res.append(fresh())  # a static claim the type does not confirm
+        else:
+            res.append(o)
+    return res
+
+
+def _arg_dims(v: ir.Value) -> list:
+    st = _static(v.type)
+    block = v.owner
+    arg = ir.BlockArgument(v)
+    names: list[str] = []
+    try:
+        parent = block.owner
+        parent = parent.operation if isinstance(parent, ir.OpView) else parent
+        if parent is not None and parent.name == "func.func" and "arg_attrs" in parent.attributes:
+            attrs = ir.ArrayAttr(parent.attributes["arg_attrs"])
+            if arg.arg_number < len(attrs):
+                d = ir.DictAttr(attrs[arg.arg_number])
+                if "onnx.dim_params" in d:
+                    names = [ir.StringAttr(p).value for p in ir.ArrayAttr(d["onnx.dim_params"])]
+    except Exception:  # noqa: BLE001 - no names: fresh symbols
+        names = []
+    out = []
+    for i, s in enumerate(st):
+        if s is not None:
+            out.append(s)
+        elif i < len(names) and names[i]:
+            out.append(("param", names[i]))
+        else:
+            out.append(fresh())
+    return out
+
+
+def _ints(v: ir.Value) -> list[int] | None:
+    from .builder import constant_ints
+    return constant_ints(v)
+
+
+def _attr(op, name, default=None):
+    if name in op.attributes:
+        a = op.attributes[name]
+        if isinstance(a, ir.IntegerAttr):
+            return a.value
+        if isinstance(a, ir.ArrayAttr):
+            return [x.value for x in a]
+    return default
+
+
+def broadcast(*shapes: list) -> list | None:
+    if any(s is None for s in shapes):
+        return None
+    out = []
+    for i in range(max(len(s) for s in shapes)):
+        ext = [s[len(s) - 1 - i] for s in shapes if i < len(s)]
+        non1 = []
+        for e in ext:
+            if e != 1 and e not in non1:
+                non1.append(e)
+        if not non1:
+            out.append(1)
+        elif len(non1) == 1:
+            out.append(non1[0])
+        else:
+            statics = [e for e in non1 if isinstance(e, (int, np.integer))]
+            out.append(statics[0] if len(statics) == 1 else None)
+    return out[::-1]
+
+
+def _shape_value(v: ir.Value) -> list | None:
+    """The extents a 1-D i64 shape operand holds: constants, or Concat of
+    constants and Shape(x)[start:end] slices."""
+    c = _ints(v)
+    if c is not None:
+        return c
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    ot = _op_table.OPS.get(op.name.removeprefix("onnx."), {}).get("op_type")
+    if ot == "Concat":
+        parts = [_shape_value(o) for o in op.operands]
+        return None if any(p is None for p in parts) else [x for p in parts for x in p]
+    if ot == "Shape":
+        d = dims(op.operands[0])
+        if d is None:
+            return None
+        start, end = _attr(op, "start", 0), _attr(op, "end", None)
+        return d[start:end]
+    if ot in ("Unsqueeze", "Squeeze", "Cast", "Identity", "CastLike"):
+        return _shape_value(op.operands[0])  # 0-D and 1-D pieces alike
+    if ot == "Gather":
+        src, idx = _shape_value(op.operands[0]), _ints(op.operands[1])
+        if src is None or idx is None or _attr(op, "axis", 0) != 0:
+            return None
+        return [src[i] for i in idx]
+    if ot == "Slice" and len(op.operands) >= 3:
+        src = _shape_value(op.operands[0])
+        starts, ends = _ints(op.operands[1]), _ints(op.operands[2])
+        extra = [_ints(o) for o in op.operands[3:] if not isinstance(o.type, ir.NoneType)]
+        if src is None or starts is None or ends is None or any(e is None for e in extra):
+            return None
+        if extra and extra[0] != [0] or len(extra) > 1 and extra[1] != [1]:
+            return None
+        return src[starts[0]:ends[0]]
+    if ot in ("Mul", "Div", "Add", "Sub"):
+        a, b = _shape_value(op.operands[0]), _shape_value(op.operands[1])
+        if a is None or b is None or len(a) != len(b) or not all(
+                isinstance(e, (int, np.integer)) for e in a + b):
+            return None
+        f = {"Mul": lambda x, y: x * y, "Div": lambda x, y: x // y,
+             "Add": lambda x, y: x + y, "Sub": lambda x, y: x - y}[ot]
+        return [f(x, y) for x, y in zip(a, b)]
+    return None
+
+
+def _compute(v: ir.Value) -> list:
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return _arg_dims(v)
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    idx = ir.OpResult(v).result_number
+    name = op.name
+    if not name.startswith("onnx."):
+        return _fill(None, v)
+    ot = _op_table.OPS.get(name[5:], {}).get("op_type")
+    ins = [o for o in op.operands]
+    try:
+        out = _rule(ot, op, idx, ins)
+    except Exception:  # noqa: BLE001 - unknown: fresh symbols
+        out = None
+    return _fill(out, v)
+
+
+def _rule(ot, op, idx, ins) -> list | None:
+    if ot in SAME and idx == 0:
+        return _of(ins[0])
+    if ot in ("LayerNormalization", "RMSNormalization") and idx > 0:
+        a = _of(ins[0])
+        if a is None:
+            return None
+        ax = _attr(op, "axis", -1) % len(a)
+        return a[:ax] + [1] * (len(a) - ax)
+    if ot in BROADCAST:
+        return broadcast(*[_of(i) for i in ins if not isinstance(i.type, ir.NoneType)])
+    if ot == "MatMul":
+        a, b = _of(ins[0]), _of(ins[1])
+        if a is None or b is None or len(a) < 2 or len(b) < 2:
+            return None
+        batch = broadcast(a[:-2], b[:-2])
+        return None if batch is None else batch + [a[-2], b[-1]]
+    if ot == "Gemm":
+        a, b = _of(ins[0]), _of(ins[1])
+        if a is None or b is None:
+            return None
+        m = a[1] if _attr(op, "transA", 0) else a[0]
+        n = b[0] if _attr(op, "transB", 0) else b[1]
+        return [m, n]
+    if ot == "Transpose":
+        a = _of(ins[0])
+        if a is None:
+            return None
+        perm = _attr(op, "perm", None) or list(range(len(a)))[::-1]
+        return [a[p] for p in perm]
+    if ot in ("Unsqueeze", "Squeeze"):
+        a = _of(ins[0])
+        axes = _ints(ins[1]) if len(ins) > 1 and not isinstance(ins[1].type, ir.NoneType) \
+            else _attr(op, "axes", None)
+        if a is None or axes is None:
+            return None
+        if ot == "Unsqueeze":
+            n = len(a) + len(axes)
+            norm = sorted(x % n for x in axes)
+            it = iter(a)
+            return [1 if i in norm else next(it) for i in range(n)]
+        norm = {x % len(a) for x in axes}
+        return [e for i, e in enumerate(a) if i not in norm]
+    if ot == "Expand":
+        a, s = _of(ins[0]), _shape_value(ins[1])
+        return None if a is None or s is None else broadcast(a, s)
+    if ot == "Reshape":
+        a, s = _of(ins[0]), _shape_value(ins[1])
+        if a is None or s is None or _attr(op, "allowzero", 0):
+            return None
+        out = [a[i] if e == 0 and i < len(a) else e for i, e in enumerate(s)]
+        if -1 in out:
+            known = [e for e in out if e != -1]
+            syms_in = [e for e in a if not isinstance(e, (int, np.integer))]
+            syms_out = [e for e in known if not isinstance(e, (int, np.integer))]
+            st_in = int(np.prod([e for e in a if isinstance(e, (int, np.integer))]))
+            st_out = int(np.prod([e for e in known if isinstance(e, (int, np.integer))]))
+            rest, extra = list(syms_in), []
+            for e in syms_out:
+                if e in rest:
+                    rest.remove(e)
+                else:
+                    extra.append(e)
+            if len(rest) == 1 and not extra and st_in == st_out:
+                out[out.index(-1)] = rest[0]
+            elif not rest and not extra and st_out and st_in % st_out == 0:
+                out[out.index(-1)] = st_in // st_out
+            else:
+                out[out.index(-1)] = None
+        return out
+    if ot in REDUCE:
+        a = _of(ins[0])
+        if a is None:
+            return None
+        if len(ins) > 1 and not isinstance(ins[1].type, ir.NoneType):
+            axes = _ints(ins[1])
+        else:
+            axes = _attr(op, "axes", None)
+            if axes is None and len(ins) == 1:
+                axes = list(range(len(a)))
+        if axes is None:
+            return None
+        if not axes:
+            axes = [] if _attr(op, "noop_with_empty_axes", 0) else list(range(len(a)))
+        norm = {x % len(a) for x in axes}
+        keep = _attr(op, "keepdims", 1)
+        return [1 if i in norm else e for i, e in enumerate(a) if keep or i not in norm]
+    if ot == "Concat":
+        parts = [_of(i) for i in ins]
+        if any(p is None for p in parts):
+            return None
+        ax = _attr(op, "axis", 0) % len(parts[0])
+        out = list(parts[0])
+        ext = [p[ax] for p in parts]
+        out[ax] = sum(ext) if all(isinstance(e, (int, np.integer)) for e in ext) else None
+        return out
+    if ot in BATCH_FIRST and idx == 0:
+        a = _of(ins[0])
+        return None if a is None else [a[0]] + _tail(op, idx)
+    if ot == "Flatten":
+        a = _of(ins[0])
+        ax = _attr(op, "axis", 1)
+        if a is None or ax != 1:
+            return None
+        rest = a[1:]
+        return [a[0], int(np.prod(rest)) if all(isinstance(e, (int, np.integer)) for e in rest)
+                else None]
+    if ot == "Split":
+        a = _of(ins[0])
+        if a is None:
+            return None
+        ax = _attr(op, "axis", 0) % len(a)
+        out = list(a)
+        out[ax] = None
+        return out
+    return None
+
+
+def _tail(op, idx) -> list:
+    st = _static(op.results[idx].type)
+    return [None if d is None else d for d in st[1:]]
+
+
+# ---- derivative -> primal (shape reads) ------------------------------------
+_primal: dict = {}
+
+
+def register(t: ir.Value, primal: ir.Value) -> None:
+    """`t` is a derivative of exactly [k] + shape(primal)."""
+    _same_context()
+    sig = _signature(t)
+    _primal[t] = (sig, primal)
+    td, pd = dims(t), dims(primal)
+    if td is not None and pd is not None and len(td) == len(pd) + 1:
+        _cache[t] = (sig, [td[0]] + pd)
+
+
+def primal_of(t: ir.Value) -> ir.Value | None:
+    _same_context()
+    hit = _primal.get(t)
+    if hit is None or hit[0] != _signature(t):
+        return None
+    return hit[1]
+
+
+def reset_all() -> None:
+    _cache.clear()
+    _primal.clear()

@@ -104,104 +104,150 @@ def _zeros(b: Builder, shape: ir.Value, out, like: ir.Value) -> ir.Value:
     return b.expand(b.scalar(0.0, like), shape, out)
 
 
-def _flat_matmul(b: Builder, a: ir.Value, t: ir.Value) -> ir.Value:
-    """a [T, B, n] (primal) times t [k, n, m] (tangent) -> [k, T, B, m], as one
-    [T*B, n] x [k, n, m] product."""
-    da, dt = dims(a), dims(t)
-    flat = b.reshape(a, [-1, da[-1]], [None if None in da[:2] else da[0] * da[1], da[-1]])
-    prod = matmul(b, flat, t)
-    shape = b.concat([b.shape(prod, 0, 1), b.shape(a, 0, 2), b.ints([dt[-1]])], 0)
-    return b.reshape(prod, shape, [dt[0]] + da[:2] + [dt[-1]])
+def _flip(b: Builder, v: ir.Value, axis: int) -> ir.Value:
+    """v reversed along axis (a Slice with step -1; its own transpose)."""
+    return b.slice(v, [axis], [-1], [-2**62], v.type, steps=[-1])
 
 
-def _shift(b: Builder, Yd: ir.Value, h0: ir.Value, rev: bool) -> ir.Value:
-    """The previous state of every step: [h0, y_0..y_{T-2}] (or reversed)."""
-    first = b.unsqueeze(h0, [0])
-    if rev:
-        return b.concat([_slice(b, Yd, 0, 1, 2**62), first], 0)
-    return b.concat([first, _slice(b, Yd, 0, 0, -1)], 0)
+def _porder(b: Builder, v: ir.Value, d_axis: int, revs: list[bool]) -> ir.Value:
+    """[.., T, D, ..] between time order and processing order (self-inverse)."""
+    if not any(revs):
+        return v
+    if len(revs) == 1:
+        return _flip(b, v, d_axis - 1)
+    d = dims(v)
+    half = tensor_type(d[:d_axis] + [1] + d[d_axis + 1:], element_type(v))
+    if b.opset >= 13:
+        parts = b.create("Split", [v, b.ints([1, 1])], [half, half], axis=d_axis)
+    else:
+        parts = b.create("Split", [v], [half, half], axis=d_axis, split=[1, 1])
+    return b.concat([_flip(b, p, d_axis - 1) if r else p for p, r in zip(parts, revs)], d_axis)
+
+
+def _unflat(b: Builder, p: ir.Value, X: ir.Value) -> ir.Value:
+    """[*L, D, T*B, m] -> [*L, T, D, B, m] (T, B from X [T, B, I])."""
+    dp, dx = dims(p), dims(X)
+    n = len(dp) - 3
+    shape = b.concat([b.shape(p, 0, n + 1), b.shape(X, 0, 2), b.ints([dp[-1]])], 0)
+    u = b.reshape(p, shape, dp[:n + 1] + dx[:2] + [dp[-1]])
+    return b.transpose(u, list(range(n)) + [n + 1, n, n + 2, n + 3])
+
+
+def _bmm(b: Builder, a: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
+    """a [*L, T, D, B, n] times M [*L', D, n, m] per direction -> [*L, T, D, B, m]:
+    one [T*B, n] x [n, m] product per direction (not T*D small ones)."""
+    da = dims(a)
+    n = len(da) - 4
+    moved = b.transpose(a, list(range(n)) + [n + 1, n, n + 2, n + 3])
+    T, D, B = da[n:n + 3]
+    flat = b.reshape(moved, [0] * (n + 1) + [-1, da[-1]],
+                     da[:n] + [D, None if None in (T, B) else T * B, da[-1]])
+    return _unflat(b, matmul(b, flat, M), X)
+
+
+def _xmm(b: Builder, x: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
+    """x [*L, T, B, n] (no direction axis, time order) times M [*L', D, n, m]
+    -> [*L, T, D, B, m] in time order."""
+    dx = dims(x)
+    n = len(dx) - 3
+    T, B = dx[n:n + 2]
+    flat = b.reshape(x, [0] * n + [-1, dx[-1]],
+                     dx[:n] + [None if None in (T, B) else T * B, dx[-1]])
+    if n:
+        flat = b.unsqueeze(flat, [n])  # [*L, 1, T*B, n]: broadcasts against D
+    return _unflat(b, matmul(b, flat, M), X)
+
+
+def _per_dir(b: Builder, fn, names: list[str], x: ir.Value, d_axis: int) -> ir.Value:
+    """fn(name, x) applied per direction (one op when all directions agree)."""
+    if len(set(names)) == 1:
+        return fn(b, names[0], x)
+    return b.concat([fn(b, nm, _slice(b, x, d_axis, d, d + 1)) for d, nm in enumerate(names)],
+                    d_axis)
 
 
 # ---- the per-cell recurrences ---------------------------------------------------------
-# Each cell gives: primal coefficients (scan inputs, [T, B, *]), the
-# non-recurrent tangent tA, the forward step body and the reverse step body.
+# All directions at once: primal arrays are [T, D, B, *] in processing order
+# (the reverse direction's time flipped), so one Scan runs every direction
+# forward in time; tangents carry [k] in front.
 
 class _Cell:
-    """One direction of one op: primal values and the coefficients."""
-
-    def __init__(self, kind, acts, H, lbr, rev):
-        self.kind, self.acts, self.H, self.lbr, self.rev = kind, acts, H, lbr, rev
+    def __init__(self, kind, acts, H, lbr, revs):
+        self.kind, self.acts, self.H, self.lbr, self.revs = kind, acts, H, lbr, revs
         self.G = _GATES[kind]
 
+    def act(self, j):
+        """The names of activation j for each direction."""
+        n = len(_DEFAULT_ACTS[self.kind])
+        return [self.acts[d * n + j] for d in range(len(self.revs))]
 
-def _primal(b: Builder, c: _Cell, X, Wd, Rd, Bd, Yd, h0, c0):
-    """Coefficients of one direction (all [T, B, *]) and the values the
-    tangent sources need. X [T, B, I], Yd [T, B, H], h0/c0 [B, H]."""
+
+def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
+    """Per-step coefficients (scan inputs, [T, D, B, *]) and the primal values
+    the tangent sources need. Xp [T, B, I] (time order), Yp [T, D, B, H]
+    (processing order), h0/c0 [D, B, H]."""
     H, G = c.H, c.G
-    Hprev = _shift(b, Yd, h0, c.rev)
-    c.Hprev, c.Wd = Hprev, Wd
-    a = matmul(b, X, b.transpose(Wd, [1, 0]))
-    if Bd is not None:
-        a = b.add(a, _slice(b, Bd, 0, 0, G * H))
-        rb = _slice(b, Bd, 0, G * H, 2 * G * H)
-    else:
-        rb = None
-    f = c.acts
-    if c.kind == "RNN":
-        hr = matmul(b, Hprev, b.transpose(Rd, [1, 0]))
-        a = b.add(a, hr if rb is None else b.add(hr, rb))
-        y = _act(b, f[0], a)
-        c.coefs = [_act_grad(b, f[0], y)]
+    Hprev = b.concat([b.unsqueeze(h0, [0]), _slice(b, Yp, 0, 0, -1)], 0)
+    c.Hprev, c.X = Hprev, Xp
+    c.R, c.WT = R, b.transpose(W, [0, 2, 1])
+    c.RT = b.transpose(R, [0, 2, 1])
+    A, AG = (lambda j, x: _per_dir(b, _act, c.act(j), x, 1)), \
+        (lambda j, y: _per_dir(b, _act_grad, c.act(j), y, 1))
+    if c.kind == "RNN":  # h_t = f(a_t) is Y itself
+        c.coefs = [AG(0, Yp)]
         return
+    a = _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs)
+    rb = None
+    if Bv is not None:
+        a = b.add(a, b.unsqueeze(_slice(b, Bv, 1, 0, G * H), [1]))
+        rb = b.unsqueeze(_slice(b, Bv, 1, G * H, 2 * G * H), [1])  # [D, 1, GH]
     if c.kind == "LSTM":
-        hr = matmul(b, Hprev, b.transpose(Rd, [1, 0]))
+        hr = _bmm(b, Hprev, c.RT, Xp)
         a = b.add(a, hr if rb is None else b.add(hr, rb))
-        i, o, ff = (_act(b, f[0], _gate(b, a, j, H)) for j in (0, 1, 2))
-        g = _act(b, f[1], _gate(b, a, 3, H))
-        C = _cell_states(b, c, ff, b.mul(i, g), c0)
-        Cprev = _shift(b, C, c0, c.rev)
-        hc = _act(b, f[2], C)
+        iof = A(0, _gate(b, a, 0, H, 3))
+        i, o, f = (_gate(b, iof, j, H) for j in range(3))
+        g = A(1, _gate(b, a, 3, H))
+        C = _cell_states(b, f, b.mul(i, g), c0)
+        Cprev = b.concat([b.unsqueeze(c0, [0]), _slice(b, C, 0, 0, -1)], 0)
+        hc = A(2, C)
         c.C = C
-        de = b.concat([b.mul(_act_grad(b, f[0], i), g), b.mul(_act_grad(b, f[0], o), hc),
-                       b.mul(_act_grad(b, f[0], ff), Cprev), b.mul(_act_grad(b, f[1], g), i)], 2)
-        c.coefs = [de, ff, b.mul(o, _act_grad(b, f[2], hc))]
+        de = b.concat([b.mul(AG(0, iof), b.concat([g, hc, Cprev], 3)), b.mul(AG(1, g), i)], 3)
+        c.coefs = [de, f, b.mul(o, AG(2, hc))]
         return
     # GRU: gates z, r, h
-    rzr = _slice(b, Rd, 0, 0, 2 * H)
-    hr = matmul(b, Hprev, b.transpose(Rd if c.lbr else rzr, [1, 0]))
+    c.Rzr, c.Rh = _slice(b, R, 1, 0, 2 * H), _slice(b, R, 1, 2 * H, 3 * H)
+    c.RzrT, c.RhT = _slice(b, c.RT, 2, 0, 2 * H), _slice(b, c.RT, 2, 2 * H, 3 * H)
+    hr = _bmm(b, Hprev, c.RT if c.lbr else c.RzrT, Xp)
     if rb is not None:
-        hr = b.add(hr, rb if c.lbr else _slice(b, rb, 0, 0, 2 * H))
-    a_zr = b.add(_gate(b, a, 0, H, 2), _gate(b, hr, 0, H, 2))
-    z = _act(b, f[0], _gate(b, a_zr, 0, H))
-    r = _act(b, f[0], _gate(b, a_zr, 1, H))
-    rh = _slice(b, Rd, 0, 2 * H, 3 * H)
+        hr = b.add(hr, rb if c.lbr else _slice(b, rb, 2, 0, 2 * H))
+    zr = A(0, b.add(_gate(b, a, 0, H, 2), _gate(b, hr, 0, H, 2)))
+    z, r = _gate(b, zr, 0, H), _gate(b, zr, 1, H)
     if c.lbr:
         hr_h = _gate(b, hr, 2, H)  # Hprev Rh^T + Rbh
         a_h = b.add(_gate(b, a, 2, H), b.mul(r, hr_h))
     else:
-        a_h = b.add(_gate(b, a, 2, H), matmul(b, b.mul(r, Hprev), b.transpose(rh, [1, 0])))
+        a_h = b.add(_gate(b, a, 2, H), _bmm(b, b.mul(r, Hprev), c.RhT, Xp))
         if rb is not None:
-            a_h = b.add(a_h, _slice(b, rb, 0, 2 * H, 3 * H))
-    hh = _act(b, f[1], a_h)
-    dz, dr, dh = _act_grad(b, f[0], z), _act_grad(b, f[0], r), _act_grad(b, f[1], hh)
+            a_h = b.add(a_h, _slice(b, rb, 2, 2 * H, 3 * H))
+    hh = A(1, a_h)
+    dzr, dh = AG(0, zr), AG(1, hh)
+    dz, dr = _gate(b, dzr, 0, H), _gate(b, dzr, 1, H)
     ch = b.mul(b.sub(b.scalar(1.0, z), z), dh)
     cz = b.mul(dz, b.sub(Hprev, hh))
     c.r = r
     if c.lbr:
         cr = b.mul(b.mul(ch, dr), hr_h)
-        ones = b.expand(b.scalar(1.0, z), b.shape(z), dims(z))
-        c.coefs = [b.concat([ones, ones, r], 2), b.concat([cz, cr, ch], 2), z]
+        ones = b.expand(b.scalar(1.0, z), b.shape(zr), dims(zr))
+        c.coefs = [b.concat([ones, r], 3), b.concat([cz, cr, ch], 3), z]
     else:
         c.coefs = [z, cz, b.mul(dr, Hprev), r, ch]
 
 
-def _cell_states(b: Builder, c: _Cell, ff, ig, c0):
-    """c_t = f_t c_{t-1} + i_t g_t for all t: an elementwise Scan."""
-    d = dims(c0)
-    scan = cf._create("onnx." + _resolve_scan(b), [c0, ff, ig],
-                      [c0.type, ff.type], _scan_attrs(2, [0, 0], [int(c.rev)] * 2, [0], [int(c.rev)]),
-                      b.location, 1)
-    elem = tensor_type(d, element_type(c0))
+def _cell_states(b: Builder, ff, ig, c0):
+    """c_t = f_t c_{t-1} + i_t g_t for all t (processing order): an elementwise Scan."""
+    scan = cf._create("onnx." + _resolve_scan(b), [c0, ff, ig], [c0.type, ff.type],
+                      _scan_attrs(2, [0, 0], [0, 0], [0], [0]), b.location, 1)
+    elem = tensor_type(dims(c0), element_type(c0))
     blk = scan.regions[0].blocks.append(c0.type, elem, elem)
     cp, f_t, ig_t = blk.arguments
     with ir.InsertionPoint(blk):
@@ -228,116 +274,108 @@ def _sum_gates(b: Builder, u: ir.Value, gates, H: int) -> ir.Value:
     return b.sum([_gate(b, u, j, H) for j in gates])
 
 
-def _fwd_step(b: Builder, c: _Cell, Rd, th, tc, tA, coefs):
-    """One tangent step; returns (th_t, tc_t)."""
+def _fwd_step(b: Builder, c: _Cell, th, tc, tA, coefs):
+    """One tangent step on [k, D, B, *]; returns (th_t, tc_t)."""
     H = c.H
     if c.kind == "RNN":
-        s = _add(b, tA, matmul(b, th, b.transpose(Rd, [1, 0])))
-        return b.mul(s, coefs[0]), None
+        return b.mul(_add(b, tA, matmul(b, th, c.RT)), coefs[0]), None
     if c.kind == "LSTM":
         de, ff, ohc = coefs
-        u = b.mul(_add(b, tA, matmul(b, th, b.transpose(Rd, [1, 0]))), de)
+        u = b.mul(_add(b, tA, matmul(b, th, c.RT)), de)
         tc_new = b.add(_sum_gates(b, u, (0, 2, 3), H), b.mul(ff, tc))
         return b.add(_gate(b, u, 1, H), b.mul(ohc, tc_new)), tc_new
     if c.lbr:
         k_, cc, z = coefs
-        s = _add(b, tA, b.mul(matmul(b, th, b.transpose(Rd, [1, 0])), k_))
+        s = _add(b, tA, b.mul(matmul(b, th, c.RT), k_))
         return b.add(_sum_gates(b, b.mul(s, cc), (0, 1, 2), H), b.mul(z, th)), None
     z, cz, q, r, ch = coefs
-    s = _add(b, None if tA is None else _gate(b, tA, 0, H, 2),
-             matmul(b, th, b.transpose(_slice(b, Rd, 0, 0, 2 * H), [1, 0])))
+    s = _add(b, None if tA is None else _gate(b, tA, 0, H, 2), matmul(b, th, c.RzrT))
     v = b.add(b.mul(_gate(b, s, 1, H), q), b.mul(r, th))
-    inner = matmul(b, v, b.transpose(_slice(b, Rd, 0, 2 * H, 3 * H), [1, 0]))
-    inner = _add(b, None if tA is None else _gate(b, tA, 2, H), inner)
-    th_new = b.sum([b.mul(ch, inner), b.mul(cz, _gate(b, s, 0, H)), b.mul(z, th)])
-    return th_new, None
+    inner = _add(b, None if tA is None else _gate(b, tA, 2, H), matmul(b, v, c.RhT))
+    return b.sum([b.mul(ch, inner), b.mul(cz, _gate(b, s, 0, H)), b.mul(z, th)]), None
 
 
-def _rev_step(b: Builder, c: _Cell, Rd, g, ac, coefs):
+def _rev_step(b: Builder, c: _Cell, g, ac, coefs):
     """Transpose of one step: g = adjoint of th_t (carried + adjoint of y_t),
     ac = adjoint of tc_t. Returns (adjoint of tA_t, of th_prev, of tc_prev)."""
     H = c.H
+    last = len(dims(g)) - 1
     if c.kind == "RNN":
         a_s = b.mul(g, coefs[0])
-        return a_s, matmul(b, a_s, Rd), None
+        return a_s, matmul(b, a_s, c.R), None
     if c.kind == "LSTM":
         de, ff, ohc = coefs
         act = b.add(ac, b.mul(g, ohc))
-        a_u = b.mul(b.concat([act, g, act, act], len(dims(g)) - 1), de)
-        return a_u, matmul(b, a_u, Rd), b.mul(act, ff)
-    last = len(dims(g)) - 1
+        a_u = b.mul(b.concat([act, g, act, act], last), de)
+        return a_u, matmul(b, a_u, c.R), b.mul(act, ff)
     if c.lbr:
         k_, cc, z = coefs
         a_s = b.mul(b.concat([g, g, g], last), cc)
-        return a_s, b.add(b.mul(g, z), matmul(b, b.mul(a_s, k_), Rd)), None
+        return a_s, b.add(b.mul(g, z), matmul(b, b.mul(a_s, k_), c.R)), None
     z, cz, q, r, ch = coefs
     a_h = b.mul(g, ch)
-    a_v = matmul(b, a_h, _slice(b, Rd, 0, 2 * H, 3 * H))
+    a_v = matmul(b, a_h, c.Rh)
     a_zr = b.concat([b.mul(g, cz), b.mul(a_v, q)], last)
-    a_prev = b.sum([b.mul(g, z), b.mul(a_v, r), matmul(b, a_zr, _slice(b, Rd, 0, 0, 2 * H))])
+    a_prev = b.sum([b.mul(g, z), b.mul(a_v, r), matmul(b, a_zr, c.Rzr)])
     return b.concat([a_zr, a_h], last), a_prev, None
 
 
-def _tangent_type(b: Builder, like: ir.Value, drop_time: bool) -> ir.Type:
-    d = dims(like)
-    return tensor_type([None] + (d[1:] if drop_time else d), element_type(like))
+def _state_type(c: _Cell, el) -> ir.Type:
+    return tensor_type([None] + dims(c.Hprev)[1:], el)
 
 
-def _forward_scan(b: Builder, c: _Cell, Rd, tA, th0, tc0):
-    """th (and tc) over time; returns (tY_d [k,T,B,H], th_last, tc_last)."""
+def _forward_scan(b: Builder, c: _Cell, tA, th0, tc0):
+    """th (and tc) over processing time; returns (tYp [k,T,D,B,H], th_last, tc_last)."""
     lstm = c.kind == "LSTM"
+    el = element_type(th0)
     carried = [th0] + ([tc0] if lstm else [])
     scans = ([tA] if tA is not None else []) + c.coefs
     axes = ([1] if tA is not None else []) + [0] * len(c.coefs)
-    d = int(c.rev)
-    y_type = tensor_type([None] + dims(c.Hprev), element_type(th0))
-    scan = cf._create("onnx." + _resolve_scan(b), carried + scans,
-                      [v.type for v in carried] + [y_type],
-                      _scan_attrs(len(scans), axes, [d] * len(scans), [1], [d]), b.location, 1)
-    elem = [tensor_type([None] + dims(tA)[2:], element_type(tA))] if tA is not None else []
+    y_type = tensor_type([None] + dims(c.Hprev), el)
+    st = _state_type(c, el)
+    scan = cf._create("onnx." + _resolve_scan(b), carried + scans, [st] * len(carried) + [y_type],
+                      _scan_attrs(len(scans), axes, [0] * len(scans), [1], [0]), b.location, 1)
+    elem = [tensor_type([None] + dims(tA)[2:], el)] if tA is not None else []
     elem += [tensor_type(dims(v)[1:], element_type(v)) for v in c.coefs]
-    blk = scan.regions[0].blocks.append(*([v.type for v in carried] + elem))
+    blk = scan.regions[0].blocks.append(*([st] * len(carried) + elem))
     args = list(blk.arguments)
     th, tc = args[0], (args[1] if lstm else None)
     rest = args[len(carried):]
     tA_t = rest[0] if tA is not None else None
     coefs = rest[1:] if tA is not None else rest
     with ir.InsertionPoint(blk):
-        th_new, tc_new = _fwd_step(b, c, Rd, th, tc, tA_t, coefs)
+        th_new, tc_new = _fwd_step(b, c, th, tc, tA_t, coefs)
         cf._yield(blk, [th_new] + ([tc_new] if lstm else []) + [th_new], b.location)
     res = list(scan.results)
     return res[-1], res[0], (res[1] if lstm else None)
 
 
-def _reverse_scan(b: Builder, c: _Cell, Rd, ct_y, ct_h, ct_c, k, need_tA: bool, like_tA):
-    """The transpose of _forward_scan: returns (adjoint of tA, of th0, of tc0)."""
+def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
+    """The transpose of _forward_scan: (adjoint of tA, of th0, of tc0)."""
     lstm = c.kind == "LSTM"
-    hshape = b.concat([k, b.shape(c.Hprev, 1)], 0)
-    hdims = [None] + dims(c.Hprev)[1:]
-    a_h = ct_h if ct_h is not None else _zeros(b, hshape, hdims, c.Hprev)
-    a_c = (ct_c if ct_c is not None else _zeros(b, hshape, hdims, c.Hprev)) if lstm else None
+    el = element_type(c.Hprev)
+    st = _state_type(c, el)
+    zeros = lambda: _zeros(b, b.concat([k, b.shape(c.Hprev, 1)], 0), dims(st), c.Hprev)
+    a_h = ct_h if ct_h is not None else zeros()
+    a_c = (ct_c if ct_c is not None else zeros()) if lstm else None
     carried = [a_h] + ([a_c] if lstm else [])
     scans = ([ct_y] if ct_y is not None else []) + c.coefs
     axes = ([1] if ct_y is not None else []) + [0] * len(c.coefs)
-    d = 1 - int(c.rev)
-    GH = c.G * c.H
-    out_types = [tensor_type([None] + dims(c.Hprev)[:2] + [GH], element_type(a_h))] if need_tA \
-        else []
+    out_types = [tensor_type([None] + dims(c.Hprev)[:3] + [c.G * c.H], el)] if need_tA else []
     scan = cf._create("onnx." + _resolve_scan(b), carried + scans,
-                      [v.type for v in carried] + out_types,
-                      _scan_attrs(len(scans), axes, [d] * len(scans), [1] * len(out_types),
-                                  [d] * len(out_types)), b.location, 1)
-    elem = [tensor_type(hdims, element_type(a_h))] if ct_y is not None else []
+                      [st] * len(carried) + out_types,
+                      _scan_attrs(len(scans), axes, [1] * len(scans), [1] * len(out_types),
+                                  [1] * len(out_types)), b.location, 1)
+    elem = [st] if ct_y is not None else []
     elem += [tensor_type(dims(v)[1:], element_type(v)) for v in c.coefs]
-    blk = scan.regions[0].blocks.append(*([tensor_type(hdims, element_type(a_h))] * len(carried)
-                                          + elem))
+    blk = scan.regions[0].blocks.append(*([st] * len(carried) + elem))
     args = list(blk.arguments)
     gh, gc = args[0], (args[1] if lstm else None)
     rest = args[len(carried):]
     coefs = rest[1:] if ct_y is not None else rest
     with ir.InsertionPoint(blk):
         g = b.add(gh, rest[0]) if ct_y is not None else gh
-        a_tA, a_prev, a_cprev = _rev_step(b, c, Rd, g, gc, coefs)
+        a_tA, a_prev, a_cprev = _rev_step(b, c, g, gc, coefs)
         cf._yield(blk, [a_prev] + ([a_cprev] if lstm else []) + ([a_tA] if need_tA else []),
                   b.location)
     res = list(scan.results)
@@ -352,7 +390,7 @@ def _check(op: ir.Operation, kind: str, D: int) -> tuple[list[str], int]:
     if kind == "LSTM" and attribute(op, "input_forget"):
         raise UnsupportedOp("input_forget=1 is not differentiated")
     n = len(_DEFAULT_ACTS[kind])
-    acts = attribute(op, "activations")
+    acts = attribute(op, "activations") if "activations" in op.attributes else None
     if acts is None:
         acts = _DEFAULT_ACTS[kind] * D
     elif len(acts) == n and D == 2:
@@ -394,12 +432,12 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
     direction = attribute(op, "direction") or "forward"
     direction = direction.decode() if isinstance(direction, bytes) else direction
     D = 2 if direction == "bidirectional" else 1
+    revs = [False, True] if D == 2 else [direction == "reverse"]
     acts, layout = _check(op, kind, D)
     if P is not None and (t["P"] is not None or not _const_zero(P)):
         raise UnsupportedOp("peephole weights P are not differentiated (only constant zeros)")
     results = list(op.results)
-    Y, Yh = results[0], results[1]
-    Yc = results[2] if kind == "LSTM" else None
+    Y = results[0]
     if isinstance(Y.type, ir.NoneType):
         raise UnsupportedOp("the output Y (all hidden states) must be produced")
     if dims(X) is None or dims(W) is None or dims(R) is None or None in dims(W)[1:] or \
@@ -415,7 +453,7 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             if lens is None or T is None or any(n != T for n in lens):
                 raise UnsupportedOp("sequence_lens must be a constant equal to the sequence "
                                     "length (ragged batches are not differentiated)")
-        # layout 0 everywhere: X [T,B,I], Y [T,D,B,H], states [D,B,H]
+        # layout 0: X [T,B,I], Y [T,D,B,H], states [D,B,H]
         tX, tH0, tC0 = t["X"], t["H0"], t["C0"]
         if layout:
             X = b.transpose(X, [1, 0, 2])
@@ -425,102 +463,101 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             C0 = None if C0 is None else b.transpose(C0, [1, 0, 2])
             tH0 = None if tH0 is None else b.transpose(tH0, [0, 2, 1, 3])
             tC0 = None if tC0 is None else b.transpose(tC0, [0, 2, 1, 3])
-        bshape = b.concat([b.shape(X, 1, 2), b.ints([H])], 0)
-        sdims = [dims(X)[1], H]
-        tys, ths, tcs = [], [], []
-        k = state.k
-        for d in range(D):
-            rev = direction == "reverse" or d == 1
-            c = _Cell(kind, acts[d * len(_DEFAULT_ACTS[kind]):(d + 1) * len(_DEFAULT_ACTS[kind])],
-                      H, lbr, rev)
-            Wd, Rd = _take(b, W, d, 0), _take(b, R, d, 0)
-            Bd = None if Bv is None else _take(b, Bv, d, 0)
-            Yd = _take(b, Y, d, 1)
-            h0 = _take(b, H0, d, 0) if H0 is not None else _zeros(b, bshape, sdims, X)
-            c0 = None
-            if kind == "LSTM":
-                c0 = _take(b, C0, d, 0) if C0 is not None else _zeros(b, bshape, sdims, X)
-            _primal(b, c, X, Wd, Rd, Bd, Yd, h0, c0)
-            tA = _sources(b, c, X, t, tX, d)
-            th0 = None if tH0 is None else _take(b, tH0, d, 1)
-            tc0 = None if tC0 is None else _take(b, tC0, d, 1)
-            last = 0 if rev else -1
-            primals = [Yd, _take(b, Yd, last, 0)] + ([_take(b, c.C, last, 0)] if c0 is not None
-                                                     else [])
-            if tA is None and th0 is None and tc0 is None:
-                tys.append(None), ths.append(None), tcs.append(None)
-                continue
-            if state.mode == "forward":
-                kk = k
-                z = None
-                if th0 is None or (kind == "LSTM" and tc0 is None):
-                    z = _zeros(b, b.concat([kk, bshape], 0), [None] + sdims, X)
-                ty, th, tc = _forward_scan(b, c, Rd, tA, th0 if th0 is not None else z,
-                                           (tc0 if tc0 is not None else z) if c0 is not None
-                                           else None)
-            else:
-                ty, th, tc = _standin(b, c, Rd, tA, th0, tc0, primals)
-            tys.append(ty), ths.append(th), tcs.append(tc)
-        _outputs(b, state, kind, layout, results, tys, ths, tcs, bshape, sdims, X, Y)
+        sshape = b.concat([b.ints([D]), b.shape(X, 1, 2), b.ints([H])], 0)
+        sdims = [D, dims(X)[1], H]
+        h0 = H0 if H0 is not None else _zeros(b, sshape, sdims, X)
+        c0 = None
+        if kind == "LSTM":
+            c0 = C0 if C0 is not None else _zeros(b, sshape, sdims, X)
+        c = _Cell(kind, acts, H, lbr, revs)
+        Yp = _porder(b, Y, 1, revs)
+        _primal(b, c, X, W, R, Bv, Yp, h0, c0)
+        tA = _sources(b, c, t, tX)
+        if tA is None and tH0 is None and tC0 is None:
+            return False
+        if state.mode == "forward":
+            z = None
+            if tH0 is None or (kind == "LSTM" and tC0 is None):
+                z = _zeros(b, b.concat([state.k, sshape], 0), [None] + sdims, X)
+            ty, th, tc = _forward_scan(b, c, tA, tH0 if tH0 is not None else z,
+                                       (tC0 if tC0 is not None else z) if c0 is not None
+                                       else None)
+        else:
+            primals = [Yp, _take(b, Yp, -1, 0)] + ([_take(b, c.C, -1, 0)] if c0 is not None
+                                                   else [])
+            ty, th, tc = _standin(b, c, tA, tH0, tC0, primals)
+        ty = _porder(b, ty, 2, revs)
+        if layout:
+            ty = b.transpose(ty, [0, 3, 1, 2, 4])
+            th = b.transpose(th, [0, 2, 1, 3])
+            tc = None if tc is None else b.transpose(tc, [0, 2, 1, 3])
+        for r, v in zip(results, (ty, th, tc)):
+            if v is not None and not isinstance(r.type, ir.NoneType):
+                state.of[r] = b.fit(v, r) if dims(r) is not None else v
     return False
 
 
-def _sources(b: Builder, c: _Cell, X, t, tX, d):
-    """The non-recurrent tangent of the gate pre-activations, [k, T, B, G*H]:
+def _sources(b: Builder, c: _Cell, t, tX):
+    """The non-recurrent tangent of the gate pre-activations, [k, T, D, B, G*H]:
     tX W^T + X tW^T + tWb, plus Hprev tR^T + tRb (GRU: through the reset gate
     where the cell puts it)."""
     H, G = c.H, c.G
-    xs, hs = [], []  # [k,T,B,GH] terms before / after the recurrent weights
+    full = lambda v: b.expand(v, b.concat([b.shape(v, 0, 1), b.shape(c.Hprev, 0, 3),
+                                           b.ints([dims(v)[-1]])], 0),
+                              [dims(v)[0]] + dims(c.Hprev)[:3] + [dims(v)[-1]])
+    xs, hs = [], []
     if tX is not None:
-        xs.append(matmul(b, tX, b.transpose(c.Wd, [1, 0])))
+        xs.append(_xmm(b, tX, c.WT, c.X))
     if t["W"] is not None:
-        xs.append(_flat_matmul(b, X, b.transpose(_take(b, t["W"], d, 1), [0, 2, 1])))
-    tR = None if t["R"] is None else _take(b, t["R"], d, 1)  # [k, GH, H]
-    tB = None if t["B"] is None else _take(b, t["B"], d, 1)  # [k, 2GH]
+        xs.append(_xmm(b, c.X, b.transpose(t["W"], [0, 1, 3, 2]), c.X))
+    if xs:  # time order -> processing order
+        xs = [_porder(b, b.sum(xs), 2, c.revs)]
+    tB = t["B"]
     if tB is not None:
-        xs.append(b.align(_slice(b, tB, 1, 0, G * H), 3))
-    rb = None if tB is None else b.align(_slice(b, tB, 1, G * H, 2 * G * H), 3)
+        xs.append(b.align(b.unsqueeze(_slice(b, tB, 2, 0, G * H), [2]), 4))
+    rb = None if tB is None else b.align(b.unsqueeze(_slice(b, tB, 2, G * H, 2 * G * H), [2]), 4)
     sx = b.sum(xs) if xs else None
+    tR = t["R"]  # [k, D, GH, H]
     if c.kind != "GRU":
         if tR is not None:
-            hs.append(_flat_matmul(b, c.Hprev, b.transpose(tR, [0, 2, 1])))
+            hs.append(_bmm(b, c.Hprev, b.transpose(tR, [0, 1, 3, 2]), c.X))
         if rb is not None:
             hs.append(rb)
-        return _add(b, sx, b.sum(hs) if hs else None)
-    if c.lbr:
+        out = _add(b, sx, b.sum(hs) if hs else None)
+    elif c.lbr:
         # z, r: Hprev tR^T + tRb; h: r ⊙ (Hprev tRh^T + tRbh)
         if tR is not None:
-            hs.append(_flat_matmul(b, c.Hprev, b.transpose(tR, [0, 2, 1])))
+            hs.append(_bmm(b, c.Hprev, b.transpose(tR, [0, 1, 3, 2]), c.X))
         if rb is not None:
             hs.append(rb)
-        if not hs:
-            return sx
-        sh = b.sum(hs)
-        if dims(sh)[2] == 1 or dims(sh)[1] == 1:
-            sh = b.expand(sh, b.concat([b.shape(sh, 0, 1), b.shape(c.Hprev, 0, 2),
-                                        b.ints([G * H])], 0),
-                          [dims(sh)[0]] + dims(c.Hprev)[:2] + [G * H])
-        sh = b.concat([_gate(b, sh, 0, H, 2), b.mul(c.r, _gate(b, sh, 2, H))], 3)
-        return _add(b, sx, sh)
-    # linear_before_reset=0: z, r: Hprev tRzr^T + tRb_zr; h: (r ⊙ Hprev) tRh^T + tRbh
-    if tR is not None:
-        zr = _flat_matmul(b, c.Hprev, b.transpose(_slice(b, tR, 1, 0, 2 * H), [0, 2, 1]))
-        hh = _flat_matmul(b, b.mul(c.r, c.Hprev),
-                          b.transpose(_slice(b, tR, 1, 2 * H, 3 * H), [0, 2, 1]))
-        hs.append(b.concat([zr, hh], 3))
-    if rb is not None:
-        hs.append(rb)
-    return _add(b, sx, b.sum(hs) if hs else None)
+        if hs:
+            sh = b.sum(hs)
+            if dims(sh)[1] == 1 or dims(sh)[3] == 1:
+                sh = full(sh)
+            hs = [b.concat([_gate(b, sh, 0, H, 2), b.mul(c.r, _gate(b, sh, 2, H))], 4)]
+        out = _add(b, sx, hs[0] if hs else None)
+    else:
+        # linear_before_reset=0: z, r: Hprev tRzr^T + tRb_zr; h: (r ⊙ Hprev) tRh^T + tRbh
+        if tR is not None:
+            zr = _bmm(b, c.Hprev, b.transpose(_slice(b, tR, 2, 0, 2 * H), [0, 1, 3, 2]), c.X)
+            hh = _bmm(b, b.mul(c.r, c.Hprev),
+                      b.transpose(_slice(b, tR, 2, 2 * H, 3 * H), [0, 1, 3, 2]), c.X)
+            hs.append(b.concat([zr, hh], 4))
+        if rb is not None:
+            hs.append(rb)
+        out = _add(b, sx, b.sum(hs) if hs else None)
+    if out is not None and (dims(out)[1] == 1 or dims(out)[3] == 1):
+        out = full(out)  # only biases: broadcast over time and batch
+    return out
 
 
-def _standin(b: Builder, c: _Cell, Rd, tA, th0, tc0, primals):
+def _standin(b: Builder, c: _Cell, tA, th0, tc0, primals):
     """Reverse mode: the recurrence as an opaque linear op (tA, th0, tc0) ->
-    (tY_d, th_last, tc_last), transposed by _t_recurrence."""
+    (tYp, th_last, tc_last), transposed by _t_recurrence."""
     lstm = c.kind == "LSTM"
     inputs = [v for v in (tA, th0, tc0) if v is not None]
-    hd = dims(c.Hprev)
     el = element_type(c.Hprev)
-    types = [tensor_type([None] + hd, el), tensor_type([None] + hd[1:], el)]
+    types = [tensor_type([None] + dims(c.Hprev), el), _state_type(c, el)]
     if lstm:
         types.append(types[1])
     ident = next(cf._ids)
@@ -529,8 +566,7 @@ def _standin(b: Builder, c: _Cell, Rd, tA, th0, tc0, primals):
         attributes={cf.REGION_ID: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident),
                     RECURRENCE: ir.UnitAttr.get()},
         loc=b.location)
-    _RECURRENCES[ident] = {"cell": c, "Rd": Rd, "has": (tA is not None, th0 is not None,
-                                                       tc0 is not None)}
+    _RECURRENCES[ident] = {"cell": c, "has": (tA is not None, th0 is not None, tc0 is not None)}
     cf._PRIMALS[ident] = primals
     res = list(ph.results)
     return res[0], res[1], (res[2] if lstm else None)
@@ -549,46 +585,12 @@ def _t_recurrence(b: Builder, ph: ir.Operation, cts, linear) -> list:
         return [None] * len(ph.operands)
     k = next(b.shape(ct, 0, 1) for ct in cts if ct is not None)
     has_tA, has_h, has_c = info["has"]
-    ct_y, ct_h = cts[0], cts[1]
     ct_c = cts[2] if c.kind == "LSTM" else None
-    a_tA, a_h, a_c = _reverse_scan(b, c, info["Rd"], ct_y, ct_h, ct_c, k, has_tA, None)
-    out = []
-    if has_tA:
-        out.append(a_tA)
-    if has_h:
-        out.append(a_h)
-    if has_c:
-        out.append(a_c)
-    return out
+    a_tA, a_h, a_c = _reverse_scan(b, c, cts[0], cts[1], ct_c, k, has_tA)
+    return [v for v, h in ((a_tA, has_tA), (a_h, has_h), (a_c, has_c)) if h]
 
 
 TRANSPOSE[cf.PLACEHOLDER] = _t_recurrence
-
-
-def _outputs(b: Builder, state: Tangents, kind, layout, results, tys, ths, tcs, bshape, sdims,
-             X, Y):
-    """Stacks the per-direction tangents into Y, Y_h (and Y_c) layouts."""
-    def zeros_like(lead_time):
-        shape = b.concat([state.k] + ([b.shape(X, 0, 1)] if lead_time else []) + [bshape], 0)
-        return _zeros(b, shape, [None] + ([dims(X)[0]] if lead_time else []) + sdims, X)
-
-    def stack(parts, axis, lead_time):
-        if all(p is None for p in parts):
-            return None
-        parts = [zeros_like(lead_time) if p is None else p for p in parts]
-        parts = [b.unsqueeze(p, [axis]) for p in parts]
-        return parts[0] if len(parts) == 1 else b.concat(parts, axis)
-
-    ty = stack(tys, 2, True)
-    th = stack(ths, 1, False)
-    tc = stack(tcs, 1, False) if kind == "LSTM" else None
-    if layout:
-        ty = None if ty is None else b.transpose(ty, [0, 3, 1, 2, 4])
-        th = None if th is None else b.transpose(th, [0, 2, 1, 3])
-        tc = None if tc is None else b.transpose(tc, [0, 2, 1, 3])
-    for r, v in zip(results, (ty, th, tc)):
-        if v is not None and not isinstance(r.type, ir.NoneType):
-            state.of[r] = b.fit(v, r) if dims(r) is not None else v
 
 
 for _t in ("RNN", "GRU", "LSTM"):

@@ -26,8 +26,8 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     base_dir = ""
     if isinstance(model, (str, os.PathLike)):
         base_dir = os.path.dirname(os.path.abspath(model))
-        try:
-            model = onnx.load(model)
+        try:  # external data stays on disk: the importer memory-maps it
+            model = onnx.load(model, load_external_data=False)
         except (DecodeError, RuntimeError, ValueError) as e:
             raise ImportFailure(f"{os.fspath(model)}: not a valid ONNX model ({e})") from e
         except OSError as e:

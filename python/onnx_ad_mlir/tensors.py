@@ -14,6 +14,7 @@ Blobs that came from parsed MLIR text are read from the module's printed
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import sys
 import weakref
@@ -49,7 +50,10 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
     ttype = types.tensor(elem, tuple(tensor.dims))
     if elem == onnx.TensorProto.STRING:
         return _string_attr(tensor, ttype, types.context)
-    array = _raw_array(tensor) if elem in _BUFFER_ELEMENTS else None
+    array = None
+    if elem in _BUFFER_ELEMENTS:
+        array = _external_array(tensor, base_dir) \
+            if tensor.data_location == onnx.TensorProto.EXTERNAL else _raw_array(tensor)
     if array is None:
         try:
             array = numpy_helper.to_array(tensor, base_dir)
@@ -81,6 +85,34 @@ def _raw_array(tensor: onnx.TensorProto) -> np.ndarray | None:
         raise ImportFailure(f"tensor '{tensor.name}': {array.size} elements of raw data for "
                             f"shape {list(tensor.dims)}")
     return array.reshape(tensor.dims)
+
+
+def _external_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:
+    """External data memory-mapped, not read: a big model's weights reach
+    MLIR blobs without a copy and are paged in only when used."""
+    info = {e.key: e.value for e in tensor.external_data}
+    root = os.path.abspath(base_dir or ".")
+    path = os.path.normpath(os.path.join(root, info.get("location", "")))
+    if not path.startswith(root + os.sep):
+        raise ImportFailure(f"tensor '{tensor.name}': external data location "
+                            f"'{info.get('location')}' is outside the model's folder")
+    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    shape = tuple(tensor.dims)
+    count = int(np.prod(shape, dtype=np.int64))
+    offset = int(info.get("offset", 0))
+    size = count * np.dtype(dtype).itemsize
+    if "length" in info and int(info["length"]) != size:
+        raise ImportFailure(f"tensor '{tensor.name}': external data length {info['length']} "
+                            f"does not fit shape {list(shape)}")
+    try:
+        if offset + size > os.path.getsize(path):
+            raise ImportFailure(f"tensor '{tensor.name}': external data file "
+                                f"'{info.get('location')}' is too short")
+        if count == 0:
+            return np.zeros(shape, dtype)
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    except OSError as e:
+        raise ImportFailure(f"tensor '{tensor.name}': cannot read external data: {e}") from e
 
 
 def _blob_attr(array: np.ndarray, hint: str, ttype: ir.Type, context: ir.Context) -> ir.Attribute:

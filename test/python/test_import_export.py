@@ -370,3 +370,16 @@ def test_structural_errors_are_import_failures():
          "does not verify: .*body yields 1 values")
     _bad(_model([h.make_node("Neg", ["x"], ["y"])], [_vi("x", [2]), _vi("x", [2])],
                 [_vi("y", [2])]), "duplicate input names")
+
+
+def test_external_data_outside_the_model_folder_is_refused(tmp_path):
+    model = _weighted_model()
+    path = tmp_path / "ext.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="ext.bin",
+              size_threshold=1024)
+    tampered = onnx.load(path, load_external_data=False)
+    for entry in tampered.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = "../../etc/passwd"
+    onnx.save(tampered, path)
+    _bad(str(path), "outside the model's folder")

@@ -108,6 +108,7 @@ class _Exporter:
         self.value_names: dict[ir.Value, str] = {}
         self.op_names: set[str] = set()  # MLIR op names present, for opsets
         self._none = ir.NoneType.get(module.context)
+        self._type_protos: dict[ir.Type, onnx.TypeProto] = {}
 
     # ----------------------------------------------------------------- graphs
     def main_graph(self, func: ir.Operation, graph: onnx.GraphProto) -> None:
@@ -233,7 +234,7 @@ class _Exporter:
             if name and name not in graph_outputs:
                 t = r.type
                 if isinstance(t, ir.RankedTensorType):
-                    fill_type_proto(graph.value_info.add(name=name).type, t)
+                    graph.value_info.add(name=name, type=self._type_proto(t))
         if node_name:
             node.name = self.names.node(node_name)
         attrs = op.attributes
@@ -243,6 +244,14 @@ class _Exporter:
             for region_name, region in zip(spec["regions"], op.regions):
                 a = node.attribute.add(name=region_name, type=_A.GRAPH)
                 self._region(region, a.g)
+
+    def _type_proto(self, t: ir.Type) -> onnx.TypeProto:
+        """TypeProto of a value type, built once per type in this export."""
+        tp = self._type_protos.get(t)
+        if tp is None:
+            tp = self._type_protos[t] = onnx.TypeProto()
+            fill_type_proto(tp, t)
+        return tp
 
     def _result_names(self, results: list[ir.Value], wanted: list[str]) -> list[str]:
         """Output names of an op: the location's names when they fit, else

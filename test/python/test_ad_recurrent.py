@@ -150,6 +150,16 @@ def test_only_some_inputs():
     check_derivatives(model, feeds, inputs=["X"], outputs=["Y_c"])
 
 
+@pytest.mark.parametrize("kind", ["GRU", "LSTM"])
+def test_without_y(kind):
+    """Only the last state is an output: the fused op is rebuilt to also give Y."""
+    model, feeds = make(kind, "bidirectional")
+    node = model.graph.node[0]
+    node.output[0] = ""
+    del model.graph.output[0]
+    check_derivatives(model, feeds)
+
+
 def test_constant_sequence_lens():
     model, feeds = make("RNN", "forward", T=4, B=2)
     node = model.graph.node[0]

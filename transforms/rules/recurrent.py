@@ -436,14 +436,14 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
     acts, layout = _check(op, kind, D)
     if P is not None and (t["P"] is not None or not _const_zero(P)):
         raise UnsupportedOp("peephole weights P are not differentiated (only constant zeros)")
-    results = list(op.results)
-    Y = results[0]
-    if isinstance(Y.type, ir.NoneType):
-        raise UnsupportedOp("the output Y (all hidden states) must be produced")
     if dims(X) is None or dims(W) is None or dims(R) is None or None in dims(W)[1:] or \
             dims(R)[-1] is None:
         raise UnsupportedOp("needs the ranks of X and the sizes of W and R")
     H = dims(R)[-1]
+    if isinstance(op.results[0].type, ir.NoneType):
+        _with_y(op, D, H, layout)
+    results = list(op.results)
+    Y = results[0]
     lbr = kind == "GRU" and bool(attribute(op, "linear_before_reset"))
     b = Builder(state.opset, op.location)
     with ir.InsertionPoint.after(op):
@@ -495,6 +495,17 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             if v is not None and not isinstance(r.type, ir.NoneType):
                 state.of[r] = b.fit(v, r) if dims(r) is not None else v
     return False
+
+
+def _with_y(op: ir.Operation, D: int, H: int, layout: int) -> None:
+    """The op also produces Y (the hidden states the derivative reads): the
+    result's type changes from none in place, so every reference to the op
+    and its other results stays valid."""
+    X = op.operands[0]
+    d = dims(X)
+    T, B = (d[1], d[0]) if layout else (d[0], d[1])
+    op.results[0].set_type(tensor_type([B, T, D, H] if layout else [T, D, B, H],
+                                       element_type(X)))
 
 
 def _sources(b: Builder, c: _Cell, t, tX):

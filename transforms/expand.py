@@ -379,6 +379,8 @@ class _Round:
             return folded
         if node.op_type == "If" and node.input[0] in self.consts:
             return self.inline_if(node)
+        if node.op_type in ("Scan", "Loop") and self.type_body_inputs(node):
+            return [node]
         if self.expandable(node):
             return self.expand(node)
         return None
@@ -452,6 +454,65 @@ class _Round:
                 out.append(helper.make_node("Identity", [mapping.get(formal.name, formal.name)],
                                             [actual], name=f"{node.name}/{actual}"))
         return out
+
+    def type_body_inputs(self, node: onnx.NodeProto) -> bool:
+        """Types for a Scan/Loop body's untyped inputs, from the node's
+        operands, and local copies of the outer constants it reads (function
+        bodies leave inputs untyped and read axes from the outer scope; shape
+        inference then cannot type the body or the node's results). True
+        when the body changed."""
+        body = next((a.g for a in node.attribute if a.name == "body"), None)
+        if body is None:
+            return False
+        wanted: list[onnx.TypeProto | None] = []
+        if node.op_type == "Loop":
+            wanted = [helper.make_tensor_type_proto(TP.INT64, []),
+                      helper.make_tensor_type_proto(TP.BOOL, [])]
+            wanted += [self.types.get(n) for n in node.input[2:]]
+        else:
+            k = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
+            states = list(node.input[:len(node.input) - k])
+            scanned = list(node.input[len(node.input) - k:])
+            axes = next((list(a.ints) for a in node.attribute if a.name == "scan_input_axes"),
+                        [0] * k)
+            wanted = [self.types.get(n) for n in states]
+            for n, axis in zip(scanned, axes):
+                t = self.types.get(n)
+                dims = self.shape(n)
+                if t is None or dims is None:
+                    wanted.append(None)
+                    continue
+                dims = dims[:axis % len(dims)] + dims[axis % len(dims) + 1:]
+                wanted.append(helper.make_tensor_type_proto(t.tensor_type.elem_type, dims))
+        changed = False
+        for vi, t in zip(body.input, wanted):
+            if t is not None and vi.type.WhichOneof("value") is None:
+                vi.type.CopyFrom(t)
+                changed = True
+        changed = self._localize_constants(body) or changed
+        if changed:
+            body.ClearField("value_info")  # inferred without these types/values
+        return changed
+
+    def _localize_constants(self, body: onnx.GraphProto) -> bool:
+        """Outer constants a body reads (Unsqueeze axes, Reshape targets)
+        get a copy inside it: shape inference reads values only locally."""
+        local = {vi.name for vi in body.input} | {o for n in body.node for o in n.output}
+        copies: dict[str, str] = {}
+        for n in body.node:
+            for i, name in enumerate(n.input):
+                if name and name not in local and name in self.consts and \
+                        self.consts[name].size <= 64:
+                    if name not in copies:
+                        copies[name] = self.fresh("local")
+                    n.input[i] = copies[name]
+        nodes = [helper.make_node("Constant", [], [copy],
+                                  value=numpy_helper.from_array(self.consts[name]))
+                 for name, copy in copies.items()]
+        nodes += list(body.node)
+        body.ClearField("node")
+        body.node.extend(nodes)
+        return bool(copies)
 
     def expandable(self, node: onnx.NodeProto) -> bool:
         t = node.op_type

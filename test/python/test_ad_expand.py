@@ -308,3 +308,23 @@ def test_attention_fully_masked_row():
     assert np.all(want[0, 0, 0] == 0)
     np.testing.assert_allclose(run(e, feeds)["y"], want, rtol=1e-12, atol=0)
     print("Attention masked", check_derivatives(m, feeds))
+
+
+@pytest.mark.parametrize("rule", ["linear", "gated_delta"])
+def test_linear_attention(rule):
+    """A body with a Scan: its body gets typed inputs and local constants, so
+    shapes are known and the Scan rules apply."""
+    b, t, nh, d = 1, 3, 2, 4
+    ins = [("q", F, [b, t, nh * d]), ("k", F, [b, t, nh * d]), ("v", F, [b, t, nh * d])]
+    names = ["q", "k", "v"]
+    if rule == "gated_delta":
+        ins += [("ps", F, [b, nh, d, d]), ("decay", F, [b, t, nh]), ("beta", F, [b, t, nh])]
+        names += ["ps", "decay", "beta"]
+    m = model([h.make_node("LinearAttention", names, ["y", "state"], name="la", q_num_heads=nh,
+                           kv_num_heads=nh, update_rule=rule)],
+              ins, [("y", F, [b, t, nh * d]), ("state", F, [b, nh, d, d])], 27)
+    feeds = {n: rand(*shape, dtype=np.float32) * 0.5 for n, _, shape in ins}
+    if rule == "gated_delta":
+        feeds["decay"] = -np.abs(feeds["decay"])
+        feeds["beta"] = 1 / (1 + np.exp(-feeds["beta"]))
+    check(m, feeds, "LinearAttention")

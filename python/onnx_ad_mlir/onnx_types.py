@@ -138,14 +138,9 @@ def element_of(t: ir.Type) -> int:
     return elem
 
 
-def to_type_proto(t: ir.Type, dim_params: list[str] | None = None) -> onnx.TypeProto:
-    """The ONNX TypeProto of an MLIR value type; `dim_params` names its `?` dims."""
-    tp = onnx.TypeProto()
-    fill_type_proto(tp, t, dim_params)
-    return tp
-
-
 def fill_type_proto(tp: onnx.TypeProto, t: ir.Type, dim_params: list[str] | None = None) -> None:
+    """Writes the ONNX type of MLIR value type `t` into `tp`; `dim_params`
+    names its `?` dims."""
     if isinstance(t, ir.RankedTensorType):
         tt = tp.tensor_type
         tt.elem_type = element_of(t.element_type)

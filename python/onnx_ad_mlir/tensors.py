@@ -51,7 +51,7 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
     if elem == onnx.TensorProto.STRING:
         return _string_attr(tensor, ttype, types.context)
     array = None
-    if elem in _BUFFER_ELEMENTS:
+    if elem in _BUFFER_ELEMENTS and _LITTLE_ENDIAN:  # ONNX stores little-endian
         array = _external_array(tensor, base_dir) \
             if tensor.data_location == onnx.TensorProto.EXTERNAL else _raw_array(tensor)
     if array is None:
@@ -73,8 +73,7 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
 def _raw_array(tensor: onnx.TensorProto) -> np.ndarray | None:
     """The data of a tensor stored as little-endian raw bytes, without
     numpy_helper's generality (the common case, and worth the speed)."""
-    if tensor.data_location == onnx.TensorProto.EXTERNAL or not tensor.raw_data \
-            or not _LITTLE_ENDIAN:
+    if not tensor.raw_data:
         return None
     dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
     array = np.frombuffer(tensor.raw_data, dtype=dtype)

@@ -22,7 +22,7 @@ GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
 def make(kind, direction="forward", layout=0, bias=True, init=True, dtype=np.float32,
-         T=4, B=2, I=3, H=3, seed=0, **attrs):
+         T=4, B=2, I=3, H=3, seed=0, peepholes=False, **attrs):
     D = 2 if direction == "bidirectional" else 1
     G = GATES[kind]
     rng = np.random.default_rng(seed)
@@ -41,6 +41,9 @@ def make(kind, direction="forward", layout=0, bias=True, init=True, dtype=np.flo
         if kind == "LSTM":
             feeds["C0"] = 0.5 * rng.standard_normal(s_shape)
             names.append("C0")
+    if peepholes:
+        feeds["P"] = 0.5 * rng.standard_normal([D, 3 * H])
+        names += [""] * (7 - len(names)) + ["P"]
     while names[-1] == "":
         names.pop()
     feeds = {k: v.astype(dtype) for k, v in feeds.items()}
@@ -200,18 +203,24 @@ def test_refusals(attrs, message):
         reverse(model, layout="onnx")
 
 
-def test_refuse_ragged_and_peepholes():
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("init", [True, False])
+def test_lstm_peepholes(direction, init):
+    model, feeds = make("LSTM", direction, init=init, peepholes=True)
+    print(check_derivatives(model, feeds))
+
+
+def test_lstm_peepholes_hessian():
+    model, feeds = make("LSTM", "bidirectional", T=3, B=2, I=2, H=2, peepholes=True)
+    print(check_hessian(model, feeds, output="Y"))
+
+
+def test_refuse_ragged_and_input_forget():
     model, _ = make("RNN", T=4, B=2)
     model.graph.initializer.append(helper.make_tensor("lens", TensorProto.INT32, [2], [4, 3]))
     model.graph.node[0].input[4] = "lens"
     with pytest.raises(UnsupportedOp, match="sequence_lens"):
         forward(model, layout="onnx")
-    model, feeds = make("LSTM", H=3)
-    node = model.graph.node[0]
-    model.graph.initializer.append(helper.make_tensor("P", TensorProto.FLOAT, [1, 9], [0.1] * 9))
-    node.input.extend(["P"])
-    with pytest.raises(UnsupportedOp, match="peephole"):
-        reverse(model, layout="onnx")
     with pytest.raises(UnsupportedOp, match="input_forget"):
         reverse(make("LSTM", input_forget=1)[0], layout="onnx")
 

@@ -26,18 +26,19 @@ adjoint of tA per step; adjoints of X, W, R, B come out of the transposes of
 the batched MatMuls (O(|W|) memory, no per-step accumulation).
 Directions are handled one at a time (bidirectional: two recurrences).
 
-Refused: clip, LSTM input_forget, peepholes P (unless a constant of zeros),
-activations other than Sigmoid/Tanh/Relu, sequence_lens that is not a
+LSTM peepholes P: i and f read c_{t-1}, so the cell-state Scan computes them;
+their terms fold into the coefficients of tc (the step keeps its form).
+
+Refused: clip, LSTM input_forget, activations other than Sigmoid/Tanh/Relu, sequence_lens that is not a
 constant equal to the sequence length everywhere.
 """
 from __future__ import annotations
 
-import numpy as np
 from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import Builder, attribute, constant_ints, dims, element_type, is_constant_op, \
+from ..builder import Builder, attribute, constant_ints, dims, element_type, \
     operand_or_none, op_type, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import TRANSPOSE, mlir_names
@@ -204,15 +205,31 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     if c.kind == "LSTM":
         hr = _bmm(b, Hprev, c.RT, Xp)
         a = b.add(a, hr if rb is None else b.add(hr, rb))
-        iof = A(0, _gate(b, a, 0, H, 3))
-        i, o, f = (_gate(b, iof, j, H) for j in range(3))
         g = A(1, _gate(b, a, 3, H))
-        C = _cell_states(b, f, b.mul(i, g), c0)
+        if c.P is None:
+            iof = A(0, _gate(b, a, 0, H, 3))
+            i, o, f = (_gate(b, iof, j, H) for j in range(3))
+            C = _cell_states(b, f, b.mul(i, g), c0)
+        else:
+            # peepholes: i, f read c_{t-1} (the cell-state Scan computes them),
+            # o reads c_t
+            pi, po, pf = (b.unsqueeze(_slice(b, c.P, 1, j * H, (j + 1) * H), [1])
+                          for j in range(3))
+            C, i, f = _peephole_states(b, c, _gate(b, a, 0, H), _gate(b, a, 2, H), g, c0,
+                                       pi, pf)
+            o = A(0, b.add(_gate(b, a, 1, H), b.mul(po, C)))
+            iof = b.concat([i, o, f], 3)
         Cprev = b.concat([b.unsqueeze(c0, [0]), _slice(b, C, 0, 0, -1)], 0)
         hc = A(2, C)
-        c.C = C
+        c.C, c.Cprev = C, Cprev
         de = b.concat([b.mul(AG(0, iof), b.concat([g, hc, Cprev], 3)), b.mul(AG(1, g), i)], 3)
-        c.coefs = [de, f, b.mul(o, AG(2, hc))]
+        ff, ohc = f, b.mul(o, AG(2, hc))
+        if c.P is not None:
+            # P_i tc_{t-1}, P_f tc_{t-1} and P_o tc_t fold into the coefficients
+            # of tc_{t-1} and tc_t: the step keeps its form
+            ff = b.sum([ff, b.mul(pi, _gate(b, de, 0, H)), b.mul(pf, _gate(b, de, 2, H))])
+            ohc = b.add(ohc, b.mul(po, _gate(b, de, 1, H)))
+        c.coefs = [de, ff, ohc]
         return
     # GRU: gates z, r, h
     c.Rzr, c.Rh = _slice(b, R, 1, 0, 2 * H), _slice(b, R, 1, 2 * H, 3 * H)
@@ -254,6 +271,23 @@ def _cell_states(b: Builder, ff, ig, c0):
         ct = b.add(b.mul(f_t, cp), ig_t)
         cf._yield(blk, [ct, ct], b.location)
     return scan.results[1]
+
+
+def _peephole_states(b: Builder, c: _Cell, a_i, a_f, g, c0, pi, pf):
+    """LSTM with peepholes: i_t = f(a_i + P_i c_{t-1}), f_t = f(a_f + P_f c_{t-1}),
+    c_t = f_t c_{t-1} + i_t g_t, per step (elementwise); returns C, I, F."""
+    scan = cf._create("onnx." + _resolve_scan(b), [c0, a_i, a_f, g], [c0.type] + [g.type] * 3,
+                      _scan_attrs(3, [0] * 3, [0] * 3, [0] * 3, [0] * 3), b.location, 1)
+    elem = tensor_type(dims(c0), element_type(c0))
+    blk = scan.regions[0].blocks.append(c0.type, elem, elem, elem)
+    cp, ai, af, gt = blk.arguments
+    with ir.InsertionPoint(blk):
+        act = lambda x: _per_dir(b, _act, c.act(0), x, 0)
+        i = act(b.add(ai, b.mul(pi, cp)))
+        f = act(b.add(af, b.mul(pf, cp)))
+        ct = b.add(b.mul(f, cp), b.mul(i, gt))
+        cf._yield(blk, [ct, ct, i, f], b.location)
+    return scan.results[1], scan.results[2], scan.results[3]
 
 
 def _resolve_scan(b: Builder) -> str:
@@ -408,16 +442,6 @@ def _check(op: ir.Operation, kind: str, D: int) -> tuple[list[str], int]:
     return out, layout
 
 
-def _const_zero(v: ir.Value) -> bool:
-    owner = v.owner
-    if not isinstance(owner, (ir.Operation, ir.OpView)) or not is_constant_op(owner.operation):
-        return False
-    try:
-        return not np.any(np.asarray(owner.operation.attributes["value"]))
-    except Exception:
-        return False
-
-
 def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
     kind = op_type(op)
     ops = [operand_or_none(op, i) for i in range(len(op.operands))]
@@ -434,8 +458,6 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
     D = 2 if direction == "bidirectional" else 1
     revs = [False, True] if D == 2 else [direction == "reverse"]
     acts, layout = _check(op, kind, D)
-    if P is not None and (t["P"] is not None or not _const_zero(P)):
-        raise UnsupportedOp("peephole weights P are not differentiated (only constant zeros)")
     if dims(X) is None or dims(W) is None or dims(R) is None or None in dims(W)[1:] or \
             dims(R)[-1] is None:
         raise UnsupportedOp("needs the ranks of X and the sizes of W and R")
@@ -470,6 +492,7 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
         if kind == "LSTM":
             c0 = C0 if C0 is not None else _zeros(b, sshape, sdims, X)
         c = _Cell(kind, acts, H, lbr, revs)
+        c.P = P
         Yp = _porder(b, Y, 1, revs)
         _primal(b, c, X, W, R, Bv, Yp, h0, c0)
         tA = _sources(b, c, t, tX)
@@ -557,6 +580,13 @@ def _sources(b: Builder, c: _Cell, t, tX):
         if rb is not None:
             hs.append(rb)
         out = _add(b, sx, b.sum(hs) if hs else None)
+    if t.get("P") is not None:
+        # tP_i c_{t-1}, tP_o c_t, tP_f c_{t-1}; nothing for the cell gate
+        tp = b.align(b.unsqueeze(t["P"], [2]), 4)  # [k, 1, D, 1, 3H]
+        pt = b.mul(tp, b.concat([c.Cprev, c.C, c.Cprev], 3))
+        zero = b.expand(b.scalar(0.0, pt), b.concat([b.shape(pt, 0, 4), b.ints([H])], 0),
+                        dims(pt)[:4] + [H])
+        out = _add(b, out, b.concat([pt, zero], 4))
     if out is not None and (dims(out)[1] == 1 or dims(out)[3] == 1):
         out = full(out)  # only biases: broadcast over time and batch
     return out

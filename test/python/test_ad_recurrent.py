@@ -234,3 +234,18 @@ def test_primal_unchanged_and_fused_op_kept():
                                 for k, v in ref.items()}})
     for k, v in ref.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+def test_symbolic_batch_and_time(kind):
+    """Batch and sequence length unknown until run time."""
+    model, feeds = make(kind, "bidirectional", peepholes=kind == "LSTM")
+    for v in list(model.graph.input) + list(model.graph.output):
+        dims_ = v.type.tensor_type.shape.dim
+        if v.name == "X":
+            dims_[0].dim_param, dims_[1].dim_param = "T", "B"
+        elif v.name == "Y":
+            dims_[0].dim_param, dims_[2].dim_param = "T", "B"
+        elif v.name in ("H0", "C0", "Y_h", "Y_c"):
+            dims_[1].dim_param = "B"
+    check_derivatives(model, feeds)

@@ -248,6 +248,10 @@ class Builder:
             p = symdims.primal_of(x)
             if p is not None:
                 return self.shape(p, start - 1, None if end is None else end - 1)
+        if d is not None:
+            read = self._shape_from_sources(x, start, end)
+            if read is not None:
+                return read
         n = None if d is None else len(d[start:end])
         i64 = ir.IntegerType.get_signless(64)
         if self.opset >= 15:
@@ -257,6 +261,36 @@ class Builder:
             return full
         return self.slice(full, [0], [start or 0], [end if end is not None else 2**62],
                           tensor_type([n], i64))
+
+    def _shape_from_sources(self, x: ir.Value, start: int | None,
+                            end: int | None) -> ir.Value | None:
+        """Shape(x)[start:end] assembled from constants and the values that
+        first had each symbolic extent (symdims.py), when that avoids reading
+        x itself: a derivative's run-time shape then comes from primal values
+        and arguments, and the linear forward program it belongs to can die."""
+        syms = symdims.dims(x)
+        if syms is None:
+            return None
+        lo = 0 if start is None else start % max(1, len(syms)) if start < 0 else start
+        part = syms[lo:end]
+        pieces, statics, elsewhere = [], [], False
+        for j, e in enumerate(part):
+            if not isinstance(e, tuple):
+                statics.append(int(e))
+                continue
+            src = symdims.source(e)
+            if src is None or src[0] == x:
+                return None
+            if statics:
+                pieces.append(self.ints(statics))
+                statics = []
+            pieces.append(self.shape(src[0], src[1], src[1] + 1))
+            elsewhere = True
+        if not elsewhere:
+            return None
+        if statics:
+            pieces.append(self.ints(statics))
+        return pieces[0] if len(pieces) == 1 else self.concat(pieces, 0)
 
     def concat(self, values: Sequence[ir.Value], axis: int) -> ir.Value:
         # Shapes assembled from static pieces fold to one constant here, so
@@ -414,12 +448,17 @@ class Builder:
         is not, over the ranks aligned to the right; then a Reshape. The
         direction axis is ct's: in reverse mode `target` may be a stand-in."""
         cr, tr = rank(ct), rank(target)
-        if cr is None or tr is None:
-            raise UnsupportedOp("unbroadcasting a derivative of unknown rank")
         i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
         k = self.shape(ct, 0, 1)
         padded = [k, self.shape(target, 1)]
-        if cr > tr:
+        if tr is None or cr is None:  # ranks known at run time only: pad with ones
+            size = lambda v: self.op("Size", [self.shape(v)], tensor_type([], i64))
+            missing = self.sub(self.ints([cr]) if cr is not None else
+                               self.unsqueeze(size(ct), [0]), size(target))
+            ones = ir.DenseElementsAttr.get(np.asarray([1], dtype=np.int64))
+            padded.insert(1, self.op("ConstantOfShape", [missing], tensor_type([None], i64),
+                                     value=ones))
+        elif cr > tr:
             padded.insert(1, self.ints([1] * (cr - tr)))
         tshape = self.concat(padded, 0)
         differs = self.op("Not", [self.compare("Equal", tshape, self.shape(ct))],
@@ -428,9 +467,10 @@ class Builder:
                        tensor_type([cr], i1))
         axes = self.reshape(self.op("NonZero", [mask], tensor_type([1, None], i64)),
                             [-1], [None])
-        summed = self.reduce("ReduceSum", ct, axes, keepdims=True, out=[None] * cr)
+        summed = self.reduce("ReduceSum", ct, axes, keepdims=True,
+                             out=None if cr is None else [None] * cr)
         return self.reshape(summed, self.like_shape(ct, target),
-                            [None] + (dims(target)[1:]))
+                            None if tr is None else [None] + (dims(target)[1:]))
 
     def like_shape(self, ct: ir.Value, target: ir.Value) -> ir.Value:
         """[k of ct] + shape(target)[1:]: the run-time shape of a cotangent for

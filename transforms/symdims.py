@@ -68,6 +68,25 @@ def fresh() -> tuple:
     return ("?", next(_counter))
 
 
+# symbol -> (signature, value, axis): where the extent can be read at run time
+_source: dict = {}
+
+
+def _note_sources(v: ir.Value, out: list) -> None:
+    for i, d in enumerate(out):
+        if isinstance(d, tuple) and d not in _source:
+            _source[d] = (_signature(v), v, i)
+
+
+def source(sym) -> tuple | None:
+    """(value, axis) holding extent `sym` at run time (the first value that
+    had it: a function argument or a primal value, usually), or None."""
+    hit = _source.get(sym)
+    if hit is None or hit[0] != _signature(hit[1]):
+        return None
+    return hit[1], hit[2]
+
+
 def _static(t: ir.Type) -> list | None:
     if not isinstance(t, ir.RankedTensorType):
         return None
@@ -104,7 +123,9 @@ def dims(v: ir.Value) -> list | None:
             stack.extend(pending)
             continue
         stack.pop()
-        _cache[top] = (_signature(top), _compute(top))
+        out = _compute(top)
+        _cache[top] = (_signature(top), out)
+        _note_sources(top, out)
     return list(_cache[v][1])
 
 
@@ -428,3 +449,4 @@ def primal_of(t: ir.Value) -> ir.Value | None:
 def reset_all() -> None:
     _cache.clear()
     _primal.clear()
+    _source.clear()

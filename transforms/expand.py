@@ -577,7 +577,8 @@ class _Round:
                             lambda a: _resolve_attr(a, node, fn, schema))
             if like is not None and copy.op_type == "Constant":
                 _retype_float_constant(copy, like)
-            if node.op_type == "Attention" and copy.op_type == "Constant":
+            if node.op_type == "Attention" and copy.op_type == "Constant" and \
+                    not _exposes_masked_scores(node):
                 _finite_mask_constant(copy)
             out.append(copy)
         for formal, actual in outputs.items():
@@ -683,11 +684,19 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
     return None  # strings, sparse tensors: left as they are
 
 
+def _exposes_masked_scores(node: onnx.NodeProto) -> bool:
+    """Whether Attention's qk_matmul_output shows scores after masking (mode
+    1, 2) or the softmax (3): there -inf and NaN rows are part of the output."""
+    mode = next((a.i for a in node.attribute if a.name == "qk_matmul_output_mode"), 0)
+    return len(node.output) > 3 and bool(node.output[3]) and mode != 0
+
+
 def _finite_mask_constant(node: onnx.NodeProto) -> None:
     """Attention's body masks with -inf and then replaces the softmax of a
     fully masked row (NaN) by zeros with a Where. Reverse mode multiplies
     the zero cotangent by that NaN; the lowest finite value masks the same
-    (exp underflows to exactly 0) and keeps the discarded row finite."""
+    (exp underflows to exactly 0) and keeps the discarded row finite.
+    Not done when qk_matmul_output exposes the masked scores."""
     for a in node.attribute:
         if a.name == "value" and a.t.data_type in _FLOATS:
             value = numpy_helper.to_array(a.t)

@@ -61,11 +61,12 @@ def expand_function(f: ir.Operation, opset: int, keep: Container[str] | None = N
     ops with a JVP rule)."""
     keep = JVP if keep is None else keep
     ops = _ops(f.operation if hasattr(f, "operation") else f)
+    todo = [op for op in ops if _wanted(op, opset, keep)]
+    if not todo:
+        return 0
     reached = _reached(ops)
     count = 0
-    for op in ops:
-        if not _wanted(op, opset, keep):
-            continue
+    for op in todo:
         try:
             _expand_op(op, opset, keep)
             count += 1

@@ -26,6 +26,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 from . import signature as sig
 from .builder import Builder, dims, is_float
 from .checkpoint import segment_loops
+from .legalize import bool_where
 from .expand import expand_function
 from .linearize import Tangents, linearize, located, node_label
 from .registry import TRANSPOSE
@@ -42,6 +43,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             prefix: str | None = None) -> None:
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
     inline_constant_ifs(f)
+    bool_where(f, opset)  # ONNX Runtime has no bool Where (legalize.py)
     block, ret = _entry(f)
     in_names, out_names = sig.arg_names(f), sig.result_names(f)
     xs = sig.select(in_names, list(block.arguments), inputs, "input")
@@ -79,6 +81,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     the steps in between (checkpoint.py) instead of storing every state."""
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
     inline_constant_ifs(f)
+    bool_where(f, opset)  # ONNX Runtime has no bool Where (legalize.py)
     if checkpoint > 1:
         segment_loops(f, opset, checkpoint)
     block, ret = _entry(f)

@@ -568,6 +568,27 @@ def _last_static(idx: ir.Value) -> int:
     return d[-1]
 
 
+def _nd_depth(op) -> int:
+    """The number of data axes a GatherND/ScatterND index addresses: the
+    static last extent of its indices, else from the static ranks (jax2onnx
+    builds indices by Reshape with shapes computed at run time):
+    GatherND: r(y) = r(idx) - 1 + r(x) - batch - q; ScatterND: r(upd) =
+    r(idx) - 1 + r(data) - q."""
+    idx = op.operands[1]
+    d = dims(idx)
+    if d is not None and d[-1] is not None:
+        return d[-1]
+    if op_type(op) == "GatherND":
+        ranks = [rank(idx), rank(op.operands[0]), rank(op.results[0])]
+        if None not in ranks:
+            return ranks[0] - 1 + ranks[1] - (attribute(op, "batch_dims") or 0) - ranks[2]
+    else:
+        ranks = [rank(idx), rank(op.operands[0]), rank(op.operands[2])]
+        if None not in ranks:
+            return ranks[0] - 1 + ranks[1] - ranks[2]
+    raise UnsupportedOp("needs the static last extent of its indices (or static ranks)")
+
+
 def _moved(b: Builder, t: ir.Value, perm: list[int]) -> ir.Value:
     return b.transpose(t, perm)
 
@@ -583,7 +604,7 @@ def _front(b: Builder, t: ir.Value, at: int) -> ir.Value:
 @jvp("GatherND")
 def _gather_nd(b: Builder, op, tangents):
     x, idx = op.operands
-    q, batch, r = _last_static(idx), attribute(op, "batch_dims") or 0, rank(x)
+    q, batch, r = _nd_depth(op), attribute(op, "batch_dims") or 0, rank(x)
     moved = _moved(b, tangents[0], _nd_perm(q, r, batch))
     y = op.results[0]
     yd = dims(y)
@@ -620,7 +641,7 @@ def _t_gather_nd(b: Builder, op, cts, linear):
     if batch:
         idx = _with_batch_coordinates(b, idx, batch)
     ct = cts[0]
-    q = _last_static(idx)
+    q = _nd_depth(op) + batch  # indices with the batch coordinates prepended
     if b.opset < 16:
         return [_onehot_scatter_nd(b, ct, x, idx, q), None]
     zeros = _zeros(b, b.concat([b.shape(x, 0, q), b.shape(ct, rank(idx) - 1, rank(idx)),
@@ -656,7 +677,7 @@ def _onehot_scatter_nd(b: Builder, ct: ir.Value, x: ir.Value, idx: ir.Value, q: 
 def _scatter_nd(b: Builder, op, tangents):
     data, idx, upd = op.operands
     r = _reduction(op)
-    q = _last_static(idx)
+    q = _nd_depth(op)
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:
         return [None]
@@ -685,12 +706,12 @@ def _t_scatter_nd(b: Builder, op, cts, linear):
             out[0] = ct
         else:
             zeros = _zeros(b, b.concat([b.shape(idx, 0, rank(idx) - 1),
-                                        b.shape(ct, _last_static(idx))], 0),
-                           [None] * (rank(idx) - 1 + rank(ct) - _last_static(idx)), ct)
+                                        b.shape(ct, _nd_depth(op))], 0),
+                           [None] * (rank(idx) - 1 + rank(ct) - _nd_depth(op)), ct)
             out[0] = b.op("ScatterND", [ct, idx, zeros], ct.type)
     if linear[2]:
         out[2] = b.op("GatherND", [ct, idx], tensor_type(
-            [None] * (rank(idx) - 1 + rank(ct) - _last_static(idx)), element_type(ct)))
+            [None] * (rank(idx) - 1 + rank(ct) - _nd_depth(op)), element_type(ct)))
     return out
 
 

@@ -226,7 +226,7 @@ def _segment_fori(op, b, k, kc, res, n, it_t, c_t, state_t, outs) -> bool:
             shape = b.concat([total, b.shape(o, 2)], 0)
             stacked.append(b.reshape(o, shape, None if d is None else [None] + d))
         rem = _create(op.name, [r, op.operands[1]] + list(outer.results[:n]),
-                      [r_.type for r_ in res], {}, loc, 1)
+                      [r_.type for r_ in res[:n]] + [_lead(y, [None]) for y in outs], {}, loc, 1)
         _embed(op, rem, [it_t, c_t] + state_t, lambda a: [b.ew("Add", qk, a[0])] + a[1:])
         stacked = [b.concat([s_, t], 0) for s_, t in zip(stacked, rem.results[n:])]
         stacked = [s_ if s_.type == r_.type else b.op("Identity", [s_], r_.type)

@@ -163,6 +163,32 @@ def test_without_y(kind):
     check_derivatives(model, feeds)
 
 
+@pytest.mark.parametrize("kind,attrs", [("RNN", {}), ("GRU", {"linear_before_reset": 1}),
+                                         ("GRU", {"linear_before_reset": 0}), ("LSTM", {}),
+                                         ("LSTM", {"peepholes": True})])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("as_input", [False, True])
+def test_ragged_sequence_lens(kind, attrs, direction, as_input):
+    """Sequences shorter than T: zeros past their length, Y_h at their last
+    step (reverse direction: each sequence reversed within its length)."""
+    model, feeds = make(kind, direction, T=4, B=3, **attrs)
+    lens = np.asarray([4, 2, 3], np.int32)
+    if as_input:
+        model.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [3]))
+        feeds = {**feeds, "lens": lens}
+    else:
+        model.graph.initializer.append(helper.make_tensor("lens", TensorProto.INT32, [3], lens))
+    model.graph.node[0].input[4] = "lens"
+    print(check_derivatives(model, feeds))
+
+
+def test_ragged_hessian():
+    model, feeds = make("GRU", "bidirectional", T=3, B=2, I=2, H=2, linear_before_reset=1)
+    model.graph.initializer.append(helper.make_tensor("lens", TensorProto.INT32, [2], [3, 2]))
+    model.graph.node[0].input[4] = "lens"
+    print(check_hessian(model, feeds, output="Y"))
+
+
 def test_constant_sequence_lens():
     model, feeds = make("RNN", "forward", T=4, B=2)
     node = model.graph.node[0]
@@ -215,12 +241,7 @@ def test_lstm_peepholes_hessian():
     print(check_hessian(model, feeds, output="Y"))
 
 
-def test_refuse_ragged_and_input_forget():
-    model, _ = make("RNN", T=4, B=2)
-    model.graph.initializer.append(helper.make_tensor("lens", TensorProto.INT32, [2], [4, 3]))
-    model.graph.node[0].input[4] = "lens"
-    with pytest.raises(UnsupportedOp, match="sequence_lens"):
-        forward(model, layout="onnx")
+def test_refuse_input_forget():
     with pytest.raises(UnsupportedOp, match="input_forget"):
         reverse(make("LSTM", input_forget=1)[0], layout="onnx")
 

@@ -24,13 +24,18 @@ ops of control_flow.py) whose transpose rule is a direct reverse rule: a Scan
 in the opposite direction carrying the adjoints of h (and c) that emits the
 adjoint of tA per step; adjoints of X, W, R, B come out of the transposes of
 the batched MatMuls (O(|W|) memory, no per-step accumulation).
-Directions are handled one at a time (bidirectional: two recurrences).
+All directions run in one Scan: arrays are [T, D, B, *] in processing order
+(the reverse direction's time flipped), state [k, D, B, H].
 
 LSTM peepholes P: i and f read c_{t-1}, so the cell-state Scan computes them;
 their terms fold into the coefficients of tc (the step keeps its form).
 
-Refused: clip, LSTM input_forget, activations other than Sigmoid/Tanh/Relu, sequence_lens that is not a
-constant equal to the sequence length everywhere.
+sequence_lens (constant or not, ragged): a mask of the steps each sequence
+takes makes the step past its length the identity (folded into the
+coefficients) and zeroes tY there; the reverse direction's processing order
+is a ReverseSequence by the lengths instead of a flip.
+
+Refused: clip, LSTM input_forget, activations other than Sigmoid/Tanh/Relu.
 """
 from __future__ import annotations
 
@@ -110,19 +115,37 @@ def _flip(b: Builder, v: ir.Value, axis: int) -> ir.Value:
     return b.slice(v, [axis], [-1], [-2**62], v.type, steps=[-1])
 
 
-def _porder(b: Builder, v: ir.Value, d_axis: int, revs: list[bool]) -> ir.Value:
-    """[.., T, D, ..] between time order and processing order (self-inverse)."""
+def _revseq(b: Builder, v: ir.Value, d_axis: int, lens: ir.Value) -> ir.Value:
+    """[*L, T, 1, B, ..]: each batch entry's first lens[b] steps reversed
+    (ReverseSequence wants time and batch as axes 0 and 1)."""
+    u = b.squeeze(v, [d_axis])
+    n = d_axis - 1
+    r = len(dims(u))
+    perm = [n, n + 1] + list(range(n)) + list(range(n + 2, r))
+    moved = b.transpose(u, perm) if n else u
+    rev = b.op("ReverseSequence", [moved, lens], moved.type, time_axis=0, batch_axis=1)
+    back = b.transpose(rev, [perm.index(i) for i in range(r)]) if n else rev
+    return b.unsqueeze(back, [d_axis])
+
+
+def _porder(b: Builder, v: ir.Value, d_axis: int, revs: list[bool],
+            lens: ir.Value | None = None) -> ir.Value:
+    """[.., T, D, ..] between time order and processing order (self-inverse).
+    With sequence_lens, the reverse direction reverses each batch entry's
+    own steps (the zero steps past its length stay in place)."""
     if not any(revs):
         return v
+    flip = (lambda p: _flip(b, p, d_axis - 1)) if lens is None else \
+        (lambda p: _revseq(b, p, d_axis, lens))
     if len(revs) == 1:
-        return _flip(b, v, d_axis - 1)
+        return flip(v)
     d = dims(v)
     half = tensor_type(d[:d_axis] + [1] + d[d_axis + 1:], element_type(v))
     if b.opset >= 13:
         parts = b.create("Split", [v, b.ints([1, 1])], [half, half], axis=d_axis)
     else:
         parts = b.create("Split", [v], [half, half], axis=d_axis, split=[1, 1])
-    return b.concat([_flip(b, p, d_axis - 1) if r else p for p, r in zip(parts, revs)], d_axis)
+    return b.concat([flip(p) if r else p for p, r in zip(parts, revs)], d_axis)
 
 
 def _unflat(b: Builder, p: ir.Value, X: ir.Value) -> ir.Value:
@@ -197,7 +220,7 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     if c.kind == "RNN":  # h_t = f(a_t) is Y itself
         c.coefs = [AG(0, Yp)]
         return
-    a = _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs)
+    a = _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs, c.lens)
     rb = None
     if Bv is not None:
         a = b.add(a, b.unsqueeze(_slice(b, Bv, 1, 0, G * H), [1]))
@@ -260,6 +283,25 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         c.coefs = [z, cz, b.mul(dr, Hprev), r, ch]
 
 
+def _mask_coefs(b: Builder, c: _Cell) -> None:
+    """Ragged sequences: past its length a sequence's step is the identity
+    (th, tc kept), folded into the coefficients; RNN and LSTM get an extra
+    coefficient `keep` for the th_prev term their step does not have."""
+    m, keep = c.mask, c.keep
+    cs = c.coefs
+    if c.kind == "RNN":
+        c.coefs = [b.mul(cs[0], m), keep]
+    elif c.kind == "LSTM":
+        de, ff, ohc = cs
+        c.coefs = [b.mul(de, m), b.add(b.mul(ff, m), keep), b.mul(ohc, m), keep]
+    elif c.lbr:
+        k_, cc, z = cs
+        c.coefs = [k_, b.mul(cc, m), b.add(b.mul(z, m), keep)]
+    else:
+        z, cz, q, r, ch = cs
+        c.coefs = [b.add(b.mul(z, m), keep), b.mul(cz, m), q, r, b.mul(ch, m)]
+
+
 def _cell_states(b: Builder, ff, ig, c0):
     """c_t = f_t c_{t-1} + i_t g_t for all t (processing order): an elementwise Scan."""
     scan = cf._create("onnx." + _resolve_scan(b), [c0, ff, ig], [c0.type, ff.type],
@@ -312,12 +354,16 @@ def _fwd_step(b: Builder, c: _Cell, th, tc, tA, coefs):
     """One tangent step on [k, D, B, *]; returns (th_t, tc_t)."""
     H = c.H
     if c.kind == "RNN":
-        return b.mul(_add(b, tA, matmul(b, th, c.RT)), coefs[0]), None
+        th_new = b.mul(_add(b, tA, matmul(b, th, c.RT)), coefs[0])
+        return (th_new if len(coefs) == 1 else b.add(th_new, b.mul(coefs[1], th))), None
     if c.kind == "LSTM":
-        de, ff, ohc = coefs
+        de, ff, ohc = coefs[:3]
         u = b.mul(_add(b, tA, matmul(b, th, c.RT)), de)
         tc_new = b.add(_sum_gates(b, u, (0, 2, 3), H), b.mul(ff, tc))
-        return b.add(_gate(b, u, 1, H), b.mul(ohc, tc_new)), tc_new
+        th_new = b.add(_gate(b, u, 1, H), b.mul(ohc, tc_new))
+        if len(coefs) > 3:
+            th_new = b.add(th_new, b.mul(coefs[3], th))
+        return th_new, tc_new
     if c.lbr:
         k_, cc, z = coefs
         s = _add(b, tA, b.mul(matmul(b, th, c.RT), k_))
@@ -336,12 +382,16 @@ def _rev_step(b: Builder, c: _Cell, g, ac, coefs):
     last = len(dims(g)) - 1
     if c.kind == "RNN":
         a_s = b.mul(g, coefs[0])
-        return a_s, matmul(b, a_s, c.R), None
+        a_prev = matmul(b, a_s, c.R)
+        return a_s, (a_prev if len(coefs) == 1 else b.add(a_prev, b.mul(g, coefs[1]))), None
     if c.kind == "LSTM":
-        de, ff, ohc = coefs
+        de, ff, ohc = coefs[:3]
         act = b.add(ac, b.mul(g, ohc))
         a_u = b.mul(b.concat([act, g, act, act], last), de)
-        return a_u, matmul(b, a_u, c.R), b.mul(act, ff)
+        a_prev = matmul(b, a_u, c.R)
+        if len(coefs) > 3:
+            a_prev = b.add(a_prev, b.mul(g, coefs[3]))
+        return a_u, a_prev, b.mul(act, ff)
     if c.lbr:
         k_, cc, z = coefs
         a_s = b.mul(b.concat([g, g, g], last), cc)
@@ -470,11 +520,10 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
     b = Builder(state.opset, op.location)
     with ir.InsertionPoint.after(op):
         T = dims(X)[1 if layout else 0]
-        if SL is not None:
+        ragged = SL is not None
+        if ragged:
             lens = constant_ints(SL)
-            if lens is None or T is None or any(n != T for n in lens):
-                raise UnsupportedOp("sequence_lens must be a constant equal to the sequence "
-                                    "length (ragged batches are not differentiated)")
+            ragged = lens is None or T is None or any(n != T for n in lens)
         # layout 0: X [T,B,I], Y [T,D,B,H], states [D,B,H]
         tX, tH0, tC0 = t["X"], t["H0"], t["C0"]
         if layout:
@@ -493,8 +542,13 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             c0 = C0 if C0 is not None else _zeros(b, sshape, sdims, X)
         c = _Cell(kind, acts, H, lbr, revs)
         c.P = P
-        Yp = _porder(b, Y, 1, revs)
+        c.lens = c.mask = c.keep = None
+        if ragged:
+            _ragged(b, c, X, SL)
+        Yp = _porder(b, Y, 1, revs, c.lens)
         _primal(b, c, X, W, R, Bv, Yp, h0, c0)
+        if c.mask is not None:
+            _mask_coefs(b, c)
         tA = _sources(b, c, t, tX)
         if tA is None and tH0 is None and tC0 is None:
             return False
@@ -509,7 +563,9 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             primals = [Yp, _take(b, Yp, -1, 0)] + ([_take(b, c.C, -1, 0)] if c0 is not None
                                                    else [])
             ty, th, tc = _standin(b, c, tA, tH0, tC0, primals)
-        ty = _porder(b, ty, 2, revs)
+        if c.mask is not None:
+            ty = b.mul(ty, c.mask)  # zero past each sequence's length
+        ty = _porder(b, ty, 2, revs, c.lens)
         if layout:
             ty = b.transpose(ty, [0, 3, 1, 2, 4])
             th = b.transpose(th, [0, 2, 1, 3])
@@ -518,6 +574,23 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             if v is not None and not isinstance(r.type, ir.NoneType):
                 state.of[r] = b.fit(v, r) if dims(r) is not None else v
     return False
+
+
+def _ragged(b: Builder, c: _Cell, X: ir.Value, SL: ir.Value) -> None:
+    """sequence_lens not all equal to T: the mask [T, 1, B, 1] of the steps each
+    sequence takes, and the lengths as int64 for ReverseSequence."""
+    i64 = ir.IntegerType.get_signless(64)
+    B = dims(X)[1]
+    c.lens = b.op("Cast", [SL], tensor_type([B], i64), to=7)
+    T = dims(X)[0]
+    if T is not None:
+        iota = b.ints(list(range(T)))
+    else:
+        n = b.squeeze(b.shape(X, 0, 1), [0])
+        iota = b.op("Range", [b.int_scalar(0), n, b.int_scalar(1)], tensor_type([None], i64))
+    less = b.compare("Less", b.unsqueeze(iota, [1]), c.lens)  # [T, B]
+    c.mask = b.unsqueeze(b.cast_like(less, X), [1, 3])
+    c.keep = b.sub(b.scalar(1.0, X), c.mask)
 
 
 def _with_y(op: ir.Operation, D: int, H: int, layout: int) -> None:
@@ -545,7 +618,7 @@ def _sources(b: Builder, c: _Cell, t, tX):
     if t["W"] is not None:
         xs.append(_xmm(b, c.X, b.transpose(t["W"], [0, 1, 3, 2]), c.X))
     if xs:  # time order -> processing order
-        xs = [_porder(b, b.sum(xs), 2, c.revs)]
+        xs = [_porder(b, b.sum(xs), 2, c.revs, c.lens)]
     tB = t["B"]
     if tB is not None:
         xs.append(b.align(b.unsqueeze(_slice(b, tB, 2, 0, G * H), [2]), 4))

@@ -255,15 +255,47 @@ def _expand_op(op: ir.Operation, opset: int, keep: Container[str]) -> None:
         for inner in list(bblock.operations):
             inner.operation.move_before(op)
         for r, new in zip(produced, results):
-            if new.type != r.type:
+            wanted_type = r.type
+            if _conflicting(new.type, r.type):
+                # ONNX's own inference of the op was wrong (STFT ignores the
+                # default onesided): the body's computed type is right.
+                wanted_type = new.type
+            if new.type != wanted_type:
                 if isinstance(new, ir.OpResult) and new.owner.operation.block == op.block:
-                    new.set_type(r.type)
+                    new.set_type(wanted_type)
                 else:
-                    new = ir.Operation.create("onnx.Identity", results=[r.type], operands=[new],
-                                              loc=op.location, ip=ir.InsertionPoint(op)).result
+                    new = ir.Operation.create("onnx.Identity", results=[wanted_type],
+                                              operands=[new], loc=op.location,
+                                              ip=ir.InsertionPoint(op)).result
             r.replace_all_uses_with(new)
+            if wanted_type != r.type:
+                _retype_returns(new)
         op.erase()
         del body
+
+
+def _conflicting(a: ir.Type, b: ir.Type) -> bool:
+    """Ranked types of equal rank with a static extent that differs."""
+    if not (isinstance(a, ir.RankedTensorType) and isinstance(b, ir.RankedTensorType)):
+        return False
+    if a.rank != b.rank:
+        return True
+    dyn = ir.ShapedType.get_dynamic_size()
+    return any(x != y and dyn not in (x, y) for x, y in zip(a.shape, b.shape))
+
+
+def _retype_returns(value: ir.Value) -> None:
+    """A func.return using `value` gets its function type updated."""
+    for use in list(value.uses):
+        user = use.owner
+        user = user.operation if hasattr(user, "operation") else user
+        if user.name != "func.return":
+            continue
+        f = user.parent
+        ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
+        results = [v.type for v in user.operands]
+        f.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(list(ftype.inputs), results))
 
 
 def _keep_types(keep: Container[str], opset: int) -> Callable[[str], bool]:
@@ -282,6 +314,9 @@ def expand_model(model: onnx.ModelProto, opset: int, kept: Callable[[str], bool]
     constants folded and constant Ifs inlined, to a fixed point."""
     names = _Names(model, prefix)
     for _ in range(_MAX_ROUNDS):
+        for vi in model.graph.output:  # the body's own inference decides
+            if vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
         model = _infer(model)
         r = _Round(model, opset, kept, names)
         nodes = r.nodes(list(model.graph.node))

@@ -210,3 +210,46 @@ def test_dynamic_batch():
         e, err = lowered(m, feeds, m.graph.node[0].op_type, rtol=1e-9, atol=1e-9)
         assert e.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
         print(m.graph.node[0].op_type, "dynamic batch", err, check_derivatives(m, feeds))
+
+
+@pytest.mark.parametrize("op", ["GridSample", "DeformConv", "STFT"])
+def test_lowering_hessians(op):
+    """forward(reverse) through the lowered ops, against finite differences of the gradient."""
+    from adcheck import check_hessian
+    rng = np.random.default_rng(8)
+    if op == "GridSample":
+        node = h.make_node("GridSample", ["x", "g"], ["t"], mode="cubic", padding_mode="border")
+        ins = [("x", D, [1, 1, 3, 3]), ("g", D, [1, 2, 2, 2])]
+        feeds = {"x": rng.standard_normal((1, 1, 3, 3)), "g": rng.uniform(-0.9, 0.9, (1, 2, 2, 2))}
+        opset = 20
+    elif op == "DeformConv":
+        node = h.make_node("DeformConv", ["x", "w", "off"], ["t"], kernel_shape=[2, 2])
+        ins = [("x", D, [1, 1, 3, 3]), ("w", D, [1, 1, 2, 2]), ("off", D, [1, 8, 2, 2])]
+        feeds = {"x": rng.standard_normal((1, 1, 3, 3)), "w": rng.standard_normal((1, 1, 2, 2)),
+                 "off": rng.uniform(-0.4, 0.4, (1, 8, 2, 2))}
+        opset = 19
+    else:
+        node = h.make_node("STFT", ["x", "step", "w"], ["t"])
+        ins = [("x", D, [1, 8, 1]), ("w", D, [4])]
+        feeds = {"x": rng.standard_normal((1, 8, 1)), "w": rng.uniform(0.5, 1, 4)}
+        opset = 17
+    inits = [h.make_tensor("step", I64, [], [2])] if op == "STFT" else []
+    m = model([node, h.make_node("ReduceSumSquare", ["t"], ["y"], keepdims=0)], ins,
+              [("y", D, [])], opset, inits)
+    if op == "STFT":  # ONNX infers 4 bins here (it ignores the default onesided)
+        m.graph.value_info.append(h.make_tensor_value_info("t", D, [1, 3, 3, 2]))
+    e, _ = expanded(m)
+    print(op, "hessian", check_hessian(e, feeds))
+
+
+def test_stft_wrong_inferred_shape():
+    """ONNX's inference gives STFT 4 bins for a window of 4 (ignoring the
+    default onesided): the lowering's computed type wins at the boundary."""
+    m = model([h.make_node("STFT", ["x", "step", "w"], ["y"])],
+              [("x", D, [1, 8, 1]), ("w", D, [4])], [("y", D, None)], 17,
+              [h.make_tensor("step", I64, [], [2])])
+    e, _ = expanded(m)
+    dims = [d.dim_value for d in e.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [1, 3, 3, 2]
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 8, 1)), "w": np.ones(4)}
+    np.testing.assert_allclose(run(e, feeds)["y"], run(m, feeds)["y"], rtol=1e-12, atol=1e-12)

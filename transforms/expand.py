@@ -269,7 +269,7 @@ def _expand_op(op: ir.Operation, opset: int, keep: Container[str]) -> None:
                                               ip=ir.InsertionPoint(op)).result
             r.replace_all_uses_with(new)
             if wanted_type != r.type:
-                _retype_returns(new)
+                _retype_users(new)
         op.erase()
         del body
 
@@ -284,18 +284,42 @@ def _conflicting(a: ir.Type, b: ir.Type) -> bool:
     return any(x != y and dyn not in (x, y) for x, y in zip(a.shape, b.shape))
 
 
-def _retype_returns(value: ir.Value) -> None:
-    """A func.return using `value` gets its function type updated."""
+# Ops whose result shape is the broadcast of their operands' (or the single
+# operand's): a corrected type flows through them.
+_ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where",
+                "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sigmoid", "Relu",
+                "Sin", "Cos", "Erf", "Softplus", "Identity", "Cast", "CastLike", "Clip",
+                "LeakyRelu", "Elu", "Selu", "Gelu", "Softmax", "LogSoftmax"}
+
+
+def _retype_users(value: ir.Value, depth: int = 0) -> None:
+    """After a result's type was corrected: elementwise users get the
+    broadcast of their operands' types, a func.return its function type."""
+    from .builder import broadcast_dims, dims, element_type, tensor_type
     for use in list(value.uses):
         user = use.owner
         user = user.operation if hasattr(user, "operation") else user
-        if user.name != "func.return":
+        if user.name == "func.return":
+            f = user.parent
+            ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
+            f.attributes["function_type"] = ir.TypeAttr.get(
+                ir.FunctionType.get(list(ftype.inputs), [v.type for v in user.operands]))
             continue
-        f = user.parent
-        ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
-        results = [v.type for v in user.operands]
-        f.attributes["function_type"] = ir.TypeAttr.get(
-            ir.FunctionType.get(list(ftype.inputs), results))
+        t = _onnx_type(user)
+        if t not in _ELEMENTWISE or depth > 64 or len(user.results) != 1:
+            continue
+        operands = [v for v in user.operands if not isinstance(v.type, ir.NoneType)]
+        if t in ("Clip", "CastLike"):
+            operands = operands[:1]
+        try:
+            shape = broadcast_dims(*(dims(v) for v in operands))
+        except UnsupportedOp:
+            continue
+        r = user.results[0]
+        new_type = tensor_type(shape, element_type(r))
+        if new_type != r.type:
+            r.set_type(new_type)
+            _retype_users(r, depth + 1)
 
 
 def _keep_types(keep: Container[str], opset: int) -> Callable[[str], bool]:

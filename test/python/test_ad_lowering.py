@@ -244,12 +244,16 @@ def test_lowering_hessians(op):
 
 def test_stft_wrong_inferred_shape():
     """ONNX's inference gives STFT 4 bins for a window of 4 (ignoring the
-    default onesided): the lowering's computed type wins at the boundary."""
-    m = model([h.make_node("STFT", ["x", "step", "w"], ["y"])],
+    default onesided): the lowering's computed type wins, and flows through
+    the elementwise ops after it."""
+    m = model([h.make_node("STFT", ["x", "step", "w"], ["t"]),
+               h.make_node("Mul", ["t", "t"], ["y"])],
               [("x", D, [1, 8, 1]), ("w", D, [4])], [("y", D, None)], 17,
               [h.make_tensor("step", I64, [], [2])])
     e, _ = expanded(m)
     dims = [d.dim_value for d in e.graph.output[0].type.tensor_type.shape.dim]
     assert dims == [1, 3, 3, 2]
-    feeds = {"x": np.random.default_rng(0).standard_normal((1, 8, 1)), "w": np.ones(4)}
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((1, 8, 1)), "w": rng.uniform(0.5, 1, 4)}
     np.testing.assert_allclose(run(e, feeds)["y"], run(m, feeds)["y"], rtol=1e-12, atol=1e-12)
+    check_derivatives(m, feeds)

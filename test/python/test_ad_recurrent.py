@@ -220,7 +220,6 @@ def test_closure_second_order(kind):
 
 
 @pytest.mark.parametrize("attrs,message", [
-    ({"clip": 2.0}, "clip"),
     ({"activations": ["HardSigmoid", "Tanh"]}, "activation HardSigmoid"),
 ])
 def test_refusals(attrs, message):
@@ -241,9 +240,25 @@ def test_lstm_peepholes_hessian():
     print(check_hessian(model, feeds, output="Y"))
 
 
-def test_refuse_input_forget():
-    with pytest.raises(UnsupportedOp, match="input_forget"):
-        reverse(make("LSTM", input_forget=1)[0], layout="onnx")
+# clip thresholds and seeds where clipping is active (Y differs from the
+# unclipped op) and no pre-activation sits within finite-difference reach of
+# a threshold (the derivatives themselves match float64 differences anywhere)
+@pytest.mark.parametrize("kind,attrs,clip,seed", [
+    ("RNN", {}, 1.0, 0), ("GRU", {"linear_before_reset": 1}, 1.0, 1),
+    ("GRU", {"linear_before_reset": 0}, 1.0, 2), ("LSTM", {}, 2.0, 4),
+    ("LSTM", {"peepholes": True}, 1.5, 1)])
+def test_clip(kind, attrs, clip, seed):
+    model, feeds = make(kind, "bidirectional", clip=clip, seed=seed, **attrs)
+    unclipped, _ = make(kind, "bidirectional", seed=seed, **attrs)
+    assert np.abs(run(model, feeds)["Y"] - run(unclipped, feeds)["Y"]).max() > 1e-3
+    print(check_derivatives(model, feeds))
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+@pytest.mark.parametrize("peepholes", [False, True])
+def test_lstm_input_forget(direction, peepholes):
+    model, feeds = make("LSTM", direction, peepholes=peepholes, input_forget=1)
+    print(check_derivatives(model, feeds))
 
 
 def test_primal_unchanged_and_fused_op_kept():

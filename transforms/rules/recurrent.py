@@ -35,7 +35,12 @@ takes makes the step past its length the identity (folded into the
 coefficients) and zeroes tY there; the reverse direction's processing order
 is a ReverseSequence by the lengths instead of a flip.
 
-Refused: clip, LSTM input_forget, activations other than Sigmoid/Tanh/Relu.
+LSTM input_forget: f = 1 - i, so ti multiplies g - c_{t-1} and tf drops out.
+
+clip: the recomputed gates clip their pre-activations, and the activation
+derivatives are zero where the clip was active.
+
+Refused: activations other than Sigmoid/Tanh/Relu.
 """
 from __future__ import annotations
 
@@ -215,9 +220,14 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     c.Hprev, c.X = Hprev, Xp
     c.R, c.WT = R, b.transpose(W, [0, 2, 1])
     c.RT = b.transpose(R, [0, 2, 1])
-    A, AG = (lambda j, x: _per_dir(b, _act, c.act(j), x, 1)), \
+    A0, AG0 = (lambda j, x: _per_dir(b, _act, c.act(j), x, 1)), \
         (lambda j, y: _per_dir(b, _act_grad, c.act(j), y, 1))
-    if c.kind == "RNN":  # h_t = f(a_t) is Y itself
+    A = lambda j, x: A0(j, _clip(b, x, c.clip))  # clip: applied to activation inputs
+
+    def AG(j, y, x=None):  # f' from the output; clip: zero where x was clipped
+        d = AG0(j, y)
+        return d if c.clip is None or x is None else b.mul(d, _clip_mask(b, x, c.clip))
+    if c.kind == "RNN" and c.clip is None:  # h_t = f(a_t) is Y itself
         c.coefs = [AG(0, Yp)]
         return
     a = _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs, c.lens)
@@ -225,6 +235,11 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     if Bv is not None:
         a = b.add(a, b.unsqueeze(_slice(b, Bv, 1, 0, G * H), [1]))
         rb = b.unsqueeze(_slice(b, Bv, 1, G * H, 2 * G * H), [1])  # [D, 1, GH]
+    if c.kind == "RNN":
+        hr = _bmm(b, Hprev, c.RT, Xp)
+        a = b.add(a, hr if rb is None else b.add(hr, rb))
+        c.coefs = [AG(0, Yp, a)]
+        return
     if c.kind == "LSTM":
         hr = _bmm(b, Hprev, c.RT, Xp)
         a = b.add(a, hr if rb is None else b.add(hr, rb))
@@ -232,6 +247,8 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         if c.P is None:
             iof = A(0, _gate(b, a, 0, H, 3))
             i, o, f = (_gate(b, iof, j, H) for j in range(3))
+            if c.input_forget:
+                f = b.sub(b.scalar(1.0, i), i)
             C = _cell_states(b, f, b.mul(i, g), c0)
         else:
             # peepholes: i, f read c_{t-1} (the cell-state Scan computes them),
@@ -240,12 +257,23 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
                           for j in range(3))
             C, i, f = _peephole_states(b, c, _gate(b, a, 0, H), _gate(b, a, 2, H), g, c0,
                                        pi, pf)
-            o = A(0, b.add(_gate(b, a, 1, H), b.mul(po, C)))
+            pre_o = b.add(_gate(b, a, 1, H), b.mul(po, C))
+            o = A(0, pre_o)
             iof = b.concat([i, o, f], 3)
         Cprev = b.concat([b.unsqueeze(c0, [0]), _slice(b, C, 0, 0, -1)], 0)
         hc = A(2, C)
         c.C, c.Cprev = C, Cprev
-        de = b.concat([b.mul(AG(0, iof), b.concat([g, hc, Cprev], 3)), b.mul(AG(1, g), i)], 3)
+        if c.input_forget:  # f = 1 - i: tf = -ti, so ti multiplies g - c_{t-1}
+            zero = b.expand(b.scalar(0.0, C), b.shape(C), dims(C))
+            e = b.concat([b.sub(g, Cprev), hc, zero], 3)
+        else:
+            e = b.concat([g, hc, Cprev], 3)
+        pre_iof = _gate(b, a, 0, H, 3)
+        if c.P is not None and c.clip is not None:  # the activations' inputs
+            pre_iof = b.concat([b.add(_gate(b, a, 0, H), b.mul(pi, Cprev)), pre_o,
+                                b.add(_gate(b, a, 2, H), b.mul(pf, Cprev))], 3)
+        de = b.concat([b.mul(AG(0, iof, pre_iof), e), b.mul(AG(1, g, _gate(b, a, 3, H)), i)],
+                      3)
         ff, ohc = f, b.mul(o, AG(2, hc))
         if c.P is not None:
             # P_i tc_{t-1}, P_f tc_{t-1} and P_o tc_t fold into the coefficients
@@ -260,7 +288,8 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     hr = _bmm(b, Hprev, c.RT if c.lbr else c.RzrT, Xp)
     if rb is not None:
         hr = b.add(hr, rb if c.lbr else _slice(b, rb, 2, 0, 2 * H))
-    zr = A(0, b.add(_gate(b, a, 0, H, 2), _gate(b, hr, 0, H, 2)))
+    a_zr = b.add(_gate(b, a, 0, H, 2), _gate(b, hr, 0, H, 2))
+    zr = A(0, a_zr)
     z, r = _gate(b, zr, 0, H), _gate(b, zr, 1, H)
     if c.lbr:
         hr_h = _gate(b, hr, 2, H)  # Hprev Rh^T + Rbh
@@ -270,7 +299,7 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         if rb is not None:
             a_h = b.add(a_h, _slice(b, rb, 2, 2 * H, 3 * H))
     hh = A(1, a_h)
-    dzr, dh = AG(0, zr), AG(1, hh)
+    dzr, dh = AG(0, zr, a_zr), AG(1, hh, a_h)
     dz, dr = _gate(b, dzr, 0, H), _gate(b, dzr, 1, H)
     ch = b.mul(b.sub(b.scalar(1.0, z), z), dh)
     cz = b.mul(dz, b.sub(Hprev, hh))
@@ -281,6 +310,22 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         c.coefs = [b.concat([ones, r], 3), b.concat([cz, cr, ch], 3), z]
     else:
         c.coefs = [z, cz, b.mul(dr, Hprev), r, ch]
+
+
+def _clip(b: Builder, x: ir.Value, clip: float | None) -> ir.Value:
+    if clip is None:
+        return x
+    if b.opset >= 11:
+        return b.op("Clip", [x, b.scalar(-clip, x), b.scalar(clip, x)], x.type)
+    return b.op("Clip", [x], x.type, min=-clip, max=clip)
+
+
+def _clip_mask(b: Builder, x: ir.Value, clip: float) -> ir.Value:
+    """1 where -clip < x < clip (Clip passes the tangent), else 0."""
+    inside = b.op("And", [b.compare("Greater", x, b.scalar(-clip, x)),
+                          b.compare("Less", x, b.scalar(clip, x))],
+                  tensor_type(dims(x), ir.IntegerType.get_signless(1)))
+    return b.cast_like(inside, x)
 
 
 def _mask_coefs(b: Builder, c: _Cell) -> None:
@@ -325,8 +370,9 @@ def _peephole_states(b: Builder, c: _Cell, a_i, a_f, g, c0, pi, pf):
     cp, ai, af, gt = blk.arguments
     with ir.InsertionPoint(blk):
         act = lambda x: _per_dir(b, _act, c.act(0), x, 0)
-        i = act(b.add(ai, b.mul(pi, cp)))
-        f = act(b.add(af, b.mul(pf, cp)))
+        i = act(_clip(b, b.add(ai, b.mul(pi, cp)), c.clip))
+        f = b.sub(b.scalar(1.0, i), i) if c.input_forget else \
+            act(_clip(b, b.add(af, b.mul(pf, cp)), c.clip))
         ct = b.add(b.mul(f, cp), b.mul(i, gt))
         cf._yield(blk, [ct, ct, i, f], b.location)
     return scan.results[1], scan.results[2], scan.results[3]
@@ -469,10 +515,6 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
 # ---- the rule -------------------------------------------------------------------------
 
 def _check(op: ir.Operation, kind: str, D: int) -> tuple[list[str], int]:
-    if attribute(op, "clip") is not None:
-        raise UnsupportedOp("clip is not differentiated (the clipped pre-activations)")
-    if kind == "LSTM" and attribute(op, "input_forget"):
-        raise UnsupportedOp("input_forget=1 is not differentiated")
     n = len(_DEFAULT_ACTS[kind])
     acts = attribute(op, "activations") if "activations" in op.attributes else None
     if acts is None:
@@ -542,6 +584,8 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             c0 = C0 if C0 is not None else _zeros(b, sshape, sdims, X)
         c = _Cell(kind, acts, H, lbr, revs)
         c.P = P
+        c.clip = attribute(op, "clip")
+        c.input_forget = kind == "LSTM" and bool(attribute(op, "input_forget"))
         c.lens = c.mask = c.keep = None
         if ragged:
             _ragged(b, c, X, SL)

@@ -162,9 +162,30 @@ def _unflat(b: Builder, p: ir.Value, X: ir.Value) -> ir.Value:
     return b.transpose(u, list(range(n)) + [n + 1, n, n + 2, n + 3])
 
 
+SMALL = 1 << 16  # MACs below which one broadcast MatMul beats flattening
+
+
+def _small(X: ir.Value, a: ir.Value, M: ir.Value) -> bool:
+    """Few enough multiply-adds that node count, not GEMM shape, decides."""
+    T, B = dims(X)[:2]
+    dm = dims(M)
+    if None in (T, B) or None in dm[-3:]:
+        return False
+    return T * B * dm[-3] * dm[-2] * dm[-1] <= SMALL
+
+
+def _direct(b: Builder, a: ir.Value, M: ir.Value) -> ir.Value:
+    """a [*L, T, D|1, B, n] times M [*L', D, n, m] as one broadcast MatMul."""
+    if len(dims(a)) == 4 and len(dims(M)) == 4:  # primal x tangent: [1,T,..] x [k,1,..]
+        a, M = b.unsqueeze(a, [0]), b.unsqueeze(M, [1])
+    return matmul(b, a, M)
+
+
 def _bmm(b: Builder, a: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
     """a [*L, T, D, B, n] times M [*L', D, n, m] per direction -> [*L, T, D, B, m]:
     one [T*B, n] x [n, m] product per direction (not T*D small ones)."""
+    if _small(X, a, M):
+        return _direct(b, a, M)
     da = dims(a)
     n = len(da) - 4
     moved = b.transpose(a, list(range(n)) + [n + 1, n, n + 2, n + 3])
@@ -177,6 +198,8 @@ def _bmm(b: Builder, a: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
 def _xmm(b: Builder, x: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
     """x [*L, T, B, n] (no direction axis, time order) times M [*L', D, n, m]
     -> [*L, T, D, B, m] in time order."""
+    if _small(X, x, M):
+        return _direct(b, b.unsqueeze(x, [len(dims(x)) - 2]), M)
     dx = dims(x)
     n = len(dx) - 3
     T, B = dx[n:n + 2]

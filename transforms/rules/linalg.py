@@ -37,7 +37,7 @@ def _matmul(b: Builder, op, tangents):
     a, c = op.operands
     ra, rc = rank(a), rank(c)
     if ra is None or rc is None:
-        raise UnsupportedOp("MatMul needs the ranks of its operands")
+        raise UnsupportedOp(f"MatMul needs the ranks of its operands (known: {ra}, {rc})")
     y = op.results[0]
     terms = []
     # The direction axis must not meet a rank-1 operand's vector semantics:
@@ -167,6 +167,12 @@ def conv_geometry(op: ir.Operation, transposed: bool) -> dict | None:
         target = list(oshape[-n:]) if oshape else [s * st for s, st in zip(spatial, strides)]
         for i in range(n):
             tot = strides[i] * (spatial[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - target[i]
+            if tot < 0:
+                # An output_shape beyond the natural extent: ONNX Runtime pads
+                # nothing and leaves the extra trailing rows empty, which is
+                # what a larger output_padding does (pads stay >= 0).
+                opad[i] -= tot
+                tot = 0
             lo = tot // 2 if auto == "SAME_UPPER" else tot - tot // 2
             pads[i], pads[n + i] = lo, tot - lo
     elif auto == "VALID":

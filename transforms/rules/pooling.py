@@ -171,8 +171,8 @@ def _maxpool_gather_transpose(b: Builder, gather: ir.Operation, ct: ir.Value):
         return None
     x, y = owner.operands[0], owner.results[0]
     groups = _unpool_groups(owner, x, y)
-    if groups is None or b.opset < 9:
-        return None
+    if groups is None or b.opset < 9 or not isinstance(element_type(ct), ir.F32Type):
+        return None  # ONNX Runtime's MaxUnpool is float32 only: scatter-add instead
     xd, yd = dims(x), dims(y)
     n = len(groups)
     i64 = ir.IntegerType.get_signless(64)
@@ -621,6 +621,8 @@ def _t_dft(b: Builder, op, cts, linear):
     ct = cts[0]
     elem = element_type(ct)
     cd = list(dims(ct))
+    if inverse and onesided:
+        return [_t_irfft(b, ct, xd, yd, axis)] + [None] * (len(op.operands) - 1)
     if onesided and yd[axis] < n:
         pads = [0] * (2 * r)
         pads[r + axis] = n - yd[axis]
@@ -642,3 +644,37 @@ def _t_dft(b: Builder, op, cts, linear):
         cd[axis] = m
         back = b.op("Pad", [back, b.ints(pads)], tensor_type(cd, elem))
     return [back] + [None] * (len(op.operands) - 1)
+
+
+def _t_irfft(b: Builder, ct: ir.Value, xd: list, yd: list, axis: int) -> ir.Value:
+    """Adjoint of the inverse onesided DFT (irfft: m half-spectrum bins -> n
+    real samples, y_j = 1/n sum_k c_k Re(X_k e^{2 pi i kj/n}) with c_k = 1 for
+    k = 0 and k = n/2, else 2): the onesided forward DFT of the real
+    cotangent, bin k scaled by c_k / n, cut or zero-padded to m bins."""
+    n, m = yd[axis], xd[axis]
+    if yd[-1] != 1 or xd[-1] != 2:
+        raise UnsupportedOp("transposing an inverse onesided DFT needs a complex input and real output")
+    r = len(xd)
+    elem = element_type(ct)
+    h = n // 2 + 1
+    cd = list(dims(ct))
+    cd[axis], cd[-1] = h, 2
+    spec = _emit_dft(b, ct, b.int_scalar(n), axis, 0, 1, tensor_type(cd, elem))
+    c = np.full(h, 2.0 / n)
+    c[0] = 1.0 / n
+    if n % 2 == 0:
+        c[-1] = 1.0 / n
+    shape = [h] + [1] * (r - 1 - axis)
+    scale = b.cast_like(b.constant(ir.DenseElementsAttr.get(c.reshape(shape))), spec) \
+        if not isinstance(elem, ir.F64Type) else \
+        b.constant(ir.DenseElementsAttr.get(c.reshape(shape)))
+    back = b.mul(spec, scale)
+    if m < h:
+        cd[axis] = m
+        back = b.slice(back, [axis], [0], [m], tensor_type(cd, elem))
+    elif m > h:
+        pads = [0] * (2 * r)
+        pads[r + axis] = m - h
+        cd[axis] = m
+        back = b.op("Pad", [back, b.ints(pads)], tensor_type(cd, elem))
+    return back

@@ -102,22 +102,33 @@ def _axis(op: ir.Operation, r: int | None, name: str = "axis") -> int:
     return a
 
 
+def _known_rank(values) -> int | None:
+    """The rank of the first ranked value (Concat's operands and result share it)."""
+    return next((rank(v) for v in values if rank(v) is not None), None)
+
+
+def _zeros_of(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
+    """Zeros [k] + shape(primal), the shape read at run time where unknown."""
+    target = b.concat([k, b.shape(primal)], 0)
+    d = dims(primal)
+    return b.expand(b.scalar(0.0, primal), target, None if d is None else [None] + d)
+
+
 @jvp("Concat")
 def _concat(b: Builder, op, tangents):
-    from .. import signature as sig
-    axis = _axis(op, rank(op.results[0]))
+    axis = _axis(op, _known_rank([op.results[0], *op.operands]))
     k = next(b.shape(t, 0, 1) for t in tangents if t is not None)
-    parts = [t if t is not None else sig.zeros(b, x, k) for x, t in zip(op.operands, tangents)]
+    parts = [t if t is not None else _zeros_of(b, x, k) for x, t in zip(op.operands, tangents)]
     return [b.concat(parts, axis + 1)]
 
 
 @transpose("Concat")
 def _t_concat(b: Builder, op, cts, linear):
-    axis = _axis(op, rank(op.results[0]))
+    axis = _axis(op, _known_rank([op.results[0], *op.operands]))
     ct = cts[0]
     sizes = [dims(x)[axis] if dims(x) is not None else None for x in op.operands]
     out = []
-    if None not in sizes:
+    if None not in sizes and dims(ct) is not None:
         start = 0
         for x, size, lin in zip(op.operands, sizes, linear):
             if lin:
@@ -391,8 +402,10 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
     return b.op("ScatterElements", [zeros, ix, flat], zeros.type, axis=axis, reduction="add")
 
 
-def onehot(b: Builder, idx: ir.Value, depth: int, like: ir.Value, axis: int = -1) -> ir.Value:
-    """OneHot(idx, depth) as 0/1 of like's element type (a new axis at `axis`)."""
+def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
+           axis: int = -1) -> ir.Value:
+    """OneHot(idx, depth) as 0/1 of like's element type (a new axis at `axis`);
+    `depth` is an int or a 1-element i64 value read at run time."""
     elem = element_type(like)
     # ONNX Runtime's OneHot kernels produce float (not double): cast after.
     vals = b.constant(ir.DenseElementsAttr.get(np.asarray([0.0, 1.0], np.float32)))
@@ -400,8 +413,10 @@ def onehot(b: Builder, idx: ir.Value, depth: int, like: ir.Value, axis: int = -1
     out = None
     if d is not None:
         out = list(d)
-        out.insert(axis if axis >= 0 else len(d) + 1 + axis, depth)
-    hot = b.op("OneHot", [idx, b.ints([depth]), vals], tensor_type(out, ir.F32Type.get()), axis=axis)
+        out.insert(axis if axis >= 0 else len(d) + 1 + axis,
+                   depth if isinstance(depth, int) else None)
+    depth_v = b.ints([depth]) if isinstance(depth, int) else depth
+    hot = b.op("OneHot", [idx, depth_v, vals], tensor_type(out, ir.F32Type.get()), axis=axis)
     return hot if isinstance(elem, ir.F32Type) else b.cast_like(hot, like)
 
 
@@ -423,9 +438,12 @@ def _onehot_scatter(b: Builder, flat: ir.Value, idx: ir.Value, axis: int, depth:
 def _onehot_scatter_elements(b: Builder, ct: ir.Value, ix: ir.Value, axis: int,
                              depth: int | None, target_dims: list | None = None,
                              target: ir.Value | None = None) -> ir.Value:
-    """ScatterElements(zeros, ix, ct, add) before opset 16, via OneHot."""
+    """ScatterElements(zeros, ix, ct, add) before opset 16, via OneHot; an
+    unknown depth is read from `target` at run time."""
     if depth is None:
-        raise UnsupportedOp("scatter-add before opset 16 needs a static extent")
+        if target is None:
+            raise UnsupportedOp("scatter-add before opset 16 needs a static extent")
+        depth = b.shape(target, axis, axis + 1)
     r = rank(ct)
     prod = b.mul(b.unsqueeze(ct, [r]), onehot(b, ix, depth, ct))
     summed = b.reduce("ReduceSum", prod, [axis], False)
@@ -485,7 +503,7 @@ def _t_gather(b: Builder, op, cts, linear):
 @jvp("GatherElements")
 def _gather_elements(b: Builder, op, tangents):
     x, idx = op.operands
-    axis = _axis(op, rank(x))
+    axis = _axis(op, _known_rank([x, idx]))  # the same rank (GatherElements requires it)
     t = tangents[0]
     return [b.op("GatherElements", [t, _over_directions(b, idx, b.shape(t, 0, 1))],
                  b.derivative_type(op.results[0]), axis=axis + 1)]
@@ -496,10 +514,14 @@ def _t_gather_elements(b: Builder, op, cts, linear):
     x, idx = op.operands
     ct = cts[0]
     ix = _match_directions(b, idx, ct)
-    axis = _axis(op, rank(x))
+    axis = _axis(op, _known_rank([x, idx]))  # x and idx have the same rank
+    xd = dims(x)
+    if xd is None and rank(idx) is not None:
+        xd = [None] * rank(idx)  # extents read at run time (like_shape)
     if b.opset < 16:
-        return [_onehot_scatter_elements(b, ct, ix, axis, dims(x)[axis], dims(x), x), None]
-    zeros = _zeros(b, b.like_shape(ct, x), [None] + dims(x)[1:], ct)
+        return [_onehot_scatter_elements(b, ct, ix, axis, None if xd is None else xd[axis],
+                                         xd, x), None]
+    zeros = _zeros(b, b.like_shape(ct, x), None if xd is None else [None] + xd[1:], ct)
     return [b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis, reduction="add"), None]
 
 
@@ -891,7 +913,8 @@ def _space_depth(b: Builder, t: ir.Value, y: ir.Value, to_space: bool, bs: int, 
         hh = b.div(h, b.ints([bs]))
         ww = b.div(w, b.ints([bs]))
         split = b.reshape(t, b.concat([k, n, c, hh, b.ints([bs]), ww, b.ints([bs])], 0), [None] * 7)
-        perm = [0, 1, 4, 6, 2, 3, 5]
+        # DCR: channel (bh, bw, c); CRD: channel (c, bh, bw)
+        perm = [0, 1, 2, 4, 6, 3, 5] if mode == "CRD" else [0, 1, 4, 6, 2, 3, 5]
     moved = b.transpose(split, perm)
     del td
     return b.reshape(moved, b.concat([k, b.shape(y)], 0), dims(b.derivative_type(y)))
@@ -905,7 +928,8 @@ def _depth_to_space(b: Builder, op, tangents):
 
 @jvp("SpaceToDepth")
 def _space_to_depth(b: Builder, op, tangents):
-    return [_space_depth(b, tangents[0], op.results[0], False, attribute(op, "blocksize"), "DCR")]
+    return [_space_depth(b, tangents[0], op.results[0], False, attribute(op, "blocksize"),
+                         attribute(op, "mode") or "DCR")]
 
 
 @jvp("Compress")
@@ -970,19 +994,32 @@ def _center_crop_pad(b: Builder, op, tangents):
         if any(pads):
             t = b.op("Pad", [t, b.ints(pads)], tensor_type(cd, element_type(t)))
         return [t, None]
-    return [b.op("CenterCropPad", [t, op.operands[1]], b.derivative_type(op.results[0]),
-                 axes=[a + 1 for a in axes]), None]
+    # Sizes known at run time: CenterCropPad of the tangent over every axis
+    # (no `axes`: ONNX Runtime's function body mis-indexes the shape with
+    # them), the direction axis and the other axes keeping their extents.
+    if r is None:
+        raise UnsupportedOp("CenterCropPad with run-time sizes needs its input's rank")
+    i64 = _i64()
+    pieces = [b.shape(t, 0, 1)]
+    for i in range(r):
+        if i in axes:
+            j = axes.index(i)
+            pieces.append(b.slice(op.operands[1], [0], [j], [j + 1], tensor_type([1], i64)))
+        else:
+            pieces.append(b.shape(x, i, i + 1))
+    return [b.op("CenterCropPad", [t, b.concat(pieces, 0)], b.derivative_type(op.results[0])),
+            None]
 
 
 @transpose("CenterCropPad")
 def _t_center_crop_pad(b: Builder, op, cts, linear):
+    # The adjoint of a centred crop is the centred zero pad back (and of a
+    # pad, the crop): CenterCropPad to the operand's extents, every axis.
     x = op.operands[0]
-    axes = attribute(op, "axes")
     d = dims(x)
-    if d is None or any(d[a] is None for a in axes):
-        raise UnsupportedOp("transposing CenterCropPad needs static extents")
-    return [b.op("CenterCropPad", [cts[0], b.ints([d[a] for a in axes])],
-                 tensor_type([None] + d[1:], element_type(cts[0])), axes=axes), None]
+    return [b.op("CenterCropPad", [cts[0], b.like_shape(cts[0], x)],
+                 tensor_type(None if d is None else [None] + d[1:], element_type(cts[0]))),
+            None]
 
 
 @jvp("DequantizeLinear")

@@ -171,6 +171,36 @@ class OdsNames:
         return ods
 
 
+def same_type_traits(group: list[defs.OpSchema], ods_names: list[str]) -> list[str]:
+    """`AllElementTypesMatch` for the single (not optional, not variadic)
+    tensor operands and results that share a type parameter (`T`) in every
+    schema of the group: ONNX binds one type per parameter and node.
+    Parameters that may be sequences or optionals are left out: their
+    "element type" would be the whole type, shapes included."""
+    def key(i: int) -> tuple | None:
+        keys = []
+        for s in group:
+            p = (list(s.inputs) + list(s.outputs))[i]
+            allowed = {tc.type_param_str: tc.allowed_type_strs for tc in s.type_constraints}
+            if p.option != FORM.Single or p.type_str not in allowed:
+                return None
+            if not all(t.startswith("tensor(") for t in allowed[p.type_str]):
+                return None
+            keys.append(p.type_str)
+        return tuple(keys)
+    by_key: dict[tuple, list[str]] = collections.defaultdict(list)
+    for i, ods in enumerate(ods_names):
+        k = key(i)
+        if k is not None:
+            by_key[k].append(ods)
+    traits = []
+    for same in by_key.values():
+        if len(same) > 1:
+            quoted = ", ".join(f'"{n}"' for n in same)
+            traits.append(f"AllElementTypesMatch<[{quoted}]>")
+    return traits
+
+
 def cpp_class(mlir_name: str) -> str:
     return f"ONNX{mlir_name}Op"
 
@@ -194,11 +224,14 @@ def op_record(name: str, group: list[defs.OpSchema], newest: bool) -> tuple[str,
     if newest and name == "Constant":
         traits.append("ConstantLike")
     names = OdsNames()
-    args = [param_decl(group, p, names(p.name, "_in")) for p in s.inputs]
+    in_names = [names(p.name, "_in") for p in s.inputs]
+    args = [param_decl(group, p, n) for p, n in zip(s.inputs, in_names)]
     for a in attrs:
         ods, _ = ATTR_KINDS[a.type]
         args.append(f"{ods if a.required else f'OptionalAttr<{ods}>'}:${names(a.name, '_attr')}")
-    results = [param_decl(group, p, names(p.name, "_out")) for p in s.outputs]
+    out_names = [names(p.name, "_out") for p in s.outputs]
+    results = [param_decl(group, p, n) for p, n in zip(s.outputs, out_names)]
+    traits += same_type_traits(group, in_names + out_names)
     # If's regions are (then, else); every other op keeps schema order.
     if name == "If":
         graphs = sorted(graphs, key=lambda a: a.name != "then_branch")

@@ -4,37 +4,37 @@
 
 include "onnx_ad/ONNXBase.td"
 
-def ONNXAbsOp : ONNX_Op<"Abs", [Pure]> {
+def ONNXAbsOp : ONNX_Op<"Abs", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Abs, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXAcosOp : ONNX_Op<"Acos", [Pure]> {
+def ONNXAcosOp : ONNX_Op<"Acos", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Acos, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXAcoshOp : ONNX_Op<"Acosh", [Pure]> {
+def ONNXAcoshOp : ONNX_Op<"Acosh", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Acosh, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXAddOp : ONNX_Op<"Add", [Pure]> {
+def ONNXAddOp : ONNX_Op<"Add", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
   let summary = "ONNX Add, opset 14";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$A, TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$B);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$C);
 }
 
-def ONNXAffineGridOp : ONNX_Op<"AffineGrid", [Pure]> {
+def ONNXAffineGridOp : ONNX_Op<"AffineGrid", [Pure, AllElementTypesMatch<["theta", "grid"]>]> {
   let summary = "ONNX AffineGrid, opset 20";
   let arguments = (ins TensorOf<[BF16, F16, F32, F64]>:$theta, TensorOf<[I64]>:$size, OptionalAttr<SI64Attr>:$align_corners);
   let results = (outs TensorOf<[BF16, F16, F32, F64]>:$grid);
 }
 
-def ONNXAndOp : ONNX_Op<"And", [Pure]> {
+def ONNXAndOp : ONNX_Op<"And", [Pure, AllElementTypesMatch<["A", "B"]>]> {
   let summary = "ONNX And, opset 7";
   let arguments = (ins TensorOf<[I1]>:$A, TensorOf<[I1]>:$B);
   let results = (outs TensorOf<[I1]>:$C);
@@ -64,79 +64,79 @@ def ONNXArgMinOp : ONNX_Op<"ArgMin", [Pure]> {
   let results = (outs TensorOf<[I64]>:$reduced);
 }
 
-def ONNXAsinOp : ONNX_Op<"Asin", [Pure]> {
+def ONNXAsinOp : ONNX_Op<"Asin", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Asin, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXAsinhOp : ONNX_Op<"Asinh", [Pure]> {
+def ONNXAsinhOp : ONNX_Op<"Asinh", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Asinh, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXAtanOp : ONNX_Op<"Atan", [Pure]> {
+def ONNXAtanOp : ONNX_Op<"Atan", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Atan, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXAtanhOp : ONNX_Op<"Atanh", [Pure]> {
+def ONNXAtanhOp : ONNX_Op<"Atanh", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Atanh, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXAttentionV23Op : ONNX_Op<"AttentionV23", [Pure]> {
+def ONNXAttentionV23Op : ONNX_Op<"AttentionV23", [Pure, AllElementTypesMatch<["Q", "K", "Y"]>]> {
   let summary = "ONNX Attention, opset 23";
   let arguments = (ins TensorOf<[BF16, F16, F32, F64]>:$Q, TensorOf<[BF16, F16, F32, F64]>:$K, TensorOf<[BF16, F16, F32, F64]>:$V, AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, I1]>, NoneType]>:$attn_mask, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$past_key, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$past_value, OptionalAttr<SI64Attr>:$qk_matmul_output_mode, OptionalAttr<F32Attr>:$softcap, OptionalAttr<SI64Attr>:$softmax_precision, OptionalAttr<SI64Attr>:$kv_num_heads, OptionalAttr<SI64Attr>:$q_num_heads, OptionalAttr<F32Attr>:$scale, OptionalAttr<SI64Attr>:$is_causal);
   let results = (outs TensorOf<[BF16, F16, F32, F64]>:$Y, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$present_key, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$present_value, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$qk_matmul_output);
 }
 
-def ONNXAttentionV24Op : ONNX_Op<"AttentionV24", [Pure]> {
+def ONNXAttentionV24Op : ONNX_Op<"AttentionV24", [Pure, AllElementTypesMatch<["Q", "K", "Y"]>]> {
   let summary = "ONNX Attention, opset 24";
   let arguments = (ins TensorOf<[BF16, F16, F32, F64]>:$Q, TensorOf<[BF16, F16, F32, F64]>:$K, TensorOf<[BF16, F16, F32, F64]>:$V, AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, I1]>, NoneType]>:$attn_mask, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$past_key, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$past_value, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$nonpad_kv_seqlen, OptionalAttr<SI64Attr>:$qk_matmul_output_mode, OptionalAttr<F32Attr>:$softcap, OptionalAttr<SI64Attr>:$softmax_precision, OptionalAttr<SI64Attr>:$kv_num_heads, OptionalAttr<SI64Attr>:$q_num_heads, OptionalAttr<F32Attr>:$scale, OptionalAttr<SI64Attr>:$is_causal);
   let results = (outs TensorOf<[BF16, F16, F32, F64]>:$Y, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$present_key, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$present_value, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$qk_matmul_output);
 }
 
-def ONNXAttentionOp : ONNX_Op<"Attention", [Pure]> {
+def ONNXAttentionOp : ONNX_Op<"Attention", [Pure, AllElementTypesMatch<["Q", "K", "Y"]>]> {
   let summary = "ONNX Attention, opset 25";
   let arguments = (ins TensorOf<[BF16, F16, F32, F64]>:$Q, TensorOf<[BF16, F16, F32, F64]>:$K, TensorOf<[BF16, F16, F32, F64]>:$V, AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, I1]>, NoneType]>:$attn_mask, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$past_key, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$past_value, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$nonpad_kv_seqlen, OptionalAttr<SI64Attr>:$right_window_size, OptionalAttr<SI64Attr>:$left_window_size, OptionalAttr<SI64Attr>:$qk_matmul_output_mode, OptionalAttr<F32Attr>:$softcap, OptionalAttr<SI64Attr>:$softmax_precision, OptionalAttr<SI64Attr>:$kv_num_heads, OptionalAttr<SI64Attr>:$q_num_heads, OptionalAttr<F32Attr>:$scale, OptionalAttr<SI64Attr>:$is_causal);
   let results = (outs TensorOf<[BF16, F16, F32, F64]>:$Y, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$present_key, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$present_value, AnyTypeOf<[TensorOf<[BF16, F16, F32, F64]>, NoneType]>:$qk_matmul_output);
 }
 
-def ONNXAveragePoolV7Op : ONNX_Op<"AveragePoolV7", [Pure]> {
+def ONNXAveragePoolV7Op : ONNX_Op<"AveragePoolV7", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX AveragePool, opset 7";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, OptionalAttr<SI64Attr>:$count_include_pad, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64]>:$Y);
 }
 
-def ONNXAveragePoolV11Op : ONNX_Op<"AveragePoolV11", [Pure]> {
+def ONNXAveragePoolV11Op : ONNX_Op<"AveragePoolV11", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX AveragePool, opset 11";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, OptionalAttr<SI64Attr>:$count_include_pad, OptionalAttr<SI64Attr>:$ceil_mode, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64]>:$Y);
 }
 
-def ONNXAveragePoolOp : ONNX_Op<"AveragePool", [Pure]> {
+def ONNXAveragePoolOp : ONNX_Op<"AveragePool", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX AveragePool, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<SI64Attr>:$count_include_pad, OptionalAttr<I64ArrayAttr>:$dilations, OptionalAttr<SI64Attr>:$ceil_mode, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXBatchNormalizationV7Op : ONNX_Op<"BatchNormalizationV7", [Pure]> {
+def ONNXBatchNormalizationV7Op : ONNX_Op<"BatchNormalizationV7", [Pure, AllElementTypesMatch<["X", "scale", "B", "mean", "var", "Y"]>]> {
   let summary = "ONNX BatchNormalization, opset 7";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, TensorOf<[F16, F32, F64]>:$scale, TensorOf<[F16, F32, F64]>:$B, TensorOf<[F16, F32, F64]>:$mean, TensorOf<[F16, F32, F64]>:$var, OptionalAttr<F32Attr>:$momentum, OptionalAttr<F32Attr>:$epsilon, OptionalAttr<SI64Attr>:$spatial);
   let results = (outs TensorOf<[F16, F32, F64]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$mean_out, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$var_out, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$saved_mean, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$saved_var);
 }
 
-def ONNXBatchNormalizationV9Op : ONNX_Op<"BatchNormalizationV9", [Pure]> {
+def ONNXBatchNormalizationV9Op : ONNX_Op<"BatchNormalizationV9", [Pure, AllElementTypesMatch<["X", "scale", "B", "mean", "var", "Y"]>]> {
   let summary = "ONNX BatchNormalization, opset 9";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, TensorOf<[F16, F32, F64]>:$scale, TensorOf<[F16, F32, F64]>:$B, TensorOf<[F16, F32, F64]>:$mean, TensorOf<[F16, F32, F64]>:$var, OptionalAttr<F32Attr>:$momentum, OptionalAttr<F32Attr>:$epsilon);
   let results = (outs TensorOf<[F16, F32, F64]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$mean_out, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$var_out, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$saved_mean, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$saved_var);
 }
 
-def ONNXBatchNormalizationOp : ONNX_Op<"BatchNormalization", [Pure]> {
+def ONNXBatchNormalizationOp : ONNX_Op<"BatchNormalization", [Pure, AllElementTypesMatch<["X", "Y"]>, AllElementTypesMatch<["scale", "B"]>, AllElementTypesMatch<["input_mean", "input_var"]>]> {
   let summary = "ONNX BatchNormalization, opset 15";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$scale, TensorOf<[F16, F32, F64, BF16]>:$B, TensorOf<[F16, F32, F64, BF16]>:$input_mean, TensorOf<[F16, F32, F64, BF16]>:$input_var, OptionalAttr<SI64Attr>:$training_mode, OptionalAttr<F32Attr>:$momentum, OptionalAttr<F32Attr>:$epsilon);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$running_mean, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$running_var);
@@ -154,31 +154,31 @@ def ONNXBitCastOp : ONNX_Op<"BitCast", [Pure]> {
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$output);
 }
 
-def ONNXBitShiftOp : ONNX_Op<"BitShift", [Pure]> {
+def ONNXBitShiftOp : ONNX_Op<"BitShift", [Pure, AllElementTypesMatch<["X", "Y", "Z"]>]> {
   let summary = "ONNX BitShift, opset 28";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$X, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$Y, StrAttr:$direction);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$Z);
 }
 
-def ONNXBitwiseAndOp : ONNX_Op<"BitwiseAnd", [Pure]> {
+def ONNXBitwiseAndOp : ONNX_Op<"BitwiseAnd", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
   let summary = "ONNX BitwiseAnd, opset 18";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$A, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$B);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$C);
 }
 
-def ONNXBitwiseNotOp : ONNX_Op<"BitwiseNot", [Pure]> {
+def ONNXBitwiseNotOp : ONNX_Op<"BitwiseNot", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX BitwiseNot, opset 18";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$X);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$Y);
 }
 
-def ONNXBitwiseOrOp : ONNX_Op<"BitwiseOr", [Pure]> {
+def ONNXBitwiseOrOp : ONNX_Op<"BitwiseOr", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
   let summary = "ONNX BitwiseOr, opset 18";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$A, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$B);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$C);
 }
 
-def ONNXBitwiseXorOp : ONNX_Op<"BitwiseXor", [Pure]> {
+def ONNXBitwiseXorOp : ONNX_Op<"BitwiseXor", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
   let summary = "ONNX BitwiseXor, opset 18";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$A, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$B);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64]>:$C);
@@ -208,67 +208,67 @@ def ONNXCastOp : ONNX_Op<"Cast", [Pure]> {
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>, F6E2M3FN, F6E3M2FN]>:$output);
 }
 
-def ONNXCastLikeV15Op : ONNX_Op<"CastLikeV15", [Pure]> {
+def ONNXCastLikeV15Op : ONNX_Op<"CastLikeV15", [Pure, AllElementTypesMatch<["target_type", "output"]>]> {
   let summary = "ONNX CastLike, opset 15";
   let arguments = (ins TensorOf<[F16, F32, F64, I8, I16, I32, I64, UI8, UI16, UI32, UI64, I1, ONNX_StringType, BF16]>:$input, TensorOf<[F16, F32, F64, I8, I16, I32, I64, UI8, UI16, UI32, UI64, I1, ONNX_StringType, BF16]>:$target_type);
   let results = (outs TensorOf<[F16, F32, F64, I8, I16, I32, I64, UI8, UI16, UI32, UI64, I1, ONNX_StringType, BF16]>:$output);
 }
 
-def ONNXCastLikeV23Op : ONNX_Op<"CastLikeV23", [Pure]> {
+def ONNXCastLikeV23Op : ONNX_Op<"CastLikeV23", [Pure, AllElementTypesMatch<["target_type", "output"]>]> {
   let summary = "ONNX CastLike, opset 23";
   let arguments = (ins TensorOf<[F16, F32, F64, I8, I16, I32, I64, UI8, UI16, UI32, UI64, I1, ONNX_StringType, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN]>:$input, TensorOf<[F16, F32, F64, I8, I16, I32, I64, UI8, UI16, UI32, UI64, I1, ONNX_StringType, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN]>:$target_type, OptionalAttr<SI64Attr>:$saturate);
   let results = (outs TensorOf<[F16, F32, F64, I8, I16, I32, I64, UI8, UI16, UI32, UI64, I1, ONNX_StringType, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN]>:$output);
 }
 
-def ONNXCastLikeOp : ONNX_Op<"CastLike", [Pure]> {
+def ONNXCastLikeOp : ONNX_Op<"CastLike", [Pure, AllElementTypesMatch<["target_type", "output"]>]> {
   let summary = "ONNX CastLike, opset 25";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$input, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$target_type, OptionalAttr<StrAttr>:$round_mode, OptionalAttr<SI64Attr>:$saturate);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$output);
 }
 
-def ONNXCausalConvWithStateOp : ONNX_Op<"CausalConvWithState", [Pure]> {
+def ONNXCausalConvWithStateOp : ONNX_Op<"CausalConvWithState", [Pure, AllElementTypesMatch<["input", "weight", "output", "present_state"]>]> {
   let summary = "ONNX CausalConvWithState, opset 27";
   let arguments = (ins TensorOf<[F32, F16, BF16]>:$input, TensorOf<[F32, F16, BF16]>:$weight, AnyTypeOf<[TensorOf<[F32, F16, BF16]>, NoneType]>:$bias, AnyTypeOf<[TensorOf<[F32, F16, BF16]>, NoneType]>:$past_state, OptionalAttr<StrAttr>:$activation);
   let results = (outs TensorOf<[F32, F16, BF16]>:$output, TensorOf<[F32, F16, BF16]>:$present_state);
 }
 
-def ONNXCeilOp : ONNX_Op<"Ceil", [Pure]> {
+def ONNXCeilOp : ONNX_Op<"Ceil", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Ceil, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXCeluOp : ONNX_Op<"Celu", [Pure]> {
+def ONNXCeluOp : ONNX_Op<"Celu", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Celu, opset 28";
   let arguments = (ins TensorOf<[F32, BF16, F16, F64]>:$X, OptionalAttr<F32Attr>:$alpha);
   let results = (outs TensorOf<[F32, BF16, F16, F64]>:$Y);
 }
 
-def ONNXCenterCropPadOp : ONNX_Op<"CenterCropPad", [Pure]> {
+def ONNXCenterCropPadOp : ONNX_Op<"CenterCropPad", [Pure, AllElementTypesMatch<["input_data", "output_data"]>]> {
   let summary = "ONNX CenterCropPad, opset 18";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$input_data, TensorOf<[I32, I64]>:$shape, OptionalAttr<I64ArrayAttr>:$axes);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output_data);
 }
 
-def ONNXClipV6Op : ONNX_Op<"ClipV6", [Pure]> {
+def ONNXClipV6Op : ONNX_Op<"ClipV6", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Clip, opset 6";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$input, OptionalAttr<F32Attr>:$max, OptionalAttr<F32Attr>:$min);
   let results = (outs TensorOf<[F16, F32, F64]>:$output);
 }
 
-def ONNXClipOp : ONNX_Op<"Clip", [Pure]> {
+def ONNXClipOp : ONNX_Op<"Clip", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Clip, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$input, AnyTypeOf<[TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>, NoneType]>:$min, AnyTypeOf<[TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>, NoneType]>:$max);
   let results = (outs TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$output);
 }
 
-def ONNXCol2ImOp : ONNX_Op<"Col2Im", [Pure]> {
+def ONNXCol2ImOp : ONNX_Op<"Col2Im", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Col2Im, opset 18";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$input, TensorOf<[I64]>:$image_shape, TensorOf<[I64]>:$block_shape, OptionalAttr<I64ArrayAttr>:$strides, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<I64ArrayAttr>:$dilations);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXCompressOp : ONNX_Op<"Compress", [Pure]> {
+def ONNXCompressOp : ONNX_Op<"Compress", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Compress, opset 28";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$input, TensorOf<[I1]>:$condition, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
@@ -311,7 +311,7 @@ def ONNXConstantOfShapeOp : ONNX_Op<"ConstantOfShape", [Pure]> {
   let results = (outs TensorOf<[F16, F32, F64, I8, I16, I32, I64, UI8, UI16, UI32, UI64, I1, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$output);
 }
 
-def ONNXConvOp : ONNX_Op<"Conv", [Pure]> {
+def ONNXConvOp : ONNX_Op<"Conv", [Pure, AllElementTypesMatch<["X", "W", "Y"]>]> {
   let summary = "ONNX Conv, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$W, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$B, OptionalAttr<SI64Attr>:$group, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, OptionalAttr<I64ArrayAttr>:$dilations, OptionalAttr<I64ArrayAttr>:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
@@ -323,61 +323,61 @@ def ONNXConvIntegerOp : ONNX_Op<"ConvInteger", [Pure]> {
   let results = (outs TensorOf<[I32]>:$y);
 }
 
-def ONNXConvTransposeOp : ONNX_Op<"ConvTranspose", [Pure]> {
+def ONNXConvTransposeOp : ONNX_Op<"ConvTranspose", [Pure, AllElementTypesMatch<["X", "W", "Y"]>]> {
   let summary = "ONNX ConvTranspose, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$W, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$B, OptionalAttr<SI64Attr>:$group, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<I64ArrayAttr>:$output_padding, OptionalAttr<I64ArrayAttr>:$dilations, OptionalAttr<I64ArrayAttr>:$output_shape, OptionalAttr<I64ArrayAttr>:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXCosOp : ONNX_Op<"Cos", [Pure]> {
+def ONNXCosOp : ONNX_Op<"Cos", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Cos, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXCoshOp : ONNX_Op<"Cosh", [Pure]> {
+def ONNXCoshOp : ONNX_Op<"Cosh", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Cosh, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXCumProdOp : ONNX_Op<"CumProd", [Pure]> {
+def ONNXCumProdOp : ONNX_Op<"CumProd", [Pure, AllElementTypesMatch<["x", "y"]>]> {
   let summary = "ONNX CumProd, opset 26";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$x, TensorOf<[I32, I64]>:$axis, OptionalAttr<SI64Attr>:$reverse, OptionalAttr<SI64Attr>:$exclusive);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$y);
 }
 
-def ONNXCumSumOp : ONNX_Op<"CumSum", [Pure]> {
+def ONNXCumSumOp : ONNX_Op<"CumSum", [Pure, AllElementTypesMatch<["x", "y"]>]> {
   let summary = "ONNX CumSum, opset 14";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F32, F64, F16, BF16]>:$x, TensorOf<[I32, I64]>:$axis, OptionalAttr<SI64Attr>:$reverse, OptionalAttr<SI64Attr>:$exclusive);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F32, F64, F16, BF16]>:$y);
 }
 
-def ONNXDFTV17Op : ONNX_Op<"DFTV17", [Pure]> {
+def ONNXDFTV17Op : ONNX_Op<"DFTV17", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX DFT, opset 17";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input, AnyTypeOf<[TensorOf<[I32, I64]>, NoneType]>:$dft_length, OptionalAttr<SI64Attr>:$inverse, OptionalAttr<SI64Attr>:$axis, OptionalAttr<SI64Attr>:$onesided);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXDFTOp : ONNX_Op<"DFT", [Pure]> {
+def ONNXDFTOp : ONNX_Op<"DFT", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX DFT, opset 20";
   let arguments = (ins TensorOf<[BF16, F16, F32, F64]>:$input, AnyTypeOf<[TensorOf<[I32, I64]>, NoneType]>:$dft_length, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axis, OptionalAttr<SI64Attr>:$inverse, OptionalAttr<SI64Attr>:$onesided);
   let results = (outs TensorOf<[BF16, F16, F32, F64]>:$output);
 }
 
-def ONNXDeformConvOp : ONNX_Op<"DeformConv", [Pure]> {
+def ONNXDeformConvOp : ONNX_Op<"DeformConv", [Pure, AllElementTypesMatch<["X", "W", "offset", "Y"]>]> {
   let summary = "ONNX DeformConv, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$W, TensorOf<[F16, F32, F64, BF16]>:$offset, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$B, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$mask, OptionalAttr<I64ArrayAttr>:$strides, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<SI64Attr>:$offset_group, OptionalAttr<I64ArrayAttr>:$kernel_shape, OptionalAttr<SI64Attr>:$group, OptionalAttr<I64ArrayAttr>:$dilations);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXDepthToSpaceV1Op : ONNX_Op<"DepthToSpaceV1", [Pure]> {
+def ONNXDepthToSpaceV1Op : ONNX_Op<"DepthToSpaceV1", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX DepthToSpace, opset 1";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$input, SI64Attr:$blocksize);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXDepthToSpaceOp : ONNX_Op<"DepthToSpace", [Pure]> {
+def ONNXDepthToSpaceOp : ONNX_Op<"DepthToSpace", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX DepthToSpace, opset 28";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$input, OptionalAttr<StrAttr>:$mode, SI64Attr:$blocksize);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
@@ -395,7 +395,7 @@ def ONNXDequantizeLinearV19Op : ONNX_Op<"DequantizeLinearV19", [Pure]> {
   let results = (outs TensorOf<[F32, F16, BF16]>:$y);
 }
 
-def ONNXDequantizeLinearV21Op : ONNX_Op<"DequantizeLinearV21", [Pure]> {
+def ONNXDequantizeLinearV21Op : ONNX_Op<"DequantizeLinearV21", [Pure, AllElementTypesMatch<["x_scale", "y"]>]> {
   let summary = "ONNX DequantizeLinear, opset 21";
   let arguments = (ins TensorOf<[I8, UI8, I16, UI16, I32, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>]>:$x, TensorOf<[F32, F16, BF16]>:$x_scale, AnyTypeOf<[TensorOf<[I8, UI8, I16, UI16, I32, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>]>, NoneType]>:$x_zero_point, OptionalAttr<SI64Attr>:$block_size, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F32, F16, BF16]>:$y);
@@ -407,31 +407,31 @@ def ONNXDequantizeLinearOp : ONNX_Op<"DequantizeLinear", [Pure]> {
   let results = (outs TensorOf<[F32, F16, BF16]>:$y);
 }
 
-def ONNXDetOp : ONNX_Op<"Det", [Pure]> {
+def ONNXDetOp : ONNX_Op<"Det", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Det, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXDivOp : ONNX_Op<"Div", [Pure]> {
+def ONNXDivOp : ONNX_Op<"Div", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
   let summary = "ONNX Div, opset 14";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$A, TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$B);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$C);
 }
 
-def ONNXDropoutV10Op : ONNX_Op<"DropoutV10", []> {
+def ONNXDropoutV10Op : ONNX_Op<"DropoutV10", [AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX Dropout, opset 10";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$data, OptionalAttr<F32Attr>:$ratio);
   let results = (outs TensorOf<[F16, F32, F64]>:$output, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$mask);
 }
 
-def ONNXDropoutOp : ONNX_Op<"Dropout", []> {
+def ONNXDropoutOp : ONNX_Op<"Dropout", [AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX Dropout, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$data, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>, NoneType]>:$ratio, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$training_mode, OptionalAttr<SI64Attr>:$seed);
   let results = (outs TensorOf<[F16, F32, F64, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$output, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$mask);
 }
 
-def ONNXDynamicQuantizeLinearOp : ONNX_Op<"DynamicQuantizeLinear", [Pure]> {
+def ONNXDynamicQuantizeLinearOp : ONNX_Op<"DynamicQuantizeLinear", [Pure, AllElementTypesMatch<["y", "y_zero_point"]>]> {
   let summary = "ONNX DynamicQuantizeLinear, opset 11";
   let arguments = (ins TensorOf<[F32]>:$x);
   let results = (outs TensorOf<[UI8]>:$y, TensorOf<[F32]>:$y_scale, TensorOf<[UI8]>:$y_zero_point);
@@ -443,31 +443,31 @@ def ONNXEinsumOp : ONNX_Op<"Einsum", [Pure]> {
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$Output);
 }
 
-def ONNXEluOp : ONNX_Op<"Elu", [Pure]> {
+def ONNXEluOp : ONNX_Op<"Elu", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Elu, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<F32Attr>:$alpha);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXEqualOp : ONNX_Op<"Equal", [Pure]> {
+def ONNXEqualOp : ONNX_Op<"Equal", [Pure, AllElementTypesMatch<["A", "B"]>]> {
   let summary = "ONNX Equal, opset 19";
   let arguments = (ins TensorOf<[I1, I32, I64, UI8, UI16, UI32, UI64, I8, I16, F16, F32, F64, BF16, ONNX_StringType]>:$A, TensorOf<[I1, I32, I64, UI8, UI16, UI32, UI64, I8, I16, F16, F32, F64, BF16, ONNX_StringType]>:$B);
   let results = (outs TensorOf<[I1]>:$C);
 }
 
-def ONNXErfOp : ONNX_Op<"Erf", [Pure]> {
+def ONNXErfOp : ONNX_Op<"Erf", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Erf, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXExpOp : ONNX_Op<"Exp", [Pure]> {
+def ONNXExpOp : ONNX_Op<"Exp", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Exp, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXExpandOp : ONNX_Op<"Expand", [Pure]> {
+def ONNXExpandOp : ONNX_Op<"Expand", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Expand, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$input, TensorOf<[I64]>:$shape);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
@@ -479,121 +479,121 @@ def ONNXEyeLikeOp : ONNX_Op<"EyeLike", [Pure]> {
   let results = (outs TensorOf<[F16, F32, F64, I8, I16, I32, I64, UI8, UI16, UI32, UI64, I1, BF16]>:$output);
 }
 
-def ONNXFlattenOp : ONNX_Op<"Flatten", [Pure]> {
+def ONNXFlattenOp : ONNX_Op<"Flatten", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Flatten, opset 25";
   let arguments = (ins TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$input, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$output);
 }
 
-def ONNXFloorOp : ONNX_Op<"Floor", [Pure]> {
+def ONNXFloorOp : ONNX_Op<"Floor", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Floor, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXGRUV7Op : ONNX_Op<"GRUV7", [Pure]> {
+def ONNXGRUV7Op : ONNX_Op<"GRUV7", [Pure, AllElementTypesMatch<["X", "W", "R"]>]> {
   let summary = "ONNX GRU, opset 7";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, TensorOf<[F16, F32, F64]>:$W, TensorOf<[F16, F32, F64]>:$R, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$B, AnyTypeOf<[TensorOf<[I32]>, NoneType]>:$sequence_lens, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$initial_h, OptionalAttr<F32Attr>:$clip, OptionalAttr<F32ArrayAttr>:$activation_beta, OptionalAttr<F32ArrayAttr>:$activation_alpha, OptionalAttr<SI64Attr>:$hidden_size, OptionalAttr<StrAttr>:$direction, OptionalAttr<SI64Attr>:$linear_before_reset, OptionalAttr<StrArrayAttr>:$activations);
   let results = (outs AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$Y_h);
 }
 
-def ONNXGRUOp : ONNX_Op<"GRU", [Pure]> {
+def ONNXGRUOp : ONNX_Op<"GRU", [Pure, AllElementTypesMatch<["X", "W", "R"]>]> {
   let summary = "ONNX GRU, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$W, TensorOf<[F16, F32, F64, BF16]>:$R, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$B, AnyTypeOf<[TensorOf<[I32]>, NoneType]>:$sequence_lens, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$initial_h, OptionalAttr<F32Attr>:$clip, OptionalAttr<F32ArrayAttr>:$activation_beta, OptionalAttr<F32ArrayAttr>:$activation_alpha, OptionalAttr<SI64Attr>:$hidden_size, OptionalAttr<SI64Attr>:$layout, OptionalAttr<StrAttr>:$direction, OptionalAttr<SI64Attr>:$linear_before_reset, OptionalAttr<StrArrayAttr>:$activations);
   let results = (outs AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$Y_h);
 }
 
-def ONNXGatherOp : ONNX_Op<"Gather", [Pure]> {
+def ONNXGatherOp : ONNX_Op<"Gather", [Pure, AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX Gather, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$data, TensorOf<[I32, I64]>:$indices, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXGatherElementsOp : ONNX_Op<"GatherElements", [Pure]> {
+def ONNXGatherElementsOp : ONNX_Op<"GatherElements", [Pure, AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX GatherElements, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$data, TensorOf<[I32, I64]>:$indices, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXGatherNDV11Op : ONNX_Op<"GatherNDV11", [Pure]> {
+def ONNXGatherNDV11Op : ONNX_Op<"GatherNDV11", [Pure, AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX GatherND, opset 11";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$data, TensorOf<[I64]>:$indices);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXGatherNDOp : ONNX_Op<"GatherND", [Pure]> {
+def ONNXGatherNDOp : ONNX_Op<"GatherND", [Pure, AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX GatherND, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$data, TensorOf<[I64]>:$indices, OptionalAttr<SI64Attr>:$batch_dims);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXGeluOp : ONNX_Op<"Gelu", [Pure]> {
+def ONNXGeluOp : ONNX_Op<"Gelu", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Gelu, opset 20";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<StrAttr>:$approximate);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXGemmV9Op : ONNX_Op<"GemmV9", [Pure]> {
+def ONNXGemmV9Op : ONNX_Op<"GemmV9", [Pure, AllElementTypesMatch<["A", "B", "C", "Y"]>]> {
   let summary = "ONNX Gemm, opset 9";
   let arguments = (ins TensorOf<[F16, F32, F64, UI32, UI64, I32, I64]>:$A, TensorOf<[F16, F32, F64, UI32, UI64, I32, I64]>:$B, TensorOf<[F16, F32, F64, UI32, UI64, I32, I64]>:$C, OptionalAttr<F32Attr>:$beta, OptionalAttr<SI64Attr>:$transB, OptionalAttr<F32Attr>:$alpha, OptionalAttr<SI64Attr>:$transA);
   let results = (outs TensorOf<[F16, F32, F64, UI32, UI64, I32, I64]>:$Y);
 }
 
-def ONNXGemmOp : ONNX_Op<"Gemm", [Pure]> {
+def ONNXGemmOp : ONNX_Op<"Gemm", [Pure, AllElementTypesMatch<["A", "B", "Y"]>]> {
   let summary = "ONNX Gemm, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$A, TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$B, AnyTypeOf<[TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>, NoneType]>:$C, OptionalAttr<F32Attr>:$beta, OptionalAttr<SI64Attr>:$transB, OptionalAttr<F32Attr>:$alpha, OptionalAttr<SI64Attr>:$transA);
   let results = (outs TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$Y);
 }
 
-def ONNXGlobalAveragePoolOp : ONNX_Op<"GlobalAveragePool", [Pure]> {
+def ONNXGlobalAveragePoolOp : ONNX_Op<"GlobalAveragePool", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX GlobalAveragePool, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXGlobalLpPoolOp : ONNX_Op<"GlobalLpPool", [Pure]> {
+def ONNXGlobalLpPoolOp : ONNX_Op<"GlobalLpPool", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX GlobalLpPool, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<SI64Attr>:$p);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXGlobalMaxPoolOp : ONNX_Op<"GlobalMaxPool", [Pure]> {
+def ONNXGlobalMaxPoolOp : ONNX_Op<"GlobalMaxPool", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX GlobalMaxPool, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXGreaterOp : ONNX_Op<"Greater", [Pure]> {
+def ONNXGreaterOp : ONNX_Op<"Greater", [Pure, AllElementTypesMatch<["A", "B"]>]> {
   let summary = "ONNX Greater, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$A, TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$B);
   let results = (outs TensorOf<[I1]>:$C);
 }
 
-def ONNXGreaterOrEqualOp : ONNX_Op<"GreaterOrEqual", [Pure]> {
+def ONNXGreaterOrEqualOp : ONNX_Op<"GreaterOrEqual", [Pure, AllElementTypesMatch<["A", "B"]>]> {
   let summary = "ONNX GreaterOrEqual, opset 16";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$A, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$B);
   let results = (outs TensorOf<[I1]>:$C);
 }
 
-def ONNXGridSampleV16Op : ONNX_Op<"GridSampleV16", [Pure]> {
+def ONNXGridSampleV16Op : ONNX_Op<"GridSampleV16", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX GridSample, opset 16";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$X, TensorOf<[F16, F32, F64]>:$grid, OptionalAttr<SI64Attr>:$align_corners, OptionalAttr<StrAttr>:$padding_mode, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$Y);
 }
 
-def ONNXGridSampleOp : ONNX_Op<"GridSample", [Pure]> {
+def ONNXGridSampleOp : ONNX_Op<"GridSample", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX GridSample, opset 22";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$grid, OptionalAttr<SI64Attr>:$align_corners, OptionalAttr<StrAttr>:$padding_mode, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$Y);
 }
 
-def ONNXGroupNormalizationV18Op : ONNX_Op<"GroupNormalizationV18", [Pure]> {
+def ONNXGroupNormalizationV18Op : ONNX_Op<"GroupNormalizationV18", [Pure, AllElementTypesMatch<["X", "scale", "bias", "Y"]>]> {
   let summary = "ONNX GroupNormalization, opset 18";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$scale, TensorOf<[F16, F32, F64, BF16]>:$bias, SI64Attr:$num_groups, OptionalAttr<F32Attr>:$epsilon);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXGroupNormalizationOp : ONNX_Op<"GroupNormalization", [Pure]> {
+def ONNXGroupNormalizationOp : ONNX_Op<"GroupNormalization", [Pure, AllElementTypesMatch<["X", "scale", "bias", "Y"]>]> {
   let summary = "ONNX GroupNormalization, opset 21";
   let arguments = (ins TensorOf<[BF16, F16, F32, F64]>:$X, TensorOf<[BF16, F16, F32, F64]>:$scale, TensorOf<[BF16, F16, F32, F64]>:$bias, OptionalAttr<SI64Attr>:$stash_type, SI64Attr:$num_groups, OptionalAttr<F32Attr>:$epsilon);
   let results = (outs TensorOf<[BF16, F16, F32, F64]>:$Y);
@@ -611,25 +611,25 @@ def ONNXHannWindowOp : ONNX_Op<"HannWindow", [Pure]> {
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXHardSigmoidOp : ONNX_Op<"HardSigmoid", [Pure]> {
+def ONNXHardSigmoidOp : ONNX_Op<"HardSigmoid", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX HardSigmoid, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<F32Attr>:$beta, OptionalAttr<F32Attr>:$alpha);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXHardSwishOp : ONNX_Op<"HardSwish", [Pure]> {
+def ONNXHardSwishOp : ONNX_Op<"HardSwish", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX HardSwish, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXHardmaxV11Op : ONNX_Op<"HardmaxV11", [Pure]> {
+def ONNXHardmaxV11Op : ONNX_Op<"HardmaxV11", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Hardmax, opset 11";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$input, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64]>:$output);
 }
 
-def ONNXHardmaxOp : ONNX_Op<"Hardmax", [Pure]> {
+def ONNXHardmaxOp : ONNX_Op<"Hardmax", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Hardmax, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
@@ -656,7 +656,7 @@ def ONNXImageDecoderOp : ONNX_Op<"ImageDecoder", [Pure]> {
   let results = (outs TensorOf<[UI8]>:$image);
 }
 
-def ONNXInstanceNormalizationOp : ONNX_Op<"InstanceNormalization", [Pure]> {
+def ONNXInstanceNormalizationOp : ONNX_Op<"InstanceNormalization", [Pure, AllElementTypesMatch<["input", "scale", "B", "output"]>]> {
   let summary = "ONNX InstanceNormalization, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input, TensorOf<[F16, F32, F64, BF16]>:$scale, TensorOf<[F16, F32, F64, BF16]>:$B, OptionalAttr<F32Attr>:$epsilon);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
@@ -674,67 +674,67 @@ def ONNXIsNaNOp : ONNX_Op<"IsNaN", [Pure]> {
   let results = (outs TensorOf<[I1]>:$Y);
 }
 
-def ONNXLRNOp : ONNX_Op<"LRN", [Pure]> {
+def ONNXLRNOp : ONNX_Op<"LRN", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX LRN, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<F32Attr>:$bias, OptionalAttr<F32Attr>:$beta, OptionalAttr<F32Attr>:$alpha, SI64Attr:$size);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXLSTMV7Op : ONNX_Op<"LSTMV7", [Pure]> {
+def ONNXLSTMV7Op : ONNX_Op<"LSTMV7", [Pure, AllElementTypesMatch<["X", "W", "R"]>]> {
   let summary = "ONNX LSTM, opset 7";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, TensorOf<[F16, F32, F64]>:$W, TensorOf<[F16, F32, F64]>:$R, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$B, AnyTypeOf<[TensorOf<[I32]>, NoneType]>:$sequence_lens, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$initial_h, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$initial_c, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$P, OptionalAttr<F32Attr>:$clip, OptionalAttr<F32ArrayAttr>:$activation_beta, OptionalAttr<F32ArrayAttr>:$activation_alpha, OptionalAttr<SI64Attr>:$hidden_size, OptionalAttr<StrAttr>:$direction, OptionalAttr<SI64Attr>:$input_forget, OptionalAttr<StrArrayAttr>:$activations);
   let results = (outs AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$Y_h, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$Y_c);
 }
 
-def ONNXLSTMOp : ONNX_Op<"LSTM", [Pure]> {
+def ONNXLSTMOp : ONNX_Op<"LSTM", [Pure, AllElementTypesMatch<["X", "W", "R"]>]> {
   let summary = "ONNX LSTM, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$W, TensorOf<[F16, F32, F64, BF16]>:$R, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$B, AnyTypeOf<[TensorOf<[I32]>, NoneType]>:$sequence_lens, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$initial_h, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$initial_c, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$P, OptionalAttr<F32Attr>:$clip, OptionalAttr<F32ArrayAttr>:$activation_beta, OptionalAttr<F32ArrayAttr>:$activation_alpha, OptionalAttr<SI64Attr>:$hidden_size, OptionalAttr<StrAttr>:$direction, OptionalAttr<SI64Attr>:$input_forget, OptionalAttr<SI64Attr>:$layout, OptionalAttr<StrArrayAttr>:$activations);
   let results = (outs AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$Y_h, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$Y_c);
 }
 
-def ONNXLayerNormalizationOp : ONNX_Op<"LayerNormalization", [Pure]> {
+def ONNXLayerNormalizationOp : ONNX_Op<"LayerNormalization", [Pure, AllElementTypesMatch<["X", "Scale", "Y"]>]> {
   let summary = "ONNX LayerNormalization, opset 17";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$Scale, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$B, OptionalAttr<SI64Attr>:$stash_type, OptionalAttr<F32Attr>:$epsilon, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y, AnyTypeOf<[TensorOf<[F32, BF16]>, NoneType]>:$Mean, AnyTypeOf<[TensorOf<[F32, BF16]>, NoneType]>:$InvStdDev);
 }
 
-def ONNXLeakyReluOp : ONNX_Op<"LeakyRelu", [Pure]> {
+def ONNXLeakyReluOp : ONNX_Op<"LeakyRelu", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX LeakyRelu, opset 16";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<F32Attr>:$alpha);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXLessOp : ONNX_Op<"Less", [Pure]> {
+def ONNXLessOp : ONNX_Op<"Less", [Pure, AllElementTypesMatch<["A", "B"]>]> {
   let summary = "ONNX Less, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$A, TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$B);
   let results = (outs TensorOf<[I1]>:$C);
 }
 
-def ONNXLessOrEqualOp : ONNX_Op<"LessOrEqual", [Pure]> {
+def ONNXLessOrEqualOp : ONNX_Op<"LessOrEqual", [Pure, AllElementTypesMatch<["A", "B"]>]> {
   let summary = "ONNX LessOrEqual, opset 16";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$A, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$B);
   let results = (outs TensorOf<[I1]>:$C);
 }
 
-def ONNXLinearAttentionOp : ONNX_Op<"LinearAttention", [Pure]> {
+def ONNXLinearAttentionOp : ONNX_Op<"LinearAttention", [Pure, AllElementTypesMatch<["query", "key", "value", "output"]>]> {
   let summary = "ONNX LinearAttention, opset 27";
   let arguments = (ins TensorOf<[F16, BF16, F32]>:$query, TensorOf<[F16, BF16, F32]>:$key, TensorOf<[F16, BF16, F32]>:$value, AnyTypeOf<[TensorOf<[F16, BF16, F32]>, NoneType]>:$past_state, AnyTypeOf<[TensorOf<[F16, BF16, F32]>, NoneType]>:$decay, AnyTypeOf<[TensorOf<[F16, BF16, F32]>, NoneType]>:$beta, OptionalAttr<SI64Attr>:$chunk_size, SI64Attr:$kv_num_heads, SI64Attr:$q_num_heads, OptionalAttr<F32Attr>:$scale, OptionalAttr<StrAttr>:$update_rule);
   let results = (outs TensorOf<[F16, BF16, F32]>:$output, TensorOf<[F16, BF16, F32]>:$present_state);
 }
 
-def ONNXLogOp : ONNX_Op<"Log", [Pure]> {
+def ONNXLogOp : ONNX_Op<"Log", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Log, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXLogSoftmaxV11Op : ONNX_Op<"LogSoftmaxV11", [Pure]> {
+def ONNXLogSoftmaxV11Op : ONNX_Op<"LogSoftmaxV11", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX LogSoftmax, opset 11";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$input, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64]>:$output);
 }
 
-def ONNXLogSoftmaxOp : ONNX_Op<"LogSoftmax", [Pure]> {
+def ONNXLogSoftmaxOp : ONNX_Op<"LogSoftmax", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX LogSoftmax, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
@@ -748,25 +748,25 @@ def ONNXLoopOp : ONNX_Op<"Loop", [RecursiveMemoryEffects, DeclareOpInterfaceMeth
   let hasVerifier = 1;
 }
 
-def ONNXLpNormalizationOp : ONNX_Op<"LpNormalization", [Pure]> {
+def ONNXLpNormalizationOp : ONNX_Op<"LpNormalization", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX LpNormalization, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input, OptionalAttr<SI64Attr>:$p, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXLpPoolV11Op : ONNX_Op<"LpPoolV11", [Pure]> {
+def ONNXLpPoolV11Op : ONNX_Op<"LpPoolV11", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX LpPool, opset 11";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, OptionalAttr<SI64Attr>:$p, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64]>:$Y);
 }
 
-def ONNXLpPoolOp : ONNX_Op<"LpPool", [Pure]> {
+def ONNXLpPoolOp : ONNX_Op<"LpPool", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX LpPool, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<SI64Attr>:$p, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<SI64Attr>:$ceil_mode, OptionalAttr<I64ArrayAttr>:$dilations, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXMatMulOp : ONNX_Op<"MatMul", [Pure]> {
+def ONNXMatMulOp : ONNX_Op<"MatMul", [Pure, AllElementTypesMatch<["A", "B", "Y"]>]> {
   let summary = "ONNX MatMul, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$A, TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$B);
   let results = (outs TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$Y);
@@ -784,31 +784,31 @@ def ONNXMaxOp : ONNX_Op<"Max", [Pure]> {
   let results = (outs TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$max);
 }
 
-def ONNXMaxPoolV1Op : ONNX_Op<"MaxPoolV1", [Pure]> {
+def ONNXMaxPoolV1Op : ONNX_Op<"MaxPoolV1", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX MaxPool, opset 1";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64]>:$Y);
 }
 
-def ONNXMaxPoolV8Op : ONNX_Op<"MaxPoolV8", [Pure]> {
+def ONNXMaxPoolV8Op : ONNX_Op<"MaxPoolV8", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX MaxPool, opset 8";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, OptionalAttr<SI64Attr>:$storage_order, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64]>:$Y, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$Indices);
 }
 
-def ONNXMaxPoolOp : ONNX_Op<"MaxPool", [Pure]> {
+def ONNXMaxPoolOp : ONNX_Op<"MaxPool", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX MaxPool, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, I8, UI8, BF16]>:$X, OptionalAttr<SI64Attr>:$storage_order, OptionalAttr<I64ArrayAttr>:$dilations, OptionalAttr<SI64Attr>:$ceil_mode, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<StrAttr>:$auto_pad, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64, I8, UI8, BF16]>:$Y, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$Indices);
 }
 
-def ONNXMaxRoiPoolOp : ONNX_Op<"MaxRoiPool", [Pure]> {
+def ONNXMaxRoiPoolOp : ONNX_Op<"MaxRoiPool", [Pure, AllElementTypesMatch<["X", "rois", "Y"]>]> {
   let summary = "ONNX MaxRoiPool, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$rois, OptionalAttr<F32Attr>:$spatial_scale, I64ArrayAttr:$pooled_shape);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXMaxUnpoolOp : ONNX_Op<"MaxUnpool", [Pure]> {
+def ONNXMaxUnpoolOp : ONNX_Op<"MaxUnpool", [Pure, AllElementTypesMatch<["X", "output"]>]> {
   let summary = "ONNX MaxUnpool, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[I64]>:$I, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$output_shape, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<I64ArrayAttr>:$strides, I64ArrayAttr:$kernel_shape);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
@@ -820,13 +820,13 @@ def ONNXMeanOp : ONNX_Op<"Mean", [Pure]> {
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$mean);
 }
 
-def ONNXMeanVarianceNormalizationOp : ONNX_Op<"MeanVarianceNormalization", [Pure]> {
+def ONNXMeanVarianceNormalizationOp : ONNX_Op<"MeanVarianceNormalization", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX MeanVarianceNormalization, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<I64ArrayAttr>:$axes);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXMelWeightMatrixOp : ONNX_Op<"MelWeightMatrix", [Pure]> {
+def ONNXMelWeightMatrixOp : ONNX_Op<"MelWeightMatrix", [Pure, AllElementTypesMatch<["num_mel_bins", "dft_length", "sample_rate"]>, AllElementTypesMatch<["lower_edge_hertz", "upper_edge_hertz"]>]> {
   let summary = "ONNX MelWeightMatrix, opset 17";
   let arguments = (ins TensorOf<[I32, I64]>:$num_mel_bins, TensorOf<[I32, I64]>:$dft_length, TensorOf<[I32, I64]>:$sample_rate, TensorOf<[F32, F16, F64, BF16]>:$lower_edge_hertz, TensorOf<[F32, F16, F64, BF16]>:$upper_edge_hertz, OptionalAttr<SI64Attr>:$output_datatype);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$output);
@@ -838,19 +838,19 @@ def ONNXMinOp : ONNX_Op<"Min", [Pure]> {
   let results = (outs TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$min);
 }
 
-def ONNXMishOp : ONNX_Op<"Mish", [Pure]> {
+def ONNXMishOp : ONNX_Op<"Mish", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Mish, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXModOp : ONNX_Op<"Mod", [Pure]> {
+def ONNXModOp : ONNX_Op<"Mod", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
   let summary = "ONNX Mod, opset 28";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$A, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$B, OptionalAttr<SI64Attr>:$fmod);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$C);
 }
 
-def ONNXMulOp : ONNX_Op<"Mul", [Pure]> {
+def ONNXMulOp : ONNX_Op<"Mul", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
   let summary = "ONNX Mul, opset 14";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$A, TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$B);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$C);
@@ -862,13 +862,13 @@ def ONNXMultinomialOp : ONNX_Op<"Multinomial", []> {
   let results = (outs TensorOf<[I32, I64]>:$output);
 }
 
-def ONNXNegOp : ONNX_Op<"Neg", [Pure]> {
+def ONNXNegOp : ONNX_Op<"Neg", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Neg, opset 13";
   let arguments = (ins TensorOf<[F32, I32, I8, I16, I64, F16, F64, BF16]>:$X);
   let results = (outs TensorOf<[F32, I32, I8, I16, I64, F16, F64, BF16]>:$Y);
 }
 
-def ONNXNegativeLogLikelihoodLossOp : ONNX_Op<"NegativeLogLikelihoodLoss", [Pure]> {
+def ONNXNegativeLogLikelihoodLossOp : ONNX_Op<"NegativeLogLikelihoodLoss", [Pure, AllElementTypesMatch<["input", "loss"]>]> {
   let summary = "ONNX NegativeLogLikelihoodLoss, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input, TensorOf<[I32, I64]>:$target, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$weight, OptionalAttr<SI64Attr>:$ignore_index, OptionalAttr<StrAttr>:$reduction);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$loss);
@@ -886,13 +886,13 @@ def ONNXNonZeroOp : ONNX_Op<"NonZero", [Pure]> {
   let results = (outs TensorOf<[I64]>:$Y);
 }
 
-def ONNXNotOp : ONNX_Op<"Not", [Pure]> {
+def ONNXNotOp : ONNX_Op<"Not", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Not, opset 1";
   let arguments = (ins TensorOf<[I1]>:$X);
   let results = (outs TensorOf<[I1]>:$Y);
 }
 
-def ONNXOneHotOp : ONNX_Op<"OneHot", [Pure]> {
+def ONNXOneHotOp : ONNX_Op<"OneHot", [Pure, AllElementTypesMatch<["values", "output"]>]> {
   let summary = "ONNX OneHot, opset 28";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64]>:$indices, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64]>:$depth, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$values, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
@@ -922,49 +922,49 @@ def ONNXOptionalHasElementOp : ONNX_Op<"OptionalHasElement", [Pure]> {
   let results = (outs TensorOf<[I1]>:$output);
 }
 
-def ONNXOrOp : ONNX_Op<"Or", [Pure]> {
+def ONNXOrOp : ONNX_Op<"Or", [Pure, AllElementTypesMatch<["A", "B"]>]> {
   let summary = "ONNX Or, opset 7";
   let arguments = (ins TensorOf<[I1]>:$A, TensorOf<[I1]>:$B);
   let results = (outs TensorOf<[I1]>:$C);
 }
 
-def ONNXPReluOp : ONNX_Op<"PRelu", [Pure]> {
+def ONNXPReluOp : ONNX_Op<"PRelu", [Pure, AllElementTypesMatch<["X", "slope", "Y"]>]> {
   let summary = "ONNX PRelu, opset 16";
   let arguments = (ins TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$X, TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$slope);
   let results = (outs TensorOf<[F16, F32, F64, UI32, UI64, I32, I64, BF16]>:$Y);
 }
 
-def ONNXPadV2Op : ONNX_Op<"PadV2", [Pure]> {
+def ONNXPadV2Op : ONNX_Op<"PadV2", [Pure, AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX Pad, opset 2";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$data, OptionalAttr<F32Attr>:$value, OptionalAttr<StrAttr>:$mode, I64ArrayAttr:$pads);
   let results = (outs TensorOf<[F16, F32, F64]>:$output);
 }
 
-def ONNXPadV13Op : ONNX_Op<"PadV13", [Pure]> {
+def ONNXPadV13Op : ONNX_Op<"PadV13", [Pure, AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX Pad, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$data, TensorOf<[I64]>:$pads, AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>, NoneType]>:$constant_value, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXPadOp : ONNX_Op<"Pad", [Pure]> {
+def ONNXPadOp : ONNX_Op<"Pad", [Pure, AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX Pad, opset 25";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$data, TensorOf<[I64]>:$pads, AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, NoneType]>:$constant_value, AnyTypeOf<[TensorOf<[I32, I64]>, NoneType]>:$axes, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$output);
 }
 
-def ONNXPowOp : ONNX_Op<"Pow", [Pure]> {
+def ONNXPowOp : ONNX_Op<"Pow", [Pure, AllElementTypesMatch<["X", "Z"]>]> {
   let summary = "ONNX Pow, opset 15";
   let arguments = (ins TensorOf<[F16, F32, F64, I32, I64, BF16]>:$X, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$Y);
   let results = (outs TensorOf<[F16, F32, F64, I32, I64, BF16]>:$Z);
 }
 
-def ONNXQLinearConvOp : ONNX_Op<"QLinearConv", [Pure]> {
+def ONNXQLinearConvOp : ONNX_Op<"QLinearConv", [Pure, AllElementTypesMatch<["x", "x_zero_point"]>, AllElementTypesMatch<["w", "w_zero_point"]>, AllElementTypesMatch<["y_zero_point", "y"]>]> {
   let summary = "ONNX QLinearConv, opset 10";
   let arguments = (ins TensorOf<[I8, UI8]>:$x, TensorOf<[F32]>:$x_scale, TensorOf<[I8, UI8]>:$x_zero_point, TensorOf<[I8, UI8]>:$w, TensorOf<[F32]>:$w_scale, TensorOf<[I8, UI8]>:$w_zero_point, TensorOf<[F32]>:$y_scale, TensorOf<[I8, UI8]>:$y_zero_point, AnyTypeOf<[TensorOf<[I32]>, NoneType]>:$B, OptionalAttr<SI64Attr>:$group, OptionalAttr<I64ArrayAttr>:$pads, OptionalAttr<I64ArrayAttr>:$strides, OptionalAttr<I64ArrayAttr>:$dilations, OptionalAttr<I64ArrayAttr>:$kernel_shape, OptionalAttr<StrAttr>:$auto_pad);
   let results = (outs TensorOf<[I8, UI8]>:$y);
 }
 
-def ONNXQLinearMatMulOp : ONNX_Op<"QLinearMatMul", [Pure]> {
+def ONNXQLinearMatMulOp : ONNX_Op<"QLinearMatMul", [Pure, AllElementTypesMatch<["a", "a_zero_point"]>, AllElementTypesMatch<["b", "b_zero_point"]>, AllElementTypesMatch<["y_zero_point", "y"]>]> {
   let summary = "ONNX QLinearMatMul, opset 21";
   let arguments = (ins TensorOf<[I8, UI8, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$a, TensorOf<[F32, F16, BF16]>:$a_scale, TensorOf<[I8, UI8, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$a_zero_point, TensorOf<[I8, UI8, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$b, TensorOf<[F32, F16, BF16]>:$b_scale, TensorOf<[I8, UI8, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$b_zero_point, TensorOf<[F32, F16, BF16]>:$y_scale, TensorOf<[I8, UI8, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$y_zero_point);
   let results = (outs TensorOf<[I8, UI8, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$y);
@@ -982,13 +982,13 @@ def ONNXQuantizeLinearV13Op : ONNX_Op<"QuantizeLinearV13", [Pure]> {
   let results = (outs TensorOf<[I8, UI8]>:$y);
 }
 
-def ONNXQuantizeLinearV19Op : ONNX_Op<"QuantizeLinearV19", [Pure]> {
+def ONNXQuantizeLinearV19Op : ONNX_Op<"QuantizeLinearV19", [Pure, AllElementTypesMatch<["x", "y_scale"]>]> {
   let summary = "ONNX QuantizeLinear, opset 19";
   let arguments = (ins TensorOf<[F32, F16, BF16, I32]>:$x, TensorOf<[F32, F16, BF16, I32]>:$y_scale, AnyTypeOf<[TensorOf<[I8, UI8, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>, NoneType]>:$y_zero_point, OptionalAttr<SI64Attr>:$saturate, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[I8, UI8, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ]>:$y);
 }
 
-def ONNXQuantizeLinearV21Op : ONNX_Op<"QuantizeLinearV21", [Pure]> {
+def ONNXQuantizeLinearV21Op : ONNX_Op<"QuantizeLinearV21", [Pure, AllElementTypesMatch<["x", "y_scale"]>]> {
   let summary = "ONNX QuantizeLinear, opset 21";
   let arguments = (ins TensorOf<[F32, F16, BF16, I32]>:$x, TensorOf<[F32, F16, BF16, I32]>:$y_scale, AnyTypeOf<[TensorOf<[I8, UI8, I16, UI16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>]>, NoneType]>:$y_zero_point, OptionalAttr<SI64Attr>:$output_dtype, OptionalAttr<SI64Attr>:$block_size, OptionalAttr<SI64Attr>:$saturate, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[I8, UI8, I16, UI16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>]>:$y);
@@ -1000,19 +1000,19 @@ def ONNXQuantizeLinearOp : ONNX_Op<"QuantizeLinear", [Pure]> {
   let results = (outs TensorOf<[I8, UI8, I16, UI16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, UI<2>, I<2>, F6E2M3FN, F6E3M2FN]>:$y);
 }
 
-def ONNXRMSNormalizationOp : ONNX_Op<"RMSNormalization", [Pure]> {
+def ONNXRMSNormalizationOp : ONNX_Op<"RMSNormalization", [Pure, AllElementTypesMatch<["scale", "Y"]>]> {
   let summary = "ONNX RMSNormalization, opset 23";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$scale, OptionalAttr<SI64Attr>:$stash_type, OptionalAttr<F32Attr>:$epsilon, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXRNNV7Op : ONNX_Op<"RNNV7", [Pure]> {
+def ONNXRNNV7Op : ONNX_Op<"RNNV7", [Pure, AllElementTypesMatch<["X", "W", "R"]>]> {
   let summary = "ONNX RNN, opset 7";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, TensorOf<[F16, F32, F64]>:$W, TensorOf<[F16, F32, F64]>:$R, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$B, AnyTypeOf<[TensorOf<[I32]>, NoneType]>:$sequence_lens, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$initial_h, OptionalAttr<F32Attr>:$clip, OptionalAttr<F32ArrayAttr>:$activation_beta, OptionalAttr<F32ArrayAttr>:$activation_alpha, OptionalAttr<SI64Attr>:$hidden_size, OptionalAttr<StrAttr>:$direction, OptionalAttr<StrArrayAttr>:$activations);
   let results = (outs AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$Y_h);
 }
 
-def ONNXRNNOp : ONNX_Op<"RNN", [Pure]> {
+def ONNXRNNOp : ONNX_Op<"RNN", [Pure, AllElementTypesMatch<["X", "W", "R"]>]> {
   let summary = "ONNX RNN, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$W, TensorOf<[F16, F32, F64, BF16]>:$R, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$B, AnyTypeOf<[TensorOf<[I32]>, NoneType]>:$sequence_lens, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$initial_h, OptionalAttr<F32Attr>:$clip, OptionalAttr<F32ArrayAttr>:$activation_beta, OptionalAttr<F32ArrayAttr>:$activation_alpha, OptionalAttr<SI64Attr>:$hidden_size, OptionalAttr<SI64Attr>:$layout, OptionalAttr<StrAttr>:$direction, OptionalAttr<StrArrayAttr>:$activations);
   let results = (outs AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$Y, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$Y_h);
@@ -1042,139 +1042,139 @@ def ONNXRandomUniformLikeOp : ONNX_Op<"RandomUniformLike", []> {
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXRangeV11Op : ONNX_Op<"RangeV11", [Pure]> {
+def ONNXRangeV11Op : ONNX_Op<"RangeV11", [Pure, AllElementTypesMatch<["start", "limit", "delta", "output"]>]> {
   let summary = "ONNX Range, opset 11";
   let arguments = (ins TensorOf<[F32, F64, I16, I32, I64]>:$start, TensorOf<[F32, F64, I16, I32, I64]>:$limit, TensorOf<[F32, F64, I16, I32, I64]>:$delta);
   let results = (outs TensorOf<[F32, F64, I16, I32, I64]>:$output);
 }
 
-def ONNXRangeOp : ONNX_Op<"Range", [Pure]> {
+def ONNXRangeOp : ONNX_Op<"Range", [Pure, AllElementTypesMatch<["start", "limit", "delta", "output"]>]> {
   let summary = "ONNX Range, opset 27";
   let arguments = (ins TensorOf<[F32, F64, I16, I32, I64, F16, BF16]>:$start, TensorOf<[F32, F64, I16, I32, I64, F16, BF16]>:$limit, TensorOf<[F32, F64, I16, I32, I64, F16, BF16]>:$delta, OptionalAttr<SI64Attr>:$stash_type);
   let results = (outs TensorOf<[F32, F64, I16, I32, I64, F16, BF16]>:$output);
 }
 
-def ONNXReciprocalOp : ONNX_Op<"Reciprocal", [Pure]> {
+def ONNXReciprocalOp : ONNX_Op<"Reciprocal", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Reciprocal, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXReduceL1V13Op : ONNX_Op<"ReduceL1V13", [Pure]> {
+def ONNXReduceL1V13Op : ONNX_Op<"ReduceL1V13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceL1, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceL1Op : ONNX_Op<"ReduceL1", [Pure]> {
+def ONNXReduceL1Op : ONNX_Op<"ReduceL1", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceL1, opset 18";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceL2V13Op : ONNX_Op<"ReduceL2V13", [Pure]> {
+def ONNXReduceL2V13Op : ONNX_Op<"ReduceL2V13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceL2, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceL2Op : ONNX_Op<"ReduceL2", [Pure]> {
+def ONNXReduceL2Op : ONNX_Op<"ReduceL2", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceL2, opset 18";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceLogSumV13Op : ONNX_Op<"ReduceLogSumV13", [Pure]> {
+def ONNXReduceLogSumV13Op : ONNX_Op<"ReduceLogSumV13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceLogSum, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceLogSumOp : ONNX_Op<"ReduceLogSum", [Pure]> {
+def ONNXReduceLogSumOp : ONNX_Op<"ReduceLogSum", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceLogSum, opset 28";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceLogSumExpV13Op : ONNX_Op<"ReduceLogSumExpV13", [Pure]> {
+def ONNXReduceLogSumExpV13Op : ONNX_Op<"ReduceLogSumExpV13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceLogSumExp, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceLogSumExpOp : ONNX_Op<"ReduceLogSumExp", [Pure]> {
+def ONNXReduceLogSumExpOp : ONNX_Op<"ReduceLogSumExp", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceLogSumExp, opset 28";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceMaxV13Op : ONNX_Op<"ReduceMaxV13", [Pure]> {
+def ONNXReduceMaxV13Op : ONNX_Op<"ReduceMaxV13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceMax, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, UI8, I8, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, UI8, I8, BF16]>:$reduced);
 }
 
-def ONNXReduceMaxOp : ONNX_Op<"ReduceMax", [Pure]> {
+def ONNXReduceMaxOp : ONNX_Op<"ReduceMax", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceMax, opset 20";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, I8, I1]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, I8, I1]>:$reduced);
 }
 
-def ONNXReduceMeanV13Op : ONNX_Op<"ReduceMeanV13", [Pure]> {
+def ONNXReduceMeanV13Op : ONNX_Op<"ReduceMeanV13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceMean, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceMeanOp : ONNX_Op<"ReduceMean", [Pure]> {
+def ONNXReduceMeanOp : ONNX_Op<"ReduceMean", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceMean, opset 18";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceMinV13Op : ONNX_Op<"ReduceMinV13", [Pure]> {
+def ONNXReduceMinV13Op : ONNX_Op<"ReduceMinV13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceMin, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, UI8, I8, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, UI8, I8, BF16]>:$reduced);
 }
 
-def ONNXReduceMinOp : ONNX_Op<"ReduceMin", [Pure]> {
+def ONNXReduceMinOp : ONNX_Op<"ReduceMin", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceMin, opset 20";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, I8, I1]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, I8, I1]>:$reduced);
 }
 
-def ONNXReduceProdV13Op : ONNX_Op<"ReduceProdV13", [Pure]> {
+def ONNXReduceProdV13Op : ONNX_Op<"ReduceProdV13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceProd, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceProdOp : ONNX_Op<"ReduceProd", [Pure]> {
+def ONNXReduceProdOp : ONNX_Op<"ReduceProd", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceProd, opset 18";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceSumV11Op : ONNX_Op<"ReduceSumV11", [Pure]> {
+def ONNXReduceSumV11Op : ONNX_Op<"ReduceSumV11", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceSum, opset 11";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64]>:$data, OptionalAttr<SI64Attr>:$keepdims, OptionalAttr<I64ArrayAttr>:$axes);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64]>:$reduced);
 }
 
-def ONNXReduceSumOp : ONNX_Op<"ReduceSum", [Pure]> {
+def ONNXReduceSumOp : ONNX_Op<"ReduceSum", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceSum, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceSumSquareV13Op : ONNX_Op<"ReduceSumSquareV13", [Pure]> {
+def ONNXReduceSumSquareV13Op : ONNX_Op<"ReduceSumSquareV13", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceSumSquare, opset 13";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
 }
 
-def ONNXReduceSumSquareOp : ONNX_Op<"ReduceSumSquare", [Pure]> {
+def ONNXReduceSumSquareOp : ONNX_Op<"ReduceSumSquare", [Pure, AllElementTypesMatch<["data", "reduced"]>]> {
   let summary = "ONNX ReduceSumSquare, opset 18";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes, OptionalAttr<SI64Attr>:$noop_with_empty_axes, OptionalAttr<SI64Attr>:$keepdims);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16]>:$reduced);
@@ -1186,79 +1186,79 @@ def ONNXRegexFullMatchOp : ONNX_Op<"RegexFullMatch", [Pure]> {
   let results = (outs TensorOf<[I1]>:$Y);
 }
 
-def ONNXReluOp : ONNX_Op<"Relu", [Pure]> {
+def ONNXReluOp : ONNX_Op<"Relu", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Relu, opset 14";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16, I32, I8, I16, I64]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16, I32, I8, I16, I64]>:$Y);
 }
 
-def ONNXReshapeV13Op : ONNX_Op<"ReshapeV13", [Pure]> {
+def ONNXReshapeV13Op : ONNX_Op<"ReshapeV13", [Pure, AllElementTypesMatch<["data", "reshaped"]>]> {
   let summary = "ONNX Reshape, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$data, TensorOf<[I64]>:$shape);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$reshaped);
 }
 
-def ONNXReshapeOp : ONNX_Op<"Reshape", [Pure]> {
+def ONNXReshapeOp : ONNX_Op<"Reshape", [Pure, AllElementTypesMatch<["data", "reshaped"]>]> {
   let summary = "ONNX Reshape, opset 25";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$data, TensorOf<[I64]>:$shape, OptionalAttr<SI64Attr>:$allowzero);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$reshaped);
 }
 
-def ONNXResizeV10Op : ONNX_Op<"ResizeV10", [Pure]> {
+def ONNXResizeV10Op : ONNX_Op<"ResizeV10", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Resize, opset 10";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$X, TensorOf<[F32]>:$scales, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$Y);
 }
 
-def ONNXResizeV11Op : ONNX_Op<"ResizeV11", [Pure]> {
+def ONNXResizeV11Op : ONNX_Op<"ResizeV11", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Resize, opset 11";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$X, TensorOf<[F16, F32, F64]>:$roi, TensorOf<[F32]>:$scales, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$sizes, OptionalAttr<F32Attr>:$extrapolation_value, OptionalAttr<SI64Attr>:$exclude_outside, OptionalAttr<StrAttr>:$nearest_mode, OptionalAttr<StrAttr>:$coordinate_transformation_mode, OptionalAttr<F32Attr>:$cubic_coeff_a, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$Y);
 }
 
-def ONNXResizeV13Op : ONNX_Op<"ResizeV13", [Pure]> {
+def ONNXResizeV13Op : ONNX_Op<"ResizeV13", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Resize, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$X, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$roi, AnyTypeOf<[TensorOf<[F32]>, NoneType]>:$scales, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$sizes, OptionalAttr<F32Attr>:$extrapolation_value, OptionalAttr<SI64Attr>:$exclude_outside, OptionalAttr<StrAttr>:$nearest_mode, OptionalAttr<StrAttr>:$coordinate_transformation_mode, OptionalAttr<F32Attr>:$cubic_coeff_a, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$Y);
 }
 
-def ONNXResizeOp : ONNX_Op<"Resize", [Pure]> {
+def ONNXResizeOp : ONNX_Op<"Resize", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Resize, opset 19";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$X, AnyTypeOf<[TensorOf<[F16, F32, F64]>, NoneType]>:$roi, AnyTypeOf<[TensorOf<[F32]>, NoneType]>:$scales, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$sizes, OptionalAttr<StrAttr>:$keep_aspect_ratio_policy, OptionalAttr<I64ArrayAttr>:$axes, OptionalAttr<SI64Attr>:$antialias, OptionalAttr<F32Attr>:$extrapolation_value, OptionalAttr<SI64Attr>:$exclude_outside, OptionalAttr<StrAttr>:$nearest_mode, OptionalAttr<StrAttr>:$coordinate_transformation_mode, OptionalAttr<F32Attr>:$cubic_coeff_a, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$Y);
 }
 
-def ONNXReverseSequenceOp : ONNX_Op<"ReverseSequence", [Pure]> {
+def ONNXReverseSequenceOp : ONNX_Op<"ReverseSequence", [Pure, AllElementTypesMatch<["input", "Y"]>]> {
   let summary = "ONNX ReverseSequence, opset 28";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$input, TensorOf<[I64]>:$sequence_lens, OptionalAttr<SI64Attr>:$batch_axis, OptionalAttr<SI64Attr>:$time_axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$Y);
 }
 
-def ONNXRoiAlignV10Op : ONNX_Op<"RoiAlignV10", [Pure]> {
+def ONNXRoiAlignV10Op : ONNX_Op<"RoiAlignV10", [Pure, AllElementTypesMatch<["X", "rois", "Y"]>]> {
   let summary = "ONNX RoiAlign, opset 10";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, TensorOf<[F16, F32, F64]>:$rois, TensorOf<[I64]>:$batch_indices, OptionalAttr<StrAttr>:$mode, OptionalAttr<SI64Attr>:$output_height, OptionalAttr<SI64Attr>:$sampling_ratio, OptionalAttr<SI64Attr>:$output_width, OptionalAttr<F32Attr>:$spatial_scale);
   let results = (outs TensorOf<[F16, F32, F64]>:$Y);
 }
 
-def ONNXRoiAlignOp : ONNX_Op<"RoiAlign", [Pure]> {
+def ONNXRoiAlignOp : ONNX_Op<"RoiAlign", [Pure, AllElementTypesMatch<["X", "rois", "Y"]>]> {
   let summary = "ONNX RoiAlign, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, TensorOf<[F16, F32, F64, BF16]>:$rois, TensorOf<[I64]>:$batch_indices, OptionalAttr<StrAttr>:$coordinate_transformation_mode, OptionalAttr<StrAttr>:$mode, OptionalAttr<SI64Attr>:$output_height, OptionalAttr<SI64Attr>:$sampling_ratio, OptionalAttr<SI64Attr>:$output_width, OptionalAttr<F32Attr>:$spatial_scale);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXRotaryEmbeddingOp : ONNX_Op<"RotaryEmbedding", [Pure]> {
+def ONNXRotaryEmbeddingOp : ONNX_Op<"RotaryEmbedding", [Pure, AllElementTypesMatch<["X", "cos_cache", "sin_cache", "Y"]>]> {
   let summary = "ONNX RotaryEmbedding, opset 23";
   let arguments = (ins TensorOf<[F32, F16, BF16]>:$X, TensorOf<[F32, F16, BF16]>:$cos_cache, TensorOf<[F32, F16, BF16]>:$sin_cache, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$position_ids, OptionalAttr<SI64Attr>:$num_heads, OptionalAttr<SI64Attr>:$rotary_embedding_dim, OptionalAttr<SI64Attr>:$interleaved);
   let results = (outs TensorOf<[F32, F16, BF16]>:$Y);
 }
 
-def ONNXRoundOp : ONNX_Op<"Round", [Pure]> {
+def ONNXRoundOp : ONNX_Op<"Round", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Round, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXSTFTOp : ONNX_Op<"STFT", [Pure]> {
+def ONNXSTFTOp : ONNX_Op<"STFT", [Pure, AllElementTypesMatch<["signal", "output"]>]> {
   let summary = "ONNX STFT, opset 17";
   let arguments = (ins TensorOf<[F32, F16, F64, BF16]>:$signal, TensorOf<[I32, I64]>:$frame_step, AnyTypeOf<[TensorOf<[F32, F16, F64, BF16]>, NoneType]>:$window, AnyTypeOf<[TensorOf<[I32, I64]>, NoneType]>:$frame_length, OptionalAttr<SI64Attr>:$onesided);
   let results = (outs TensorOf<[F32, F16, F64, BF16]>:$output);
@@ -1279,37 +1279,37 @@ def ONNXScanOp : ONNX_Op<"Scan", [RecursiveMemoryEffects, RecursivelySpeculatabl
   let hasVerifier = 1;
 }
 
-def ONNXScatterOp : ONNX_Op<"Scatter", [Pure]> {
+def ONNXScatterOp : ONNX_Op<"Scatter", [Pure, AllElementTypesMatch<["data", "updates", "output"]>]> {
   let summary = "ONNX Scatter, opset 11";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$data, TensorOf<[I32, I64]>:$indices, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$updates, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXScatterElementsV13Op : ONNX_Op<"ScatterElementsV13", [Pure]> {
+def ONNXScatterElementsV13Op : ONNX_Op<"ScatterElementsV13", [Pure, AllElementTypesMatch<["data", "updates", "output"]>]> {
   let summary = "ONNX ScatterElements, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$data, TensorOf<[I32, I64]>:$indices, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$updates, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXScatterElementsOp : ONNX_Op<"ScatterElements", [Pure]> {
+def ONNXScatterElementsOp : ONNX_Op<"ScatterElements", [Pure, AllElementTypesMatch<["data", "updates", "output"]>]> {
   let summary = "ONNX ScatterElements, opset 18";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$data, TensorOf<[I32, I64]>:$indices, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$updates, OptionalAttr<StrAttr>:$reduction, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXScatterNDV13Op : ONNX_Op<"ScatterNDV13", [Pure]> {
+def ONNXScatterNDV13Op : ONNX_Op<"ScatterNDV13", [Pure, AllElementTypesMatch<["data", "updates", "output"]>]> {
   let summary = "ONNX ScatterND, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$data, TensorOf<[I64]>:$indices, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$updates);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXScatterNDOp : ONNX_Op<"ScatterND", [Pure]> {
+def ONNXScatterNDOp : ONNX_Op<"ScatterND", [Pure, AllElementTypesMatch<["data", "updates", "output"]>]> {
   let summary = "ONNX ScatterND, opset 18";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$data, TensorOf<[I64]>:$indices, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$updates, OptionalAttr<StrAttr>:$reduction);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXSeluOp : ONNX_Op<"Selu", [Pure]> {
+def ONNXSeluOp : ONNX_Op<"Selu", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Selu, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<F32Attr>:$gamma, OptionalAttr<F32Attr>:$alpha);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
@@ -1370,31 +1370,31 @@ def ONNXShapeOp : ONNX_Op<"Shape", [Pure]> {
   let results = (outs TensorOf<[I64]>:$shape);
 }
 
-def ONNXShrinkOp : ONNX_Op<"Shrink", [Pure]> {
+def ONNXShrinkOp : ONNX_Op<"Shrink", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Shrink, opset 9";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64]>:$input, OptionalAttr<F32Attr>:$bias, OptionalAttr<F32Attr>:$lambd);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64]>:$output);
 }
 
-def ONNXSigmoidOp : ONNX_Op<"Sigmoid", [Pure]> {
+def ONNXSigmoidOp : ONNX_Op<"Sigmoid", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Sigmoid, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXSignOp : ONNX_Op<"Sign", [Pure]> {
+def ONNXSignOp : ONNX_Op<"Sign", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Sign, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXSinOp : ONNX_Op<"Sin", [Pure]> {
+def ONNXSinOp : ONNX_Op<"Sin", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Sin, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXSinhOp : ONNX_Op<"Sinh", [Pure]> {
+def ONNXSinhOp : ONNX_Op<"Sinh", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Sinh, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
@@ -1406,55 +1406,55 @@ def ONNXSizeOp : ONNX_Op<"Size", [Pure]> {
   let results = (outs TensorOf<[I64]>:$size);
 }
 
-def ONNXSliceV1Op : ONNX_Op<"SliceV1", [Pure]> {
+def ONNXSliceV1Op : ONNX_Op<"SliceV1", [Pure, AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX Slice, opset 1";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$data, I64ArrayAttr:$ends, I64ArrayAttr:$starts, OptionalAttr<I64ArrayAttr>:$axes);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXSliceOp : ONNX_Op<"Slice", [Pure]> {
+def ONNXSliceOp : ONNX_Op<"Slice", [Pure, AllElementTypesMatch<["data", "output"]>, AllElementTypesMatch<["starts", "ends"]>]> {
   let summary = "ONNX Slice, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$data, TensorOf<[I32, I64]>:$starts, TensorOf<[I32, I64]>:$ends, AnyTypeOf<[TensorOf<[I32, I64]>, NoneType]>:$axes, AnyTypeOf<[TensorOf<[I32, I64]>, NoneType]>:$steps);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXSoftmaxV11Op : ONNX_Op<"SoftmaxV11", [Pure]> {
+def ONNXSoftmaxV11Op : ONNX_Op<"SoftmaxV11", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Softmax, opset 11";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$input, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64]>:$output);
 }
 
-def ONNXSoftmaxOp : ONNX_Op<"Softmax", [Pure]> {
+def ONNXSoftmaxOp : ONNX_Op<"Softmax", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Softmax, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXSoftmaxCrossEntropyLossOp : ONNX_Op<"SoftmaxCrossEntropyLoss", [Pure]> {
+def ONNXSoftmaxCrossEntropyLossOp : ONNX_Op<"SoftmaxCrossEntropyLoss", [Pure, AllElementTypesMatch<["scores", "output"]>]> {
   let summary = "ONNX SoftmaxCrossEntropyLoss, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$scores, TensorOf<[I32, I64]>:$labels, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$weights, OptionalAttr<SI64Attr>:$ignore_index, OptionalAttr<StrAttr>:$reduction);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output, AnyTypeOf<[TensorOf<[F16, F32, F64, BF16]>, NoneType]>:$log_prob);
 }
 
-def ONNXSoftplusOp : ONNX_Op<"Softplus", [Pure]> {
+def ONNXSoftplusOp : ONNX_Op<"Softplus", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Softplus, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXSoftsignOp : ONNX_Op<"Softsign", [Pure]> {
+def ONNXSoftsignOp : ONNX_Op<"Softsign", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Softsign, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXSpaceToDepthV13Op : ONNX_Op<"SpaceToDepthV13", [Pure]> {
+def ONNXSpaceToDepthV13Op : ONNX_Op<"SpaceToDepthV13", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX SpaceToDepth, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$input, SI64Attr:$blocksize);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXSpaceToDepthOp : ONNX_Op<"SpaceToDepth", [Pure]> {
+def ONNXSpaceToDepthOp : ONNX_Op<"SpaceToDepth", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX SpaceToDepth, opset 28";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$input, OptionalAttr<StrAttr>:$mode, SI64Attr:$blocksize);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
@@ -1484,25 +1484,25 @@ def ONNXSplitToSequenceOp : ONNX_Op<"SplitToSequence", [Pure]> {
   let results = (outs ONNX_AnySeq:$output_sequence);
 }
 
-def ONNXSqrtOp : ONNX_Op<"Sqrt", [Pure]> {
+def ONNXSqrtOp : ONNX_Op<"Sqrt", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Sqrt, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXSqueezeV11Op : ONNX_Op<"SqueezeV11", [Pure]> {
+def ONNXSqueezeV11Op : ONNX_Op<"SqueezeV11", [Pure, AllElementTypesMatch<["data", "squeezed"]>]> {
   let summary = "ONNX Squeeze, opset 11";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$data, OptionalAttr<I64ArrayAttr>:$axes);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$squeezed);
 }
 
-def ONNXSqueezeOp : ONNX_Op<"Squeeze", [Pure]> {
+def ONNXSqueezeOp : ONNX_Op<"Squeeze", [Pure, AllElementTypesMatch<["data", "squeezed"]>]> {
   let summary = "ONNX Squeeze, opset 25";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$data, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$axes);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$squeezed);
 }
 
-def ONNXStringConcatOp : ONNX_Op<"StringConcat", [Pure]> {
+def ONNXStringConcatOp : ONNX_Op<"StringConcat", [Pure, AllElementTypesMatch<["X", "Y", "Z"]>]> {
   let summary = "ONNX StringConcat, opset 20";
   let arguments = (ins TensorOf<[ONNX_StringType]>:$X, TensorOf<[ONNX_StringType]>:$Y);
   let results = (outs TensorOf<[ONNX_StringType]>:$Z);
@@ -1520,7 +1520,7 @@ def ONNXStringSplitOp : ONNX_Op<"StringSplit", [Pure]> {
   let results = (outs TensorOf<[ONNX_StringType]>:$Y, TensorOf<[I64]>:$Z);
 }
 
-def ONNXSubOp : ONNX_Op<"Sub", [Pure]> {
+def ONNXSubOp : ONNX_Op<"Sub", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
   let summary = "ONNX Sub, opset 14";
   let arguments = (ins TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$A, TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$B);
   let results = (outs TensorOf<[UI32, UI64, I32, I64, F16, F32, F64, BF16, UI8, UI16, I8, I16]>:$C);
@@ -1532,31 +1532,31 @@ def ONNXSumOp : ONNX_Op<"Sum", [Pure]> {
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$sum);
 }
 
-def ONNXSwiGLUOp : ONNX_Op<"SwiGLU", [Pure]> {
+def ONNXSwiGLUOp : ONNX_Op<"SwiGLU", [Pure, AllElementTypesMatch<["A", "B", "Y"]>]> {
   let summary = "ONNX SwiGLU, opset 28";
   let arguments = (ins TensorOf<[BF16, F16, F32, F64]>:$A, TensorOf<[BF16, F16, F32, F64]>:$B, OptionalAttr<F32Attr>:$alpha);
   let results = (outs TensorOf<[BF16, F16, F32, F64]>:$Y);
 }
 
-def ONNXSwishOp : ONNX_Op<"Swish", [Pure]> {
+def ONNXSwishOp : ONNX_Op<"Swish", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Swish, opset 24";
   let arguments = (ins TensorOf<[F16, F32, BF16, F64]>:$X, OptionalAttr<F32Attr>:$alpha);
   let results = (outs TensorOf<[F16, F32, BF16, F64]>:$Y);
 }
 
-def ONNXTanOp : ONNX_Op<"Tan", [Pure]> {
+def ONNXTanOp : ONNX_Op<"Tan", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Tan, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXTanhOp : ONNX_Op<"Tanh", [Pure]> {
+def ONNXTanhOp : ONNX_Op<"Tanh", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Tanh, opset 13";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$input);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXTensorScatterOp : ONNX_Op<"TensorScatter", [Pure]> {
+def ONNXTensorScatterOp : ONNX_Op<"TensorScatter", [Pure, AllElementTypesMatch<["past_cache", "update", "present_cache"]>]> {
   let summary = "ONNX TensorScatter, opset 24";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU]>:$past_cache, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU]>:$update, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$write_indices, OptionalAttr<StrAttr>:$mode, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU]>:$present_cache);
@@ -1568,85 +1568,85 @@ def ONNXTfIdfVectorizerOp : ONNX_Op<"TfIdfVectorizer", [Pure]> {
   let results = (outs TensorOf<[F32]>:$Y);
 }
 
-def ONNXThresholdedReluOp : ONNX_Op<"ThresholdedRelu", [Pure]> {
+def ONNXThresholdedReluOp : ONNX_Op<"ThresholdedRelu", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX ThresholdedRelu, opset 22";
   let arguments = (ins TensorOf<[F16, F32, F64, BF16]>:$X, OptionalAttr<F32Attr>:$alpha);
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$Y);
 }
 
-def ONNXTileOp : ONNX_Op<"Tile", [Pure]> {
+def ONNXTileOp : ONNX_Op<"Tile", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Tile, opset 13";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$input, TensorOf<[I64]>:$repeats);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXTopKV1Op : ONNX_Op<"TopKV1", [Pure]> {
+def ONNXTopKV1Op : ONNX_Op<"TopKV1", [Pure, AllElementTypesMatch<["X", "Values"]>]> {
   let summary = "ONNX TopK, opset 1";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, OptionalAttr<SI64Attr>:$axis, SI64Attr:$k);
   let results = (outs TensorOf<[F16, F32, F64]>:$Values, TensorOf<[I64]>:$Indices);
 }
 
-def ONNXTopKV10Op : ONNX_Op<"TopKV10", [Pure]> {
+def ONNXTopKV10Op : ONNX_Op<"TopKV10", [Pure, AllElementTypesMatch<["X", "Values"]>]> {
   let summary = "ONNX TopK, opset 10";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$X, TensorOf<[I64]>:$K, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[F16, F32, F64]>:$Values, TensorOf<[I64]>:$Indices);
 }
 
-def ONNXTopKOp : ONNX_Op<"TopK", [Pure]> {
+def ONNXTopKOp : ONNX_Op<"TopK", [Pure, AllElementTypesMatch<["X", "Values"]>]> {
   let summary = "ONNX TopK, opset 24";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$X, TensorOf<[I64]>:$K, OptionalAttr<SI64Attr>:$sorted, OptionalAttr<SI64Attr>:$largest, OptionalAttr<SI64Attr>:$axis);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$Values, TensorOf<[I64]>:$Indices);
 }
 
-def ONNXTransposeOp : ONNX_Op<"Transpose", [Pure]> {
+def ONNXTransposeOp : ONNX_Op<"Transpose", [Pure, AllElementTypesMatch<["data", "transposed"]>]> {
   let summary = "ONNX Transpose, opset 25";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$data, OptionalAttr<I64ArrayAttr>:$perm);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$transposed);
 }
 
-def ONNXTriluOp : ONNX_Op<"Trilu", [Pure]> {
+def ONNXTriluOp : ONNX_Op<"Trilu", [Pure, AllElementTypesMatch<["input", "output"]>]> {
   let summary = "ONNX Trilu, opset 14";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$input, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$k, OptionalAttr<SI64Attr>:$upper);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$output);
 }
 
-def ONNXUniqueOp : ONNX_Op<"Unique", [Pure]> {
+def ONNXUniqueOp : ONNX_Op<"Unique", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Unique, opset 28";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$X, OptionalAttr<SI64Attr>:$axis, OptionalAttr<SI64Attr>:$sorted);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$Y, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$indices, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$inverse_indices, AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$counts);
 }
 
-def ONNXUnsqueezeV11Op : ONNX_Op<"UnsqueezeV11", [Pure]> {
+def ONNXUnsqueezeV11Op : ONNX_Op<"UnsqueezeV11", [Pure, AllElementTypesMatch<["data", "expanded"]>]> {
   let summary = "ONNX Unsqueeze, opset 11";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$data, I64ArrayAttr:$axes);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$expanded);
 }
 
-def ONNXUnsqueezeOp : ONNX_Op<"Unsqueeze", [Pure]> {
+def ONNXUnsqueezeOp : ONNX_Op<"Unsqueeze", [Pure, AllElementTypesMatch<["data", "expanded"]>]> {
   let summary = "ONNX Unsqueeze, opset 25";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$data, TensorOf<[I64]>:$axes);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$expanded);
 }
 
-def ONNXUpsampleV7Op : ONNX_Op<"UpsampleV7", [Pure]> {
+def ONNXUpsampleV7Op : ONNX_Op<"UpsampleV7", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Upsample, opset 7";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$X, OptionalAttr<StrAttr>:$mode, F32ArrayAttr:$scales);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$Y);
 }
 
-def ONNXUpsampleOp : ONNX_Op<"Upsample", [Pure]> {
+def ONNXUpsampleOp : ONNX_Op<"Upsample", [Pure, AllElementTypesMatch<["X", "Y"]>]> {
   let summary = "ONNX Upsample, opset 10";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$X, TensorOf<[F32]>:$scales, OptionalAttr<StrAttr>:$mode);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>]>:$Y);
 }
 
-def ONNXWhereOp : ONNX_Op<"Where", [Pure]> {
+def ONNXWhereOp : ONNX_Op<"Where", [Pure, AllElementTypesMatch<["X", "Y", "output"]>]> {
   let summary = "ONNX Where, opset 16";
   let arguments = (ins TensorOf<[I1]>:$condition, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$X, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$Y);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16]>:$output);
 }
 
-def ONNXXorOp : ONNX_Op<"Xor", [Pure]> {
+def ONNXXorOp : ONNX_Op<"Xor", [Pure, AllElementTypesMatch<["A", "B"]>]> {
   let summary = "ONNX Xor, opset 7";
   let arguments = (ins TensorOf<[I1]>:$A, TensorOf<[I1]>:$B);
   let results = (outs TensorOf<[I1]>:$C);

@@ -17,6 +17,15 @@ func.func @wrong_element_type(%a: tensor<2xi1>) -> tensor<2xi1> {
 
 // -----
 
+// Operands and results bound to one ONNX type parameter (T) agree.
+func.func @mixed_element_types(%a: tensor<2xf32>, %b: tensor<2xi64>) -> tensor<2xf32> {
+  // expected-error @below {{'onnx.Add' op failed to verify that all of {A, B, C} have same element type}}
+  %0 = "onnx.Add"(%a, %b) : (tensor<2xf32>, tensor<2xi64>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+
+// -----
+
 func.func @missing_required_attribute(%a: tensor<2xf32>) -> tensor<2xf32> {
   // expected-error @below {{'onnx.Concat' op requires attribute 'axis'}}
   %0 = "onnx.Concat"(%a) : (tensor<2xf32>) -> tensor<2xf32>

@@ -48,6 +48,8 @@ def _max_pool(b: Builder, op, tangents):
             (attribute(op, "storage_order") or 0) == 0:
         idx = op.results[1]
     kernel = _tiling_kernel(op, x, y)
+    if kernel is not None and _exact_tiles(x, y, kernel) and b.opset >= 13:
+        return [_max_pool_tiles(b, tangents[0], x, y, kernel)] + [None] * (len(op.results) - 1)
     if kernel is not None:  # windows tile the input: reshapes, a mask, a ReduceSum
         xv = _window_view(b, x, 2, kernel, dims(y)[2:])
         n = len(kernel)
@@ -68,6 +70,55 @@ def _max_pool(b: Builder, op, tangents):
         idx = made[1]
     flat = b.reshape(tangents[0], [0, -1], [None, None])
     return [b.op("Gather", [flat, idx], b.derivative_type(y), axis=1)] + [None] * (len(op.results) - 1)
+
+
+def _exact_tiles(x: ir.Value, y: ir.Value, kernel: list[int]) -> bool:
+    """Windows tile x exactly (no remainder) and C and the spatial extents are static."""
+    xd, yd = dims(x), dims(y)
+    return None not in xd[1:] and None not in yd[1:] and \
+        all(xd[2 + i] == yd[2 + i] * k for i, k in enumerate(kernel))
+
+
+def _upsample(b: Builder, v: ir.Value, kernel: list[int], out: list) -> ir.Value:
+    """Each element of v [N, C, *O] repeated over its window: [N, C, *(O * kernel)]."""
+    scales = ir.DenseElementsAttr.get(np.asarray([1.0, 1.0] + [float(k) for k in kernel],
+                                                 dtype=np.float32))
+    return b.op("Resize", [v, None, b.constant(scales), None], tensor_type(out, element_type(v)),
+                mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+def _tile_pool(b: Builder, t: ir.Value, kernel: list[int], y: ir.Value) -> ir.Value:
+    """Window means of a derivative t [k, N, C, *S]: one AveragePool over [k*N, C, *S]."""
+    td, yd = dims(t), dims(y)
+    merged = b.reshape(t, [-1] + td[2:], [None] + td[2:])
+    pooled = b.op("AveragePool", [merged], tensor_type([None] + yd[1:], element_type(t)),
+                  kernel_shape=list(kernel), strides=list(kernel))
+    target = b.concat([b.shape(t, 0, 1), b.shape(y)], 0)  # [k] + shape(y): N stays symbolic
+    return b.reshape(pooled, target, [td[0]] + yd)
+
+
+def _max_pool_tiles(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value, kernel: list[int]
+                    ) -> ir.Value:
+    """MaxPool whose windows tile x exactly: the tangent at the window's max
+    (shared among ties) = mean(t * hit) / mean(hit) per window, hit = (x ==
+    upsampled y). Only 4-D elementwise ops, AveragePool and Resize, which
+    the runtime has fast kernels for (no 6-D broadcasts, no Indices)."""
+    hit = b.cast_like(b.compare("Equal", x, _upsample(b, y, kernel, dims(x))), x)
+    share = b.div(b.scalar(1.0, x), b.op("AveragePool", [hit], y.type,
+                                         kernel_shape=list(kernel), strides=list(kernel)))
+    return b.mul(_tile_pool(b, b.mul(t, hit), kernel, y), share)
+
+
+@transpose("AveragePool")
+def _t_average_pool(b: Builder, op, cts, linear):
+    """Only the pools _tile_pool emits (windows tiling the input exactly, no
+    padding): each window's cotangent spread evenly over it."""
+    x, y = op.operands[0], op.results[0]
+    kernel = _tiling_kernel(op, x, y)
+    if kernel is None or not _exact_tiles(x, y, kernel):
+        raise UnsupportedOp("AveragePool transposed only when its windows tile the input")
+    up = _upsample(b, cts[0], kernel, [dims(cts[0])[0]] + dims(x)[1:])
+    return [b.mul(up, b.scalar(1.0 / float(np.prod(kernel)), up))]
 
 
 def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list[int],

@@ -143,6 +143,27 @@ def test_activations(kind, acts, seed):
     print(check_derivatives(model, feeds))
 
 
+@pytest.mark.parametrize("kind,attrs", [
+    ("RNN", {"activations": ["Softsign"]}),
+    ("RNN", {"activations": ["Softplus"]}),
+    ("RNN", {"activations": ["Elu"], "activation_alpha": [0.7]}),
+    ("RNN", {"activations": ["ScaledTanh"], "activation_alpha": [1.3],
+             "activation_beta": [0.6]}),
+    ("RNN", {"activations": ["Affine"], "activation_alpha": [0.6], "activation_beta": [0.1]}),
+    ("GRU", {"activations": ["HardSigmoid", "Tanh"]}),
+    ("GRU", {"activations": ["HardSigmoid", "LeakyRelu"], "activation_alpha": [0.3, 0.1],
+             "activation_beta": [0.4]}),
+    ("LSTM", {"activations": ["Sigmoid", "Softsign", "ScaledTanh", "HardSigmoid", "Tanh",
+                              "Tanh"], "activation_alpha": [1.5, 0.25],
+              "activation_beta": [0.8, 0.5]}),
+])
+def test_parameterized_activations(kind, attrs):
+    """(Seed 1: no pre-activation within finite-difference reach of a kink.)"""
+    direction = "bidirectional" if kind == "LSTM" else "forward"
+    model, feeds = make(kind, direction, seed=1, **attrs)
+    print(check_derivatives(model, feeds))
+
+
 def test_only_some_inputs():
     """Weights only; initial state only (the tangent source tA is absent)."""
     model, feeds = make("GRU", "bidirectional", linear_before_reset=1)
@@ -199,8 +220,14 @@ def test_constant_sequence_lens():
 
 @pytest.mark.parametrize("kind,attrs", [("GRU", {"linear_before_reset": 0}),
                                          ("GRU", {"linear_before_reset": 1}), ("LSTM", {}),
-                                         ("RNN", {})])
+                                         ("RNN", {}),
+                                         ("LSTM", {"activations": ["Sigmoid", "Softsign",
+                                                                   "Softplus", "Sigmoid",
+                                                                   "ScaledTanh", "Tanh"],
+                                                   "activation_alpha": [1.2],
+                                                   "activation_beta": [0.7], "seed": 1})])
 def test_hessian(kind, attrs):
+    # (seed 1 above: Softsign's second derivative jumps at 0, keep away from it)
     model, feeds = make(kind, "bidirectional", T=3, B=2, I=2, H=2, **attrs)
     print(check_hessian(model, feeds, output="Y"))
 
@@ -220,7 +247,9 @@ def test_closure_second_order(kind):
 
 
 @pytest.mark.parametrize("attrs,message", [
-    ({"activations": ["HardSigmoid", "Tanh"]}, "activation HardSigmoid"),
+    ({"activations": ["Selu", "Tanh"]}, "activation Selu"),
+    ({"activations": ["Sigmoid", "ScaledTanh"]}, "needs activation_alpha"),
+    ({"activations": ["LeakyRelu", "Tanh"], "activation_alpha": [-0.5]}, "negative alpha"),
 ])
 def test_refusals(attrs, message):
     model, _ = make("GRU", **attrs)

@@ -40,7 +40,11 @@ LSTM input_forget: f = 1 - i, so ti multiplies g - c_{t-1} and tf drops out.
 clip: the recomputed gates clip their pre-activations, and the activation
 derivatives are zero where the clip was active.
 
-Refused: activations other than Sigmoid/Tanh/Relu.
+Activations: Sigmoid, Tanh, Relu, LeakyRelu, ThresholdedRelu, HardSigmoid, Elu,
+Softsign, Softplus, ScaledTanh, Affine (alpha/beta consumed in order).
+
+Refused: other activations, ScaledTanh/Affine without alpha/beta, LeakyRelu
+and ThresholdedRelu with a negative alpha.
 """
 from __future__ import annotations
 
@@ -55,7 +59,14 @@ from ..registry import TRANSPOSE, mlir_names
 from . import control_flow as cf
 from .linalg import matmul
 
-_ACTS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu"}
+_ACTS = {"sigmoid": "Sigmoid", "tanh": "Tanh", "relu": "Relu", "leakyrelu": "LeakyRelu",
+         "thresholdedrelu": "ThresholdedRelu", "hardsigmoid": "HardSigmoid", "elu": "Elu",
+         "softsign": "Softsign", "softplus": "Softplus", "scaledtanh": None, "affine": None}
+# activation_alpha/beta are consumed in order by the activations that take them
+# (ONNX Runtime's rule); defaults are the ONNX ops' (none for ScaledTanh/Affine)
+_ALPHA = {"leakyrelu": 0.01, "thresholdedrelu": 1.0, "hardsigmoid": 0.2, "elu": 1.0,
+          "scaledtanh": None, "affine": None}
+_BETA = {"hardsigmoid": 0.5, "scaledtanh": None, "affine": None}
 _DEFAULT_ACTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _RECURRENCES: dict[int, dict] = {}  # stand-in id -> what its transpose needs
@@ -89,18 +100,48 @@ def _gate(b: Builder, v: ir.Value, j: int, H: int, n: int = 1) -> ir.Value:
     return _slice(b, v, len(dims(v)) - 1, j * H, (j + n) * H)
 
 
-def _act(b: Builder, name: str, x: ir.Value) -> ir.Value:
-    return b.ew(_ACTS[name], x)
+def _act(b: Builder, spec: tuple, x: ir.Value) -> ir.Value:
+    name, alpha, beta = spec
+    if name == "scaledtanh":
+        return b.mul(b.scalar(alpha, x), b.ew("Tanh", b.mul(b.scalar(beta, x), x)))
+    if name == "affine":
+        return b.add(b.mul(b.scalar(alpha, x), x), b.scalar(beta, x))
+    attrs = {"alpha": alpha} if alpha is not None else {}
+    if beta is not None:
+        attrs["beta"] = beta
+    return b.ew(_ACTS[name], x, **attrs)
 
 
-def _act_grad(b: Builder, name: str, y: ir.Value) -> ir.Value:
-    """f'(a) from y = f(a)."""
+def _act_grad(b: Builder, spec: tuple, y: ir.Value) -> ir.Value:
+    """f'(a) from y = f(a) (LeakyRelu/ThresholdedRelu: alpha >= 0, checked)."""
+    name, alpha, beta = spec
     one = b.scalar(1.0, y)
+    pos = lambda: b.cast_like(b.compare("Greater", y, b.scalar(0.0, y)), y)
     if name == "sigmoid":
         return b.mul(y, b.sub(one, y))
     if name == "tanh":
         return b.sub(one, b.mul(y, y))
-    return b.cast_like(b.compare("Greater", y, b.scalar(0.0, y)), y)
+    if name in ("relu", "thresholdedrelu"):
+        return pos()
+    if name == "leakyrelu":  # 1 where y > 0, alpha elsewhere
+        return b.add(b.scalar(alpha, y), b.mul(b.scalar(1.0 - alpha, y), pos()))
+    if name == "elu":  # 1 where y > 0, y + alpha elsewhere
+        m = pos()
+        return b.add(m, b.mul(b.sub(one, m), b.add(y, b.scalar(alpha, y))))
+    if name == "hardsigmoid":
+        inside = b.op("And", [b.compare("Greater", y, b.scalar(0.0, y)),
+                              b.compare("Less", y, one)],
+                      tensor_type(dims(y), ir.IntegerType.get_signless(1)))
+        return b.mul(b.scalar(alpha, y), b.cast_like(inside, y))
+    if name == "softsign":  # 1 / (1 + |x|)^2 = (1 - |y|)^2
+        t = b.sub(one, b.ew("Abs", y))
+        return b.mul(t, t)
+    if name == "softplus":  # sigmoid(x) = 1 - exp(-y)
+        return b.sub(one, b.ew("Exp", b.neg(y)))
+    if name == "scaledtanh":  # alpha beta (1 - (y / alpha)^2)
+        return b.mul(b.scalar(beta, y), b.sub(b.scalar(alpha, y),
+                                              b.mul(b.scalar(1.0 / alpha, y), b.mul(y, y))))
+    return b.add(b.mul(b.scalar(0.0, y), y), b.scalar(alpha, y))  # affine
 
 
 def _add(b: Builder, a, c):
@@ -546,13 +587,28 @@ def _check(op: ir.Operation, kind: str, D: int) -> tuple[list[str], int]:
         acts = list(acts) * 2
     elif len(acts) != n * D:
         raise UnsupportedOp(f"{len(acts)} activations for {D} direction(s)")
+    alphas = list(attribute(op, "activation_alpha") or []) \
+        if "activation_alpha" in op.attributes else []
+    betas = list(attribute(op, "activation_beta") or []) \
+        if "activation_beta" in op.attributes else []
     out = []
     for a in acts:
         a = a.decode() if isinstance(a, bytes) else a
-        if a.lower() not in _ACTS:
-            raise UnsupportedOp(f"activation {a} is not differentiated "
-                                "(supported: Sigmoid, Tanh, Relu)")
-        out.append(a.lower())
+        name = a.lower()
+        if name not in _ACTS:
+            raise UnsupportedOp(f"activation {a} is not differentiated")
+        alpha = beta = None
+        if name in _ALPHA:
+            alpha = alphas.pop(0) if alphas else _ALPHA[name]
+        if name in _BETA:
+            beta = betas.pop(0) if betas else _BETA[name]
+        if (name in _ALPHA and alpha is None) or (name in _BETA and beta is None):
+            raise UnsupportedOp(f"activation {a} needs activation_alpha/activation_beta")
+        if name in ("leakyrelu", "thresholdedrelu") and alpha < 0:
+            raise UnsupportedOp(f"activation {a} with a negative alpha is not differentiated")
+        if name == "scaledtanh" and alpha == 0:
+            raise UnsupportedOp("ScaledTanh with alpha 0")
+        out.append((name, alpha, beta))
     layout = attribute(op, "layout") or 0
     return out, layout
 

@@ -178,8 +178,11 @@ def _segment_loop(op: ir.Operation, opset: int, k: int) -> bool:
         kc = b.int_scalar(k)
         if outs:
             return _segment_fori(op, b, k, kc, res, n, it_t, c_t, state_t, outs)
+        # ceil(M / k) as (M - 1) / k + 1: jax2onnx's while loops pass M =
+        # INT64_MAX, where M + k - 1 overflows (M = 0: one empty segment)
+        one = b.int_scalar(1)
         nseg = b.none() if not has_trip else \
-            b.ew("Div", b.ew("Add", trip, b.int_scalar(k - 1)), kc)
+            b.ew("Add", b.ew("Div", b.ew("Sub", trip, one), kc), one)
         outer = _create(op.name, [nseg, op.operands[1]] + inits, [r_.type for r_ in res],
                         {}, loc, 1)
     blk = outer.regions[0].blocks.append(it_t, c_t, *state_t)

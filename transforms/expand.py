@@ -666,9 +666,9 @@ def _renamed(inner: onnx.NodeProto, mapping: dict[str, str], parent: str,
              resolve_attr=None) -> onnx.NodeProto:
     """A copy of a body node with names mapped, attribute references resolved,
     and subgraphs' captured names mapped too."""
+    name = f"{parent}/{inner.name or inner.op_type}" if parent else inner.name
     copy = helper.make_node(inner.op_type, [mapping.get(n, n) for n in inner.input],
-                            [mapping.get(n, n) for n in inner.output],
-                            name=f"{parent}/{inner.name or inner.op_type}" if parent else inner.name,
+                            [mapping.get(n, n) for n in inner.output], name=name,
                             domain=inner.domain)
     for a in inner.attribute:
         if a.ref_attr_name:

@@ -147,7 +147,8 @@ def test_grid_sample_3d(mode, pad, align):
               [("x", D, [1, 2, 2, 3, 4]), ("g", D, [1, 2, 2, 3, 3])], [("y", D, [1, 2, 2, 2, 3])],
               20)
     rng = np.random.default_rng(11)
-    feeds = {"x": rng.standard_normal((1, 2, 2, 3, 4)), "g": rng.uniform(-1.6, 1.6, (1, 2, 2, 3, 3))}
+    feeds = {"x": rng.standard_normal((1, 2, 2, 3, 4)),
+             "g": rng.uniform(-1.6, 1.6, (1, 2, 2, 3, 3))}
     e, err = lowered(m, feeds, "GridSample", rtol=1e-9, atol=1e-9)
     inputs = ["x"] if mode == "nearest" else None
     print("GridSample 3-D", mode, pad, align, err, check_derivatives(e, feeds, inputs=inputs))
@@ -178,7 +179,8 @@ def test_lowerings_emit_only_ops_with_rules():
                [("x", D, [1, 2, 3, 3]), ("w", D, [2, 2, 2, 2]), ("off", D, [1, 8, 2, 2]),
                 ("b", D, [2]), ("m", D, [1, 4, 2, 2])], [("y", D, [1, 2, 2, 2])], 19), 19),
         (model([h.make_node("STFT", ["s", "step", "w"], ["y"])],
-               [("s", D, [1, "L", 2]), ("step", I64, []), ("w", D, [4])], [("y", D, None)], 17), 17),
+               [("s", D, [1, "L", 2]), ("step", I64, []), ("w", D, [4])], [("y", D, None)],
+               17), 17),
         (model([h.make_node("TensorScatter", ["p", "u", "i"], ["y"], mode="circular")],
                [("p", D, [2, 4, 3]), ("u", D, [2, 2, 3]), ("i", I64, [2])], [("y", D, [2, 4, 3])],
                24), 24),
@@ -205,7 +207,8 @@ def test_dynamic_batch():
     rng = np.random.default_rng(4)
     for m, feeds in ((gs, {"x": rng.standard_normal((2, 2, 3, 4)),
                            "g": rng.uniform(-1.1, 1.1, (2, 2, 3, 2))}),
-                     (dc, {"x": rng.standard_normal((3, 2, 3, 3)), "w": rng.standard_normal((2, 2, 2, 2)),
+                     (dc, {"x": rng.standard_normal((3, 2, 3, 3)),
+                           "w": rng.standard_normal((2, 2, 2, 2)),
                            "off": rng.uniform(-0.9, 0.9, (3, 8, 2, 2))})):
         e, err = lowered(m, feeds, m.graph.node[0].op_type, rtol=1e-9, atol=1e-9)
         assert e.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"

@@ -124,7 +124,8 @@ def _segment_scan(op: ir.Operation, opset: int, k: int) -> bool:
         stacked = []
         for y, o in zip(outs, outer.results[n:]):
             d = dims(y)
-            stacked.append(o if d is None else b.reshape(o, [q * k] + d, [q * k] + d))
+            target = b.concat([b.ints([q * k]), b.shape(o, 2)], 0) if d is None else [q * k] + d
+            stacked.append(b.reshape(o, target, None if d is None else [q * k] + d))
         if r:
             tails = [b.slice(x, [0], [q * k], [T], tensor_type([r] + dims(x)[1:],
                                                               x.type.element_type))

@@ -28,6 +28,7 @@ TransposeRule = Callable[[Builder, ir.Operation, Tangents, Sequence[bool]], list
 
 JVP: dict[str, JvpRule] = {}
 TRANSPOSE: dict[str, TransposeRule] = {}
+ZERO: set[str] = set()  # MLIR names whose JVP rule is zero_derivative's
 
 
 def mlir_names(op_type: str) -> list[str]:
@@ -60,3 +61,4 @@ def zero_derivative(*op_types: str) -> None:
     def rule(b: Builder, op: ir.Operation, tangents: Tangents) -> list:
         return [None] * len(op.results)
     jvp(*op_types)(rule)
+    ZERO.update(name for t in op_types for name in mlir_names(t))

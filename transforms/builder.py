@@ -248,7 +248,7 @@ class Builder:
             p = symdims.primal_of(x)
             if p is not None:
                 return self.shape(p, start - 1, None if end is None else end - 1)
-        if d is not None:
+        if d is not None and not (start in (0, None) and end == 1):  # k: read it from x
             read = self._shape_from_sources(x, start, end)
             if read is not None:
                 return read
@@ -396,6 +396,7 @@ class Builder:
             return t
         t = self.align(t, len(pd)) if pd is not None else t
         if pd is not None and rank(t) == len(pd) + 1 and \
+                (None in pd or None in dims(t)[1:]) and \
                 symdims.dims(t)[1:] == symdims.dims(primal):
             return t  # the same extents, `?` included (symdims.py)
         target = self.concat([self.shape(t, 0, 1), self.shape(primal)], 0)

@@ -96,10 +96,9 @@ def _static(t: ir.Type) -> list | None:
 def _signature(v: ir.Value):
     owner = v.owner
     if isinstance(owner, ir.Block):
-        return ("arg", hash(owner), ir.BlockArgument(v).arg_number, str(v.type))
+        return ("arg", hash(owner), ir.BlockArgument(v).arg_number, v.type)
     op = owner.operation if isinstance(owner, ir.OpView) else owner
-    return (op.name, tuple(hash(o) for o in op.operands), ir.OpResult(v).result_number,
-            str(v.type))
+    return (op.name, tuple(hash(o) for o in op.operands), ir.OpResult(v).result_number, v.type)
 
 
 def dims(v: ir.Value) -> list | None:
@@ -433,6 +432,9 @@ def register(t: ir.Value, primal: ir.Value) -> None:
     _same_context()
     sig = _signature(t)
     _primal[t] = (sig, primal)
+    pt = primal.type
+    if not isinstance(pt, ir.RankedTensorType) or not any(d == DYN for d in pt.shape):
+        return  # static primal: t's extents past the direction axis are in its type
     td, pd = dims(t), dims(primal)
     if td is not None and pd is not None and len(td) == len(pd) + 1:
         _cache[t] = (sig, [td[0]] + pd)

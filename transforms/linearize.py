@@ -113,6 +113,8 @@ def _region(op: ir.Operation, rewriter, state: Tangents) -> bool:
     except Exception as e:  # noqa: BLE001 - must not unwind through the C++ driver
         state.error = located(e, op)
         return True
+    finally:
+        symdims.reset()  # region rules erase ops: no cached extents may outlive them
 
 
 def patterns(state: Tangents):

@@ -24,6 +24,7 @@ from mlir.dialects import func
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from . import signature as sig
+from . import symdims
 from .builder import Builder, dims, is_float
 from .checkpoint import segment_loops
 from .legalize import bool_where
@@ -156,6 +157,7 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
             op.erase()
         elif op.name == PLACEHOLDER and REGION_ID in op.attributes:
             retire_standin(op, opset)
+    symdims.reset_all()  # ops were erased: cached extents must not outlive them
     return out
 
 

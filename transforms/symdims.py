@@ -94,11 +94,15 @@ def _static(t: ir.Type) -> list | None:
 
 
 def _signature(v: ir.Value):
+    # Cheap (no operand walk): the passes reset the caches wherever they
+    # erase ops (linearize: region rules; modes.reverse_block: the linear
+    # program; rules/__init__: region transposes), so an address reused by a
+    # new op within a phase is the remaining case this guards against.
     owner = v.owner
     if isinstance(owner, ir.Block):
         return ("arg", hash(owner), ir.BlockArgument(v).arg_number, v.type)
     op = owner.operation if isinstance(owner, ir.OpView) else owner
-    return (op.name, tuple(hash(o) for o in op.operands), ir.OpResult(v).result_number, v.type)
+    return (hash(op), op.name, len(op.operands), ir.OpResult(v).result_number, v.type)
 
 
 def dims(v: ir.Value) -> list | None:

@@ -41,16 +41,29 @@ def _softmax_axes(op: ir.Operation) -> list[int]:
     return list(range(a, r)) if op.name.endswith("V11") else [a]
 
 
+def _finite_probabilities(b: Builder, p: ir.Value) -> ir.Value:
+    """Softmax probabilities with NaN rows (every logit -inf: masked attention
+    rows, which the model then replaces by a Where) as zeros. Otherwise
+    reverse mode multiplies the zero cotangent the Where sends back by NaN
+    (0 * NaN), where forward mode's NaN tangent is discarded by the same
+    Where; with zeros both modes agree, and rows with a finite primal are
+    unchanged."""
+    if b.opset < 9:  # no IsNaN
+        return p
+    nan = b.op("IsNaN", [p], tensor_type(dims(p), ir.IntegerType.get_signless(1)))
+    return b.where(nan, b.scalar(0.0, p), p)
+
+
 @jvp("Softmax")
 def _softmax(b: Builder, op, tangents):
-    y = op.results[0]
+    y = _finite_probabilities(b, op.results[0])
     u = b.mul(tangents[0], y)
     return [b.sub(u, b.mul(y, _sum(b, u, _softmax_axes(op))))]
 
 
 @jvp("LogSoftmax")
 def _log_softmax(b: Builder, op, tangents):
-    p = b.ew("Exp", op.results[0])
+    p = _finite_probabilities(b, b.ew("Exp", op.results[0]))
     t = tangents[0]
     return [b.sub(t, _sum(b, b.mul(t, p), _softmax_axes(op)))]
 
@@ -238,7 +251,11 @@ def _lp_norm(b: Builder, op, tangents):
     if p not in (1, 2):
         raise UnsupportedOp(f"LpNormalization is defined for p = 1 and p = 2, not p = {p}")
     n = b.reduce("ReduceL2" if p == 2 else "ReduceL1", x, [a], True)
-    inv_n = b.ew("Reciprocal", n)
+    # A zero norm: the primal is 0 there (ONNX's reference and ONNX Runtime
+    # take x / 0 as 0), a jump with no derivative; the same convention
+    # (1 / 0 taken as 0) gives a zero derivative instead of inf * 0 = NaN.
+    zero = b.scalar(0.0, n)
+    inv_n = b.where(b.compare("Equal", n, zero), zero, b.ew("Reciprocal", n))
     t = tangents[0]
     w = y if p == 2 else b.ew("Sign", x)
     inner = b.sub(t, b.mul(y, _sum(b, b.mul(t, w), [a])))

@@ -466,16 +466,16 @@ def _onehot_scatter_elements(b: Builder, ct: ir.Value, ix: ir.Value, axis: int,
 
 def scatter_add_into(b: Builder, ct: ir.Value, target: ir.Value, tdims: list | None,
                      idx: ir.Value, axis: int) -> ir.Value:
-    """ct (indices idx [n] taken along `axis`) scatter-added into zeros of run-time
-    shape `target`."""
+    """ct (distinct indices idx [n] taken along `axis`) placed into zeros of
+    run-time shape `target`."""
     cd = dims(ct)
     r = len(cd)
     ix = b.reshape(idx, [1] * axis + [-1] + [1] * (r - axis - 1), [1] * axis + [None] + [1] * (r - axis - 1))
     ix = b.expand(ix, b.shape(ct), cd)
     zeros = _zeros(b, target, tdims, ct)
-    if b.opset < 16:  # the indices of a Slice are distinct: no accumulation needed
-        return b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis)
-    return b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis, reduction="add")
+    # The indices of a Slice are distinct: a plain placement, no accumulation
+    # (also runs where ONNX Runtime has no reduction kernel, e.g. float16).
+    return b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis)
 
 
 @jvp("Gather")

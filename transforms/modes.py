@@ -29,6 +29,7 @@ from .builder import Builder, dims, is_float
 from .checkpoint import segment_loops
 from .legalize import bool_where
 from .expand import expand_function
+from .simplify import drop_redundant_expands
 from .linearize import Tangents, linearize, located, node_label
 from .registry import TRANSPOSE
 from .rules.control_flow import PLACEHOLDER, REGION_ID, inline_constant_ifs, retire_standin
@@ -112,6 +113,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             ct = sig.zeros(b, x, k) if ct is None else b.fit(ct, x)
             results.append(sig.pack(b, ct, x, layout))
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
+    drop_redundant_expands(f)
 
 
 def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],

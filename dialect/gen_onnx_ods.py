@@ -119,9 +119,13 @@ def kept_groups(versions: list[defs.OpSchema]) -> list[list[defs.OpSchema]]:
     return groups
 
 
-def type_strs(group: list[defs.OpSchema], type_str: str) -> list[str]:
+def type_strs(group: list[defs.OpSchema], index: int) -> list[str]:
+    """The union over the group of the types allowed for parameter `index`
+    of inputs + outputs: each version names its own type parameter (Dropout-7's
+    mask is T, Dropout-10's is T1)."""
     allowed: list[str] = []
     for s in group:
+        type_str = (list(s.inputs) + list(s.outputs))[index].type_str
         tcs = {tc.type_param_str: tc.allowed_type_strs for tc in s.type_constraints}
         for t in tcs.get(type_str, [type_str]):
             if t not in allowed:
@@ -148,8 +152,8 @@ def ods_type(allowed: list[str]) -> str:
     return parts[0] if len(parts) == 1 else f"AnyTypeOf<[{', '.join(parts)}]>"
 
 
-def param_decl(group, p, ods_name: str) -> str:
-    t = ods_type(type_strs(group, p.type_str))
+def param_decl(group, index: int, p, ods_name: str) -> str:
+    t = ods_type(type_strs(group, index))
     if p.option == FORM.Variadic:
         return f"Variadic<{t}>:${ods_name}"
     if p.option == FORM.Optional:
@@ -225,12 +229,13 @@ def op_record(name: str, group: list[defs.OpSchema], newest: bool) -> tuple[str,
         traits.append("ConstantLike")
     names = OdsNames()
     in_names = [names(p.name, "_in") for p in s.inputs]
-    args = [param_decl(group, p, n) for p, n in zip(s.inputs, in_names)]
+    args = [param_decl(group, i, p, n) for i, (p, n) in enumerate(zip(s.inputs, in_names))]
     for a in attrs:
         ods, _ = ATTR_KINDS[a.type]
         args.append(f"{ods if a.required else f'OptionalAttr<{ods}>'}:${names(a.name, '_attr')}")
     out_names = [names(p.name, "_out") for p in s.outputs]
-    results = [param_decl(group, p, n) for p, n in zip(s.outputs, out_names)]
+    results = [param_decl(group, len(s.inputs) + i, p, n)
+               for i, (p, n) in enumerate(zip(s.outputs, out_names))]
     traits += same_type_traits(group, in_names + out_names)
     # If's regions are (then, else); every other op keeps schema order.
     if name == "If":

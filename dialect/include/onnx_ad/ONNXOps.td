@@ -422,7 +422,7 @@ def ONNXDivOp : ONNX_Op<"Div", [Pure, AllElementTypesMatch<["A", "B", "C"]>]> {
 def ONNXDropoutV10Op : ONNX_Op<"DropoutV10", [AllElementTypesMatch<["data", "output"]>]> {
   let summary = "ONNX Dropout, opset 10";
   let arguments = (ins TensorOf<[F16, F32, F64]>:$data, OptionalAttr<F32Attr>:$ratio);
-  let results = (outs TensorOf<[F16, F32, F64]>:$output, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$mask);
+  let results = (outs TensorOf<[F16, F32, F64]>:$output, AnyTypeOf<[TensorOf<[F16, F32, F64, I1]>, NoneType]>:$mask);
 }
 
 def ONNXDropoutOp : ONNX_Op<"Dropout", [AllElementTypesMatch<["data", "output"]>]> {
@@ -637,8 +637,8 @@ def ONNXHardmaxOp : ONNX_Op<"Hardmax", [Pure, AllElementTypesMatch<["input", "ou
 
 def ONNXIdentityOp : ONNX_Op<"Identity", [Pure]> {
   let summary = "ONNX Identity, opset 25";
-  let arguments = (ins AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>:$input);
-  let results = (outs AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>:$output);
+  let arguments = (ins AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>:$input);
+  let results = (outs AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>:$output);
   let hasFolder = 1;
 }
 
@@ -954,7 +954,7 @@ def ONNXPadOp : ONNX_Op<"Pad", [Pure, AllElementTypesMatch<["data", "output"]>]>
 
 def ONNXPowOp : ONNX_Op<"Pow", [Pure, AllElementTypesMatch<["X", "Z"]>]> {
   let summary = "ONNX Pow, opset 15";
-  let arguments = (ins TensorOf<[F16, F32, F64, I32, I64, BF16]>:$X, TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, BF16]>:$Y);
+  let arguments = (ins TensorOf<[F16, F32, F64, I32, I64, BF16]>:$X, TensorOf<[F16, F32, F64, UI8, UI16, UI32, UI64, I8, I16, I32, I64, BF16]>:$Y);
   let results = (outs TensorOf<[F16, F32, F64, I32, I64, BF16]>:$Z);
 }
 

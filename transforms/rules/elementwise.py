@@ -40,8 +40,11 @@ def _sigmoid(b: Builder, x: ir.Value) -> ir.Value:
 
 def _out_rank(op: ir.Operation) -> int:
     r = rank(op.results[0])
-    if r is None:
-        raise UnsupportedOp("needs the rank of its result")
+    if r is None:  # broadcasting: the largest operand rank, when all are known
+        ranks = [rank(v) for v in op.operands if not isinstance(v.type, ir.NoneType)]
+        if ranks and None not in ranks:
+            return max(ranks)
+        raise UnsupportedOp("needs the rank of its result (or of every operand)")
     return r
 
 

@@ -155,12 +155,16 @@ def _t_concat(b: Builder, op, cts, linear):
 
 @jvp("Split")
 def _split(b: Builder, op, tangents):
-    axis = _axis(op, rank(op.operands[0]))
+    r = _known_rank([op.operands[0], *op.results])  # the results share the rank
+    a = attribute(op, "axis")
+    # A negative axis counts from the end: the same axis of the tangent,
+    # whose direction axis is in front (no rank needed).
+    axis = a if a < 0 and r is None else _axis(op, r) + 1
     t = tangents[0]
     operands = [t] + list(op.operands[1:])
     types = [b.derivative_type(r) for r in op.results]
     attrs = {k: attribute(op, k) for k in ("split", "num_outputs") if k in op.attributes}
-    return b.create("Split", operands, types, axis=axis + 1, **attrs)
+    return b.create("Split", operands, types, axis=axis, **attrs)
 
 
 @transpose("Split")

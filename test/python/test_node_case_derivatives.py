@@ -10,7 +10,12 @@ from onnx_ad_mlir.transforms.linearize import REGION_RULES
 from onnx_ad_mlir.transforms.registry import JVP, mlir_names
 
 # Cases whose finite-difference check fails for reasons outside the rules.
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    "test_mvn": "the primal model itself fails onnx.checker's full check (ONNX's own "
+                "MeanVarianceNormalization function body at opset 13 has a Constant its "
+                "shape inference rejects), so every model keeping the op does; its "
+                "derivatives match finite differences when that check is skipped",
+}
 
 # Ops a derivative model may contain without a JVP rule of their own: they
 # produce no floating-point value a tangent could flow through.

@@ -327,10 +327,17 @@ def _t_pad(b: Builder, op, cts, linear):
     x = op.operands[0]
     d = dims(x)
     pads = constant_ints(op.operands[1])
-    if pads is None or d is None:
-        raise UnsupportedOp("transposing Pad needs constant pads and a known rank")
     if (attribute(op, "mode") or "constant") != "constant":
         raise UnsupportedOp("transposing Pad in a mode other than 'constant'")
+    if pads is None or d is None or operand_or_none(op, 3) is not None:
+        # Run-time pads (or axes): the zero pad's adjoint crops what it added
+        # and zero-pads what it cropped, i.e. Pad by the negated pads.
+        if "pads" in op.attributes:
+            raise UnsupportedOp("transposing Pad-2 needs a known rank")
+        neg = b.neg(op.operands[1])
+        return [b.op("Pad", [cts[0], neg, None] + list(op.operands[3:]),
+                     tensor_type(None if d is None else [None] + d[1:], element_type(cts[0])))] \
+            + [None] * (len(op.operands) - 1)
     r = len(d)
     # Positive pads are sliced off; negative ones (crops) are zero-padded back.
     starts = [max(p, 0) for p in pads[:r]]
@@ -823,12 +830,28 @@ def _pad(b: Builder, op, tangents):
                 pv = b.ints([0] + pads[:r] + [0] + pads[r:])
             else:
                 pads_in = op.operands[1]
-                if operand_or_none(op, 3) is not None:
-                    raise UnsupportedOp("Pad with axes computed at run time")
-                half = b.ints([0])
-                pv = b.concat([half, b.slice(pads_in, [0], [0], [r], tensor_type([r], _i64())), half,
-                               b.slice(pads_in, [0], [r], [2 * r], tensor_type([r], _i64()))], 0)
-            out_t = b.op("Pad", [t, pv], b.derivative_type(y))
+                axes_in = operand_or_none(op, 3)
+                if axes_in is not None and r is not None:
+                    # Pads for every axis of the tangent, placed at run time:
+                    # (ONNX Runtime's transpose optimizer mis-remaps a Pad's
+                    # run-time axes, so the tangent's Pad has none).
+                    i64 = _i64()
+                    ax = axes_in if element_type(axes_in) == i64 else \
+                        b.op("Cast", [axes_in], tensor_type(dims(axes_in), i64), to=7)
+                    ax = b.where(b.compare("Less", ax, b.ints([0])), b.add(ax, b.ints([r + 1])),
+                                 b.add(ax, b.ints([1])))
+                    at = b.concat([ax, b.add(ax, b.ints([r + 1]))], 0)
+                    pv = b.op("ScatterElements", [b.ints([0] * (2 * r + 2)), at, pads_in],
+                              tensor_type([2 * r + 2], i64), axis=0)
+                elif r is None:
+                    raise UnsupportedOp("Pad with run-time pads needs its operand's rank")
+                else:
+                    half = b.ints([0])
+                    pv = b.concat([half, b.slice(pads_in, [0], [0], [r], tensor_type([r], _i64())),
+                                   half, b.slice(pads_in, [0], [r], [2 * r],
+                                                 tensor_type([r], _i64()))], 0)
+            if out_t is None:
+                out_t = b.op("Pad", [t, pv], b.derivative_type(y))
         else:
             d = dims(x)
             if pads is None or d is None:

@@ -101,7 +101,8 @@ def no_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], inputs: l
     try:
         s = session(model)
         base = s.run(None, feeds)
-        nudged = s.run(None, {**feeds, **{x: (feeds[x] * (1 + 1e-3) + 1e-3).astype(feeds[x].dtype)
+        nudged = s.run(None, {**feeds, **{x: np.asarray(feeds[x] * (1 + 1e-3) + 1e-3,
+                                                        dtype=feeds[x].dtype)  # 0-d stays an array
                                           for x in inputs}})
     except Exception as e:
         return f"ONNX Runtime cannot run the primal: {_short(str(e))[:80]}"

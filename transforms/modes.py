@@ -106,6 +106,10 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         unpacked = [sig.unpack(b, seed, y, layout) for y, seed in zip(primal_y, seeds)]
     cts = reverse_block(block, f, primal_x, list(zip(primal_y, unpacked)), opset,
                         before=ret)
+    # reverse_block may replace the ops producing the outputs (a Scan/Loop
+    # rebuilt with more results): the old Values would dangle (a crash).
+    _, ret = _entry(f)
+    primal_y = [ret.operands[i] for i in ys]
     with ir.InsertionPoint(ret):
         k = sig.seed_count(b, seeds[0], primal_y[0], layout)
         results = []

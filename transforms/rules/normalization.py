@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from onnx_ad_mlir.errors import UnsupportedOp
+from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type,
                        operand_or_none, rank, tensor_type)
@@ -113,6 +113,8 @@ def _layer_norm(b: Builder, op, tangents):
     scale, bias = operand_or_none(op, 1), operand_or_none(op, 2)
     r = _rank(x, "LayerNormalization")
     a = attribute(op, "axis")
+    if not -r <= a < r:  # an invalid model (ONNX shape inference was skipped)
+        raise ImportFailure(f"axis {a} is out of range for a rank-{r} input")
     axes = list(range(a + r if a < 0 else a, r))
     results = list(op.results) + [None] * (3 - len(op.results))
     have = [v is not None and not isinstance(v.type, ir.NoneType) for v in results]

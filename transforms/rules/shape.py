@@ -44,8 +44,11 @@ def _t_reshape(b: Builder, op, cts, linear):
         target = b.concat([b.ints([-1]), b.shape(x, 1)], 0)
     else:
         target = b.like_shape(cts[0], x)
+    # a run-time (or folded) shape holding a real 0 extent needs allowzero,
+    # else the 0 copies the cotangent's extent there (a wrong shape)
+    allow = {"allowzero": 1} if b.opset >= 14 and (d is None or 0 in d[1:]) else {}
     return [b.op("Reshape", [cts[0], target], tensor_type(
-        None if d is None else [None] + d[1:], element_type(cts[0]))), None]
+        None if d is None else [None] + d[1:], element_type(cts[0])), **allow), None]
 
 
 @transpose("Unsqueeze")
@@ -400,7 +403,10 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
         raise UnsupportedOp("transposing Gather needs static ranks and a data axis >= 1")
     post = len(cd) - axis - q
     if None not in cd[axis + q:]:  # a constant target keeps the rank visible after export
-        target = b.ints([0] * axis + [-1] + cd[axis + q:])
+        # the gathered extent itself when static: -1 cannot be inferred when
+        # a trailing dim is 0 (ONNX refuses a 0-product target with -1)
+        mid = int(np.prod(cd[axis:axis + q])) if None not in cd[axis:axis + q] else -1
+        target = b.ints([0] * axis + [mid] + cd[axis + q:])
     else:
         target = b.concat([b.shape(ct, 0, axis), b.ints([-1]), b.shape(ct, axis + q)], 0)
     flat = b.reshape(ct, target, cd[:axis] + [None] + cd[axis + q:])

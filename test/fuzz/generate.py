@@ -1,0 +1,501 @@
+"""Seeded generator of random VALID ONNX models over the differentiable op
+subset (issue 7): elementwise unary/binary ops with broadcasting (size-0 and
+size-1 dims included), MatMul/Gemm, reductions, Reshape/Transpose/Concat/
+Slice/Gather, Softmax/LayerNormalization, Conv, and nested If/Scan/Loop whose
+bodies capture outer values; float32 or float64; random shapes.
+
+    generate(seed) -> (model, feeds)
+
+The same seed always gives the same model. Every model is checked with
+`onnx.checker.check_model(full_check=True)` and run once in ONNX Runtime
+(output shapes compared with the shapes tracked here); a candidate that
+fails is discarded and the next sub-seed tried, so what comes out is valid.
+`python test/fuzz/generate.py SEED [out.onnx]` prints (or saves) one.
+"""
+from __future__ import annotations
+
+import random
+import sys
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+FLOATS = {TP.FLOAT: np.float32, TP.DOUBLE: np.float64}
+Shape = tuple
+
+
+class GeneratorRejected(Exception):
+    """A candidate model failed validation (a generator limitation, retried)."""
+
+
+def _bcast(a: Shape, b: Shape) -> Shape:
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise ValueError("not broadcastable")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+class Graph:
+    """One graph (main or a body) under construction; `pool` holds the float
+    values visible in it (own and captured) with their shapes."""
+
+    def __init__(self, gen: "Gen", pool: dict[str, Shape]):
+        self.gen = gen
+        self.nodes: list[onnx.NodeProto] = []
+        self.pool = dict(pool)
+
+    # ---- helpers -----------------------------------------------------------------------
+    def name(self, base: str) -> str:
+        return self.gen.fresh(base)
+
+    def node(self, op, inputs, n_out=1, **attrs) -> list[str]:
+        outs = [self.name(op.lower()) for _ in range(n_out)]
+        self.nodes.append(h.make_node(op, inputs, outs, name=self.name("n_" + op), **attrs))
+        return outs
+
+    def const(self, arr: np.ndarray, base="c") -> str:
+        arr = np.asarray(arr)
+        name = self.name(base)
+        t = onnx.numpy_helper.from_array(arr, name)
+        self.nodes.append(h.make_node("Constant", [], [name], name=self.name("n_const"), value=t))
+        return name
+
+    def fconst(self, shape: Shape, scale=1.0) -> str:
+        g = self.gen
+        return self.const((g.np.standard_normal(shape) * scale).astype(g.npdtype), "w")
+
+    def i64(self, values) -> str:
+        return self.const(np.asarray(values, dtype=np.int64), "i")
+
+    def add(self, name: str, shape: Shape) -> str:
+        self.pool[name] = tuple(shape)
+        return name
+
+    def pick(self, pred=lambda s: True) -> Optional[str]:
+        cands = [n for n, s in self.pool.items() if pred(s)]
+        return self.gen.r.choice(cands) if cands else None
+
+    def operand(self, shape: Shape, allow_new=True) -> str:
+        """A float value broadcastable into `shape` (its result stays `shape`)."""
+        r = self.gen.r
+        cands = [n for n, s in self.pool.items() if _try_bcast(shape, s) == shape]
+        if cands and r.random() < 0.6:
+            return r.choice(cands)
+        # a constant (or new input, main graph only) with some dims set to 1
+        k = r.randint(0, len(shape))
+        sub = tuple(d if r.random() < 0.6 else 1 for d in shape[len(shape) - k:])
+        if allow_new and self.gen.main is self and r.random() < 0.5:
+            return self.add(self.gen.input(sub), sub)
+        return self.fconst(sub)
+
+    # ---- op families (each returns the new value or None when it does not apply) ----------
+    def unary(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        ops = ["Neg", "Sin", "Cos", "Tanh", "Sigmoid", "Abs", "Relu", "Identity", "Exp", "Log",
+               "Sqrt", "Reciprocal"]
+        if self.gen.dtype == TP.FLOAT:  # ORT has no float64 kernels for these
+            ops += ["Softplus", "Erf", "LeakyRelu", "Elu"]
+        op = r.choice(ops)
+        if op in ("Exp",):
+            x = self.node("Tanh", [x])[0]
+        if op in ("Log", "Sqrt", "Reciprocal"):  # positive argument: x*x + 1
+            sq = self.node("Mul", [x, x])[0]
+            x = self.node("Add", [sq, self.const(np.ones((), self.gen.npdtype))])[0]
+        attrs = {"alpha": 0.1} if op == "LeakyRelu" else {}
+        return self.add(self.node(op, [x], **attrs)[0], s)
+
+    def binary(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        y = self.operand(s)
+        op = r.choice(["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"])
+        if op in ("Div", "Pow"):  # positive divisor / base
+            sq = self.node("Mul", [y if op == "Div" else x, y if op == "Div" else x])[0]
+            pos = self.node("Add", [sq, self.const(np.ones((), self.gen.npdtype))])[0]
+            if op == "Div":
+                y = pos
+            else:
+                x = pos
+        a, b = (x, y) if op == "Pow" or r.random() < 0.5 else (y, x)
+        return self.add(self.node(op, [a, b])[0], s)
+
+    def matmul(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        if not s or len(s) > 3:
+            return None
+        n = r.choice([1, 2, 3])
+        ws = (s[-1], n) if r.random() < 0.8 else (s[-1],)
+        w = self.add(self.gen.input(ws), ws) if (self.gen.main is self and r.random() < 0.5) \
+            else self.fconst(ws, 0.5)
+        out = s[:-1] + ws[1:]
+        return self.add(self.node("MatMul", [x, w])[0], out)
+
+    def gemm(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        if len(s) != 2:
+            return None
+        ta, tb = r.randint(0, 1), r.randint(0, 1)
+        m, k = (s[1], s[0]) if ta else s
+        n = r.choice([1, 2, 3])
+        w = self.fconst((n, k) if tb else (k, n), 0.5)
+        inputs = [x, w]
+        if r.random() < 0.7:
+            cs = r.choice([(m, n), (n,), (1, n), (m, 1), ()])
+            inputs.append(self.fconst(cs))
+        return self.add(self.node("Gemm", inputs, transA=ta, transB=tb,
+                                  alpha=r.choice([1.0, 0.5]), beta=r.choice([1.0, 2.0]))[0], (m, n))
+
+    def reduce(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        op = r.choice(["ReduceSum", "ReduceMean", "ReduceMax", "ReduceSumSquare", "ReduceMin",
+                       "ReduceL2", "ReduceLogSumExp"])
+        axes = sorted(r.sample(range(len(s)), r.randint(0, len(s)))) if s else []
+        keep = r.randint(0, 1)
+        red = axes if axes else list(range(len(s)))
+        if op in ("ReduceMax", "ReduceMin", "ReduceLogSumExp", "ReduceMean", "ReduceL2") \
+                and any(s[a] == 0 for a in red):
+            op = "ReduceSum"
+        if op == "ReduceL2":  # smooth away from 0: sqrt(sum x^2 + ...) of x*x+1
+            sq = self.node("Mul", [x, x])[0]
+            x = self.node("Add", [sq, self.const(np.ones((), self.gen.npdtype))])[0]
+        out = tuple((1 if keep else None) if i in red else d for i, d in enumerate(s))
+        out = tuple(d for d in out if d is not None)
+        attrs = {"keepdims": keep}
+        inputs = [x]
+        if axes:
+            if op == "ReduceSum" or self.gen.opset >= 18:
+                inputs.append(self.i64([a - len(s) if r.random() < 0.3 else a for a in axes]))
+            else:
+                attrs["axes"] = axes
+        return self.add(self.node(op, inputs, **attrs)[0], out)
+
+    def reshape(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        n = int(np.prod(s)) if s else 1
+        choices = [(n,), (1, n), (n, 1)]
+        if n > 0:
+            for d in (2, 3):
+                if n % d == 0:
+                    choices.append((d, n // d))
+        out = r.choice(choices)
+        spec = list(out)
+        if n > 0 and r.random() < 0.3:
+            spec[r.randrange(len(spec))] = -1
+        attrs = {"allowzero": 1} if 0 in spec else {}  # else 0 means "copy that dim"
+        return self.add(self.node("Reshape", [x, self.i64(spec)], **attrs)[0], out)
+
+    def transpose(self, x):
+        s = self.pool[x]
+        if len(s) < 2:
+            return None
+        perm = list(range(len(s)))
+        self.gen.r.shuffle(perm)
+        return self.add(self.node("Transpose", [x], perm=perm)[0], tuple(s[p] for p in perm))
+
+    def concat(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        if not s:
+            return None
+        axis = r.randrange(len(s))
+        other = list(s)
+        other[axis] = r.choice([0, 1, 2])
+        y = self.add(self.gen.input(tuple(other)), tuple(other)) \
+            if self.gen.main is self and r.random() < 0.5 else self.fconst(tuple(other))
+        out = list(s)
+        out[axis] += other[axis]
+        ins = [x, y] if r.random() < 0.5 else [y, x, x]
+        if len(ins) == 3:
+            out[axis] += s[axis]
+        return self.add(self.node("Concat", ins, axis=axis - len(s) if r.random() < 0.3 else axis)[0],
+                        tuple(out))
+
+    def slice(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        if not s:
+            return None
+        axes = sorted(r.sample(range(len(s)), r.randint(1, len(s))))
+        starts, ends, steps, out = [], [], [], list(s)
+        for a in axes:
+            d = s[a]
+            step = r.choice([1, 1, 2, -1])
+            if step > 0:
+                st = r.randint(0, d)
+                en = r.choice([r.randint(st, d), 2**62, d + 3])
+                cnt = (min(en, d) - st + step - 1) // step if min(en, d) > st else 0
+            else:
+                st = r.choice([d - 1, 2**62]) if d else -1
+                en = r.choice([-(2**62), 0, -1 - d]) if d else -(2**62)
+                lo = max(en, -1) if en >= 0 else -1
+                hi = min(st, d - 1)
+                cnt = max(0, (hi - lo + (-step) - 1) // (-step))
+            starts.append(st), ends.append(en), steps.append(step)
+            out[a] = cnt
+        return self.add(self.node("Slice", [x, self.i64(starts), self.i64(ends), self.i64(axes),
+                                            self.i64(steps)])[0], tuple(out))
+
+    def gather(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        axes = [a for a in range(len(s)) if s[a] > 0]
+        if not axes:
+            return None
+        axis = r.choice(axes)
+        ishape = r.choice([(), (2,), (1, 2), (0,)])
+        idx = np.asarray([r.randrange(-s[axis], s[axis]) for _ in range(int(np.prod(ishape)))],
+                         dtype=np.int64).reshape(ishape)
+        out = s[:axis] + ishape + s[axis + 1:]
+        return self.add(self.node("Gather", [x, self.const(idx, "idx")], axis=axis)[0], out)
+
+    def softmax(self, x):
+        s = self.pool[x]
+        if not s:
+            return None
+        op = self.gen.r.choice(["Softmax", "LogSoftmax"])
+        return self.add(self.node(op, [x], axis=self.gen.r.randrange(-len(s), len(s)))[0], s)
+
+    def layernorm(self, x):
+        r = self.gen.r
+        s = self.pool[x]
+        if not s:
+            return None
+        axis = r.randrange(len(s))
+        if any(d == 0 for d in s[axis:]):
+            return None
+        ns = s[axis:]
+        ins = [x, self.fconst(ns)]
+        if r.random() < 0.5:
+            ins.append(self.fconst(ns))
+        return self.add(self.node("LayerNormalization", ins, axis=axis - len(s) if r.random() < 0.3
+                                  else axis, epsilon=1e-3)[0], s)
+
+    def conv(self, x):
+        r = self.gen.r
+        if self.gen.main is not self or self.gen.dtype != TP.FLOAT:  # ORT: float32 only
+            return None
+        nd = r.choice([1, 2])
+        n, group = r.choice([1, 2]), r.choice([1, 1, 2])
+        c, m = group * r.choice([1, 2]), group * r.choice([1, 2])
+        k = [r.choice([1, 2, 3]) for _ in range(nd)]
+        strides = [r.choice([1, 2]) for _ in range(nd)]
+        dil = [r.choice([1, 1, 2]) for _ in range(nd)]
+        pads = [r.choice([0, 1]) for _ in range(2 * nd)]
+        sp = [r.randint((k[i] - 1) * dil[i] + 1, 6) for i in range(nd)]
+        xs = (n, c, *sp)
+        xin = self.add(self.gen.input(xs), xs)
+        w = self.add(self.gen.input((m, c // group, *k)), (m, c // group, *k)) \
+            if r.random() < 0.5 else self.fconst((m, c // group, *k), 0.5)
+        ins = [xin, w] + ([self.fconst((m,))] if r.random() < 0.5 else [])
+        out = [n, m]
+        for i in range(nd):
+            eff = (k[i] - 1) * dil[i] + 1
+            out.append((sp[i] + pads[i] + pads[i + nd] - eff) // strides[i] + 1)
+        return self.add(self.node("Conv", ins, strides=strides, dilations=dil, pads=pads,
+                                  group=group, kernel_shape=k)[0], tuple(out))
+
+    # ---- control flow ----------------------------------------------------------------------
+    def body_chain(self, sub: "Graph", x: str, depth: int, steps: int) -> str:
+        """Shape-preserving ops from x inside `sub` (captures come from its pool)."""
+        r = self.gen.r
+        for _ in range(steps):
+            pick = r.random()
+            if pick < 0.4:
+                x = sub.unary(x)
+            elif pick < 0.8:
+                x = sub.binary(x)
+            elif depth > 0:
+                x = sub.control(x, depth - 1) or x
+            else:
+                x = sub.softmax(x) or x
+        return x
+
+    def control(self, x, depth=None):
+        r = self.gen.r
+        depth = self.gen.max_depth if depth is None else depth
+        s = self.pool[x]
+        kind = r.choice(["If", "Scan", "Loop"])
+        T = self.gen.npdtype_proto
+        if kind == "If":
+            red = self.node("ReduceSum", [x], keepdims=0)[0]
+            cond = self.node("Greater", [red, self.const(np.zeros((), self.gen.npdtype))])[0]
+            branches = []
+            for b in ("then", "else"):
+                sub = Graph(self.gen, self.pool)
+                y = self.body_chain(sub, x, depth, r.randint(1, 3))
+                if y == x:  # a branch that yields an outer value
+                    y = sub.node("Identity", [x])[0]
+                branches.append(h.make_graph(sub.nodes, self.name(b), [],
+                                             [h.make_tensor_value_info(y, T, list(s))]))
+            return self.add(self.node("If", [cond], then_branch=branches[0],
+                                      else_branch=branches[1])[0], s)
+        if kind == "Scan":
+            steps = r.choice([1, 2, 3])  # ORT cannot run a Scan over 0 steps
+            xs_shape = (steps,) + s
+            xs = self.add(self.gen.input(xs_shape), xs_shape) if self.gen.main is self \
+                else self.fconst(xs_shape)
+            hname, xt = self.name("h"), self.name("xt")
+            sub = Graph(self.gen, self.pool)
+            sub.pool[hname], sub.pool[xt] = s, s
+            a = sub.add(sub.node(r.choice(["Add", "Mul"]), [hname, xt])[0], s)
+            hn = self.body_chain(sub, a, depth, r.randint(1, 3))
+            yo = sub.node("Identity", [hn])[0]
+            body = h.make_graph(sub.nodes, self.name("scan_body"),
+                                [h.make_tensor_value_info(hname, T, list(s)),
+                                 h.make_tensor_value_info(xt, T, list(s))],
+                                [h.make_tensor_value_info(hn, T, list(s)),
+                                 h.make_tensor_value_info(yo, T, list(s))])
+            hf, ys = self.node("Scan", [x, xs], n_out=2, body=body, num_scan_inputs=1)
+            self.add(ys, (steps,) + s)
+            return self.add(hf, s)
+        # Loop with a constant trip count, cond always true, one scan output
+        trip = r.choice([0, 1, 2, 3]) if r.random() < 0.2 else r.choice([1, 2, 3])
+        it, cin, v = self.name("it"), self.name("cond"), self.name("v")
+        sub = Graph(self.gen, self.pool)
+        sub.pool[v] = s
+        vn = self.body_chain(sub, v, depth, r.randint(1, 3))
+        if vn == v:
+            vn = sub.node("Identity", [v])[0]
+        cout = sub.node("Identity", [cin])[0]
+        so = sub.node("Identity", [vn])[0]
+        body = h.make_graph(sub.nodes, self.name("loop_body"),
+                            [h.make_tensor_value_info(it, TP.INT64, []),
+                             h.make_tensor_value_info(cin, TP.BOOL, []),
+                             h.make_tensor_value_info(v, T, list(s))],
+                            [h.make_tensor_value_info(cout, TP.BOOL, []),
+                             h.make_tensor_value_info(vn, T, list(s)),
+                             h.make_tensor_value_info(so, T, list(s))])
+        m = self.i64(trip)
+        c = self.const(np.asarray(True))
+        vf, scan = self.node("Loop", [m, c, x], n_out=2, body=body)
+        self.add(scan, (trip,) + s)
+        return self.add(vf, s)
+
+
+def _try_bcast(a, b):
+    try:
+        return _bcast(a, b)
+    except ValueError:
+        return None
+
+
+class Gen:
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.r = random.Random(seed)
+        self.np = np.random.default_rng(seed)
+        self.dtype = self.r.choice([TP.FLOAT, TP.DOUBLE])
+        self.npdtype = FLOATS[self.dtype]
+        self.npdtype_proto = self.dtype
+        self.opset = self.r.choice([17, 18, 19, 20, 21])
+        self.max_depth = self.r.choice([0, 1, 1, 2])
+        self.counter = 0
+        self.inputs: list[tuple[str, Shape]] = []
+        self.main = Graph(self, {})
+
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}{self.counter}"
+
+    def dim(self) -> int:
+        p = self.r.random()
+        return 0 if p < 0.06 else 1 if p < 0.3 else self.r.randint(2, 4)
+
+    def input(self, shape: Shape) -> str:
+        name = self.fresh("x")
+        self.inputs.append((name, tuple(shape)))
+        return name
+
+    def build(self) -> onnx.ModelProto:
+        g, r = self.main, self.r
+        for _ in range(r.randint(1, 2)):
+            s = tuple(self.dim() for _ in range(r.randint(0, 3)))
+            g.add(self.input(s), s)
+        families = [g.unary, g.binary, g.binary, g.matmul, g.gemm, g.reduce, g.reshape,
+                    g.transpose, g.concat, g.slice, g.gather, g.softmax, g.layernorm, g.conv,
+                    g.control, g.control]
+        last = None
+        for _ in range(r.randint(1, 6)):
+            x = last if last is not None and r.random() < 0.6 else g.pick()
+            out = r.choice(families)(x)
+            last = out or last
+        # outputs: the last value plus maybe one more (never an input)
+        own = [n for n in g.pool if n not in dict(self.inputs)]
+        if not own:
+            own = [g.unary(g.pick())]
+        outs = [last if last in own else own[-1]]
+        if len(own) > 1 and r.random() < 0.3:
+            extra = r.choice(own)
+            if extra not in outs:
+                outs.append(extra)
+        graph = h.make_graph(
+            g.nodes, f"fuzz{self.seed}",
+            [h.make_tensor_value_info(n, self.dtype, list(s)) for n, s in self.inputs],
+            [h.make_tensor_value_info(n, self.dtype, list(g.pool[n])) for n in outs])
+        model = h.make_model(graph, opset_imports=[h.make_opsetid("", self.opset)],
+                             producer_name="onnx-ad-mlir-fuzz")
+        model.ir_version = min(model.ir_version, 10)
+        return model
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        return {n: self.np.standard_normal(s).astype(self.npdtype) for n, s in self.inputs}
+
+
+def validate(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    """full_check + one ORT run whose output shapes match the declared ones."""
+    import onnxruntime as ort
+    ort.set_default_logger_severity(3)
+    try:
+        onnx.checker.check_model(model, full_check=True)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
+        got = sess.run(None, feeds)
+    except Exception as e:  # noqa: BLE001
+        raise GeneratorRejected(f"{type(e).__name__}: {str(e)[:300]}") from None
+    for o, a in zip(model.graph.output, got):
+        want = tuple(d.dim_value for d in o.type.tensor_type.shape.dim)
+        if tuple(a.shape) != want:
+            raise GeneratorRejected(f"output {o.name}: ORT shape {a.shape}, declared {want}")
+
+
+def generate(seed: int, tries: int = 20) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A valid model and feeds for `seed` (deterministic)."""
+    last = None
+    for t in range(tries):
+        gen = Gen(seed * 1000 + t)
+        try:
+            model = gen.build()
+            feeds = gen.feeds()
+        except (ValueError, IndexError) as e:  # a shape the generator could not honour
+            last = e
+            continue
+        try:
+            validate(model, feeds)
+        except GeneratorRejected as e:
+            last = e
+            continue
+        return model, feeds
+    raise GeneratorRejected(f"seed {seed}: no valid model in {tries} tries: {last}")
+
+
+if __name__ == "__main__":
+    m, f = generate(int(sys.argv[1]))
+    if len(sys.argv) > 2:
+        onnx.save(m, sys.argv[2])
+    else:
+        print(onnx.printer.to_text(m))

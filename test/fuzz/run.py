@@ -1,0 +1,401 @@
+"""Fuzz run (issue 7): generated and mutated models through import ->
+forward/reverse -> export -> ONNX Runtime, each case in a child process.
+
+    python test/fuzz/run.py -n 2000 --seed 0 [--jobs 2] [--log fuzz.jsonl]
+    python test/fuzz/run.py --case 1234 --seed 0      # one case, in-process, verbose
+
+A benchmark-style script, not part of the test suite (a small seeded sample
+runs in CI: test/python/test_fuzz_sample.py). Case i with base seed S uses
+seed S*1_000_003 + i; i % 10 in 0..4 is a generated valid model, 5..8 a
+mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt.
+
+Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
+not per case); a worker that dies (signal, abort, non-zero exit) or takes
+longer than --timeout on a case is reported for that case and replaced.
+
+Outcomes:
+  ok          derivative agrees with finite differences (adcheck), or a
+              mutated input was accepted and is itself valid and checks out;
+              ok-noref: accepted, but finite differences cannot judge
+              (non-finite outputs, no smooth entry)
+  refused     a clean OnnxAdError whose message names something
+  accepted-invalid  a mutated model ONNX itself rejects was differentiated
+              anyway (not a crash; listed for review)
+  wrong       derivative disagrees with finite differences          (bug)
+  bad-export  a derivative model fails onnx.checker or ORT           (bug)
+  crash       the child died, or a non-OnnxAdError escaped           (bug)
+  hang        no answer within --timeout                            (bug)
+  rule-error  RuleError: a derivative rule crashed                   (bug)
+  io          input file changed, partial output after a failure,
+              CLI printed a traceback / several lines                (bug)
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BUGS = ("wrong", "bad-export", "crash", "hang", "rule-error", "io")
+CASE_STRIDE = 1_000_003
+
+
+def case_kind(i: int) -> str:
+    r = i % 10
+    return "gen" if r < 5 else "mut" if r < 9 else "mlir"
+
+
+def case_seed(base: int, i: int) -> int:
+    return base * CASE_STRIDE + i
+
+
+# ---- in the child ------------------------------------------------------------------------
+
+def _setup_child() -> None:
+    for p in (HERE, os.path.join(ROOT, "test", "python")):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import onnxruntime as ort
+    ort.set_default_logger_severity(3)
+
+
+def _sha(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _classify_exception(e: BaseException) -> tuple[str, str]:
+    from adcheck import NoReference
+    from onnx_ad_mlir.errors import OnnxAdError, RuleError
+    msg = f"{type(e).__name__}: {str(e).strip()[:500]}"
+    if isinstance(e, NoReference):
+        return "ok-noref", msg
+    if isinstance(e, RuleError):
+        return "rule-error", msg
+    if isinstance(e, OnnxAdError):
+        first = str(e).strip()
+        return ("refused" if first else "crash"), msg if first else "empty OnnxAdError message"
+    if isinstance(e, AssertionError):
+        return "wrong", msg
+    mod = type(e).__module__ or ""
+    tb = traceback.extract_tb(e.__traceback__)
+    in_ort = any("onnxruntime" in fr.filename for fr in tb[-2:])
+    if mod.startswith(("onnxruntime", "onnx.")) or mod == "onnx" or in_ort \
+            or type(e).__name__ in ("ValidationError", "InferenceError"):
+        return "bad-export", msg + "\n" + traceback.format_exc(limit=-3)
+    return "crash", msg + "\n" + traceback.format_exc(limit=-4)
+
+
+def _cli_check(inp: str, folder: str, mode: str) -> tuple[str | None, str]:
+    """onnx-ad-mlir <mode> inp out: exit 0 with a loadable file, or exit 1 with
+    one `error:` line and no file (no temporary left behind). Returns (problem, status)."""
+    import subprocess
+    import onnx
+    out = os.path.join(folder, "out.onnx")
+    exe = os.path.join(os.path.dirname(sys.executable), "onnx-ad-mlir")
+    try:
+        p = subprocess.run([exe, mode, inp, out], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return "hang", "CLI timed out"
+    leftovers = [f for f in os.listdir(folder) if f.startswith(".tmp-")]
+    if p.returncode < 0:
+        return "crash", f"CLI killed by signal {-p.returncode}: {p.stderr[-300:]}"
+    if leftovers:
+        return "io", f"CLI left temporaries {leftovers}"
+    if p.returncode == 0:
+        try:
+            onnx.load(out)
+        except Exception as e:  # noqa: BLE001
+            return "io", f"CLI exit 0 but {out} unloadable: {e}"
+        return None, "cli-ok"
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    if os.path.exists(out):
+        return "io", f"CLI exit {p.returncode} but wrote {out}"
+    if len(lines) != 1 or not lines[0].startswith("error:") or "Traceback" in p.stderr:
+        return "io", f"CLI stderr is not one error line: {p.stderr[-400:]!r}"
+    return None, "cli-refused: " + lines[0][:200]
+
+
+def run_case(i: int, base: int, cli: bool | None = None) -> dict:
+    """One case, in the current process (the worker)."""
+    _setup_child()
+    import numpy as np
+    import onnx
+    from generate import generate, validate, GeneratorRejected
+    from mutate import mutate, mutate_mlir
+
+    seed = case_seed(base, i)
+    kind = case_kind(i)
+    rec = {"i": i, "seed": seed, "kind": kind}
+    if cli is None:
+        cli = (kind == "gen" and i % 20 == 0) or (kind == "mut" and i % 3 == 0)
+    try:
+        model, feeds = generate(seed)
+    except GeneratorRejected as e:
+        rec.update(outcome="gen-rejected", detail=str(e)[:300])
+        return rec
+    rec["ops"] = sorted({n.op_type for n in model.graph.node} - {"Constant"})
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as folder:
+        if kind == "gen":
+            rec.update(_run_generated(model, feeds, folder, i))
+        elif kind == "mut":
+            mkind, data = mutate(model, seed)
+            rec["kind"] = f"mut:{mkind}"
+            rec.update(_run_mutated(data, feeds, folder, i))
+        else:
+            rec.update(_run_mlir(model, seed, folder, rec))
+            cli = False
+        if cli and rec["outcome"] not in BUGS:
+            inp = os.path.join(folder, "in.onnx")
+            before = _sha(inp)
+            problem, status = _cli_check(inp, folder, "reverse" if i % 2 else "forward")
+            rec["cli"] = status
+            if _sha(inp) != before:
+                problem, status = "io", "CLI changed its input file"
+            if problem:
+                rec.update(outcome=problem, detail=status)
+    return rec
+
+
+def _run_generated(model, feeds, folder, i) -> dict:
+    import onnx
+    from adcheck import check_derivatives
+    from onnx_ad_mlir import api
+    path = os.path.join(folder, "in.onnx")
+    onnx.save(model, path)
+    before = _sha(path)
+    try:
+        # one mode from the file (path import), then both against finite differences
+        (api.reverse if i % 2 else api.forward)(path)
+        errs = check_derivatives(model, feeds, seed=i)
+        out = {"outcome": "ok", "detail": json.dumps(errs)}
+    except Exception as e:  # noqa: BLE001
+        outcome, detail = _classify_exception(e)
+        out = {"outcome": outcome, "detail": detail}
+    if _sha(path) != before:
+        out = {"outcome": "io", "detail": "input file changed"}
+    return out
+
+
+def _model_is_valid(data: bytes, feeds) -> bool:
+    import onnx
+    from generate import validate, GeneratorRejected
+    try:
+        m = onnx.load_from_string(data)
+        validate(m, {k: v for k, v in feeds.items() if k in {x.name for x in m.graph.input}})
+        return True
+    except Exception:  # noqa: BLE001 - any refusal by onnx/ORT
+        return False
+
+
+def _run_mutated(data: bytes, feeds, folder, i) -> dict:
+    import onnx
+    from adcheck import check_derivatives
+    from onnx_ad_mlir import api
+    path = os.path.join(folder, "in.onnx")
+    with open(path, "wb") as f:
+        f.write(data)
+    before = _sha(path)
+    try:
+        (api.reverse if i % 2 else api.forward)(path)
+        if _model_is_valid(data, feeds):
+            m = onnx.load_from_string(data)
+            names = [v.name for v in list(m.graph.input) + list(m.graph.output)]
+            if len(set(names)) != len(names):  # seeds get renamed: adcheck cannot feed them
+                return {"outcome": "ok-noref", "detail": "repeated graph input/output names"}
+            errs = check_derivatives(onnx.load_from_string(data), feeds, seed=i)
+            out = {"outcome": "ok", "detail": json.dumps(errs)}
+        else:
+            out = {"outcome": "accepted-invalid", "detail": "ONNX/ORT reject this model"}
+    except Exception as e:  # noqa: BLE001
+        outcome, detail = _classify_exception(e)
+        out = {"outcome": outcome, "detail": detail}
+    if _sha(path) != before:
+        out = {"outcome": "io", "detail": "input file changed"}
+    return out
+
+
+def _run_mlir(model, seed, folder, rec) -> dict:
+    import io
+    import contextlib
+    from mlir import ir
+    from mutate import mutate_mlir
+    from onnx_ad_mlir.importer import import_onnx
+    from onnx_ad_mlir.tools import opt
+    import onnx
+    onnx.save(model, os.path.join(folder, "in.onnx"))
+    with ir.Context() as ctx:
+        text = import_onnx(model, context=ctx).operation.get_asm(enable_debug_info=True)
+    mkind, bad = mutate_mlir(text, seed)
+    rec["kind"] = f"mlir:{mkind}"
+    inp, out = os.path.join(folder, "in.mlir"), os.path.join(folder, "out.mlir")
+    with open(inp, "w") as f:
+        f.write(bad)
+    before = _sha(inp)
+    err = io.StringIO()
+    mode = "--onnx-ad-reverse" if seed % 2 else "--onnx-ad-forward"
+    try:
+        with contextlib.redirect_stderr(err):
+            rc = opt.main([inp, "--canonicalize", mode, "-o", out])
+    except BaseException as e:  # noqa: BLE001 - nothing may escape the tool
+        return {"outcome": "crash", "detail": f"onnx-ad-opt raised {type(e).__name__}: {e}"[:500]}
+    res = {"outcome": "ok" if rc == 0 else "refused", "detail": err.getvalue().strip()[:300]}
+    if rc != 0 and os.path.exists(out):
+        res = {"outcome": "io", "detail": "onnx-ad-opt failed but wrote its output"}
+    if rc not in (0, 1):
+        res = {"outcome": "crash", "detail": f"onnx-ad-opt exit {rc}"}
+    if _sha(inp) != before:
+        res = {"outcome": "io", "detail": "input file changed"}
+    return res
+
+
+def _worker(conn, base: int, errlog: str | None) -> None:
+    if errlog:  # keep ORT/MLIR chatter out of the parent's terminal
+        fd = os.open(errlog, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 2)
+    _setup_child()
+    while True:
+        try:
+            i = conn.recv()
+        except EOFError:
+            return
+        if i is None:
+            return
+        try:
+            rec = run_case(i, base)
+        except BaseException as e:  # noqa: BLE001 - the harness itself
+            rec = {"i": i, "seed": case_seed(base, i), "kind": case_kind(i), "outcome": "crash",
+                   "detail": "harness: " + "".join(traceback.format_exception(e))[-800:]}
+        conn.send(rec)
+
+
+# ---- in the parent -----------------------------------------------------------------------
+
+class Worker:
+    def __init__(self, base: int, errlog: str | None):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker, args=(child, base, errlog), daemon=True)
+        self.proc.start()
+        child.close()
+        self.case = None
+        self.started = 0.0
+
+    def send(self, i: int) -> None:
+        self.case, self.started = i, time.monotonic()
+        self.conn.send(i)
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+def run_cases(cases, base: int = 0, jobs: int = 1, timeout: float = 60.0,
+              log=None, errlog: str | None = None, progress: bool = False) -> list[dict]:
+    """Runs the case numbers in `cases` on `jobs` worker processes; returns
+    one record per case."""
+    from multiprocessing.connection import wait
+    todo = list(cases)[::-1]
+    workers = [Worker(base, errlog) for _ in range(max(1, min(jobs, len(todo))))]
+    results, busy = [], {}
+    t0 = time.monotonic()
+
+    def finish(rec):
+        results.append(rec)
+        if log:
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        if progress and len(results) % 100 == 0:
+            counts = collections.Counter(r["outcome"] for r in results)
+            print(f"[{len(results)} cases, {time.monotonic() - t0:.0f} s] {dict(counts)}",
+                  flush=True)
+
+    try:
+        while todo or busy:
+            for w in workers:
+                if w not in busy.values() and todo:
+                    i = todo.pop()
+                    w.send(i)
+                    busy[w.conn] = w
+            ready = wait(list(busy), timeout=1.0)
+            for conn in ready:
+                w = busy.pop(conn)
+                try:
+                    finish(conn.recv())
+                except (EOFError, OSError):
+                    w.proc.join(5)
+                    code = w.proc.exitcode
+                    finish({"i": w.case, "seed": case_seed(base, w.case),
+                            "kind": case_kind(w.case), "outcome": "crash",
+                            "detail": f"worker died: exit code {code}"
+                                      + (f" (signal {-code})" if code and code < 0 else "")})
+                    workers[workers.index(w)] = Worker(base, errlog)
+            now = time.monotonic()
+            for conn, w in list(busy.items()):
+                if now - w.started > timeout:
+                    busy.pop(conn)
+                    w.proc.kill()
+                    w.proc.join()
+                    finish({"i": w.case, "seed": case_seed(base, w.case),
+                            "kind": case_kind(w.case), "outcome": "hang",
+                            "detail": f"no answer in {timeout:.0f} s"})
+                    workers[workers.index(w)] = Worker(base, errlog)
+    finally:
+        for w in workers:
+            w.stop()
+    return sorted(results, key=lambda r: r["i"])
+
+
+def summary(results: list[dict]) -> str:
+    by = collections.Counter(r["outcome"] for r in results)
+    lines = [f"{len(results)} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(by.items()))]
+    kinds = collections.defaultdict(collections.Counter)
+    for r in results:
+        kinds[r["kind"].split(":")[0]][r["outcome"]] += 1
+    for k, c in sorted(kinds.items()):
+        lines.append(f"  {k:5s} " + ", ".join(f"{o} {n}" for o, n in sorted(c.items())))
+    bugs = [r for r in results if r["outcome"] in BUGS]
+    for r in bugs[:50]:
+        lines.append(f"  BUG case {r['i']} seed {r['seed']} {r['kind']} {r['outcome']}: "
+                     f"ops {r.get('ops')}: {r.get('detail', '')[:300]}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=200, help="number of cases")
+    ap.add_argument("--start", type=int, default=0, help="first case number")
+    ap.add_argument("--seed", type=int, default=0, help="base seed")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--log", help="JSON lines, one record per case")
+    ap.add_argument("--errlog", default=os.devnull, help="workers' stderr")
+    ap.add_argument("--case", type=int, help="run one case in this process and print it")
+    args = ap.parse_args(argv)
+    if args.case is not None:
+        print(json.dumps(run_case(args.case, args.seed), indent=1))
+        return 0
+    log = open(args.log, "a") if args.log else None
+    results = run_cases(range(args.start, args.start + args.n), args.seed, args.jobs,
+                        args.timeout, log, args.errlog, progress=True)
+    print(summary(results))
+    return 1 if any(r["outcome"] in BUGS for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

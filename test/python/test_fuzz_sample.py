@@ -1,0 +1,28 @@
+"""A small seeded sample of the fuzz run (test/fuzz/run.py, issue 7): 60
+cases (30 generated valid models, 24 mutated models, 6 garbage MLIR texts)
+in a child worker process, through import -> forward/reverse -> export ->
+ONNX Runtime and the CLI. No case may crash, hang, give a wrong derivative,
+hit a RuleError, change its input file or leave a partial output."""
+from __future__ import annotations
+
+import os
+import sys
+
+FUZZ = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
+sys.path.insert(0, FUZZ)
+
+import run as fuzz  # noqa: E402
+
+BASE_SEED = 7
+CASES = range(60)
+
+
+def test_fuzz_sample():
+    results = fuzz.run_cases(CASES, base=BASE_SEED, jobs=1, timeout=60)
+    assert len(results) == len(CASES)
+    bugs = [r for r in results if r["outcome"] in fuzz.BUGS]
+    assert not bugs, fuzz.summary(results)
+    refused = [r for r in results if r["outcome"] == "refused" and r["kind"] != "gen"]
+    assert refused, "the mutated cases should mostly be refused"
+    ok = [r for r in results if r["kind"] == "gen" and r["outcome"] == "ok"]
+    assert len(ok) >= 20, fuzz.summary(results)

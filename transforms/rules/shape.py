@@ -260,7 +260,7 @@ def _t_slice(b: Builder, op, cts, linear):
         starts = None
         axes = _slice_axes(op, len(d))
         if axes is None:
-            raise UnsupportedOp("reverse mode through Slice with axes computed at run time")
+            return [_t_slice_by_positions(b, op, cts[0])] + tail
     if starts is not None and all(st == -1 and s == -1 and e <= -2**62
                                   for s, e, st in zip(starts, ends, steps)):
         # full reversals (start -1, end -inf, step -1): their own transpose
@@ -296,6 +296,27 @@ def _t_slice(b: Builder, op, cts, linear):
         tdims = [None] + [d[j] if j in done else cd[j] for j in range(1, len(d))]
         ct = scatter_add_into(b, ct, target, tdims, idx, a)
     return [ct] + tail
+
+
+def _t_slice_by_positions(b: Builder, op, ct: ir.Value) -> ir.Value:
+    """Transpose of any Slice (axes, bounds and steps known at run time only):
+    the Slice applied to the flat positions of its operand says where each
+    kept element came from (distinct positions); the cotangent is placed there
+    in zeros, one row per direction."""
+    x = op.operands[0]
+    d = dims(x)
+    i64 = _i64()
+    size = b.op("Size", [x], tensor_type([], i64))
+    flat = b.op("Range", [b.int_scalar(0), size, b.int_scalar(1)], tensor_type([None], i64))
+    positions = b.reshape(flat, b.shape(x), None if d is None else [None] * len(d))
+    kept = b.op("Slice", [positions] + list(op.operands[1:]),
+                tensor_type(None if d is None else [None] * len(d), i64))
+    k = b.shape(ct, 0, 1)
+    rows = b.reshape(ct, b.concat([k, b.ints([-1])], 0), [None, None])
+    idx = b.expand(b.reshape(kept, [1, -1], [1, None]), b.shape(rows), [None, None])
+    zeros = _zeros(b, b.concat([k, b.reshape(size, [1], [1])], 0), [None, None], ct)
+    placed = b.op("ScatterElements", [zeros, idx, rows], zeros.type, axis=1)
+    return b.reshape(placed, b.like_shape(ct, x), None if d is None else [None] + d[1:])
 
 
 def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: int,

@@ -10,6 +10,7 @@ import onnx
 import onnx.inliner
 from google.protobuf.message import DecodeError
 
+from . import validate
 from .errors import ImportFailure
 
 # Protobuf cannot serialise 2 GB; shape inference of bigger models runs on a
@@ -46,7 +47,10 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
             model = onnx.inliner.inline_local_functions(model)
         except Exception as e:  # the inliner reports bad functions in many ways
             raise ImportFailure(f"cannot inline the model's local functions: {e}") from e
-    return _infer_shapes(model), base_dir
+    model = _infer_shapes(model)
+    validate.check_dims(model.graph)
+    validate.check_attributes(model.graph)
+    return model, base_dir
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -55,13 +59,35 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     big = sum(t.ByteSize() for t in model.graph.initializer) > _PROTO_LIMIT
     skeleton = _without_big_data(model) if big else model
     try:
-        inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=False)
+        if not _long_vectors(inferred.graph):
+            inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
     except Exception:  # inference errors on odd but importable models
         return model
     if big:
         inferred.graph.ClearField("initializer")
         inferred.graph.initializer.extend(model.graph.initializer)
     return inferred
+
+
+def _long_vectors(graph: onnx.GraphProto, limit: int = 4096) -> bool:
+    """Whether some value is a 1-D tensor longer than `limit`. ONNX's data
+    propagation evaluates binary elementwise ops on every 1-D tensor, in time
+    linear in its length (minutes for a [10**9] input; found by the fuzzer):
+    it is meant for shape tensors, which are short, so it is skipped then."""
+    for v in list(graph.input) + list(graph.value_info) + list(graph.output):
+        t = v.type.tensor_type
+        if t.HasField("shape") and len(t.shape.dim) == 1 and \
+                t.shape.dim[0].dim_value > limit:
+            return True
+    for init in graph.initializer:
+        if len(init.dims) == 1 and init.dims[0] > limit:
+            return True
+    for n in graph.node:  # bodies: their values are listed in their own graphs
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH and _long_vectors(a.g, limit):
+                return True
+    return False
 
 
 def _without_big_data(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -1,0 +1,72 @@
+"""Checks of attribute values against the ranks of their operands, before any
+IR is built. ONNX shape inference (run non-strict by import_prep) lets an
+out-of-range `axis` or a `perm` that is not a permutation through; the
+derivative rules would then fail with an internal error or emit an invalid
+model. Found by the fuzzer (test/fuzz). Failures are `ImportFailure`s naming
+the node, op and attribute."""
+from __future__ import annotations
+
+import onnx
+
+from .errors import ImportFailure
+
+# op -> (attribute, operand index whose rank bounds it, extra: axis may equal the rank)
+_AXIS_OPS = {
+    "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0, "Concat": 0, "Gather": 0,
+    "GatherElements": 0, "LayerNormalization": 0, "Split": 0, "CumSum": 0,
+    "ScatterElements": 0, "Compress": 0, "ArgMax": 0, "ArgMin": 0, "TopK": 0,
+}
+_AXIS_INCLUSIVE = {"Flatten"}  # axis in [-r, r]
+
+
+def _ranks(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
+    ranks = dict(outer)
+    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
+        t = v.type.tensor_type if v.type.HasField("tensor_type") else None
+        if t is not None and t.HasField("shape"):
+            ranks[v.name] = len(t.shape.dim)
+    for t in graph.initializer:
+        ranks[t.name] = len(t.dims)
+    return ranks
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return f"node '{node.name}' ({node.op_type})"
+
+
+def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None) -> None:
+    ranks = _ranks(graph, outer or {})
+    for node in graph.node:
+        attrs = {a.name: a for a in node.attribute}
+        if node.domain in ("", "ai.onnx"):
+            r = ranks.get(node.input[0]) if node.input and node.input[0] else None
+            if r is not None and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT \
+                    and (node.op_type in _AXIS_OPS or node.op_type in _AXIS_INCLUSIVE):
+                a = attrs["axis"].i
+                hi = r if node.op_type in _AXIS_INCLUSIVE else r - 1
+                if not -r <= a <= hi and not (node.op_type == "Softmax" and r == 0):
+                    raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its "
+                                        f"rank-{r} input '{node.input[0]}'")
+            if node.op_type == "Transpose" and "perm" in attrs and r is not None \
+                    and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
+                perm = list(attrs["perm"].ints)
+                if sorted(perm) != list(range(r)):
+                    raise ImportFailure(f"{_label(node)}: perm {perm} is not a permutation of "
+                                        f"the {r} axes of input '{node.input[0]}'")
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                check_attributes(a.g, ranks)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    check_attributes(g, ranks)
+
+
+def check_dims(graph: onnx.GraphProto) -> None:
+    """Graph inputs and outputs with negative extents are malformed."""
+    for kind, values in (("input", graph.input), ("output", graph.output)):
+        for v in values:
+            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+                for i, d in enumerate(v.type.tensor_type.shape.dim):
+                    if d.HasField("dim_value") and d.dim_value < 0:
+                        raise ImportFailure(f"graph {kind} '{v.name}': dimension {i} is "
+                                            f"negative ({d.dim_value})")

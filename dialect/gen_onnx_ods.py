@@ -46,7 +46,7 @@ _BRANCH_METHODS = ["getEntrySuccessorOperands", "areTypesCompatible"]
 REGION_BRANCH = {"If": _BRANCH_METHODS + ["getRegionInvocationBounds"],
                  "Loop": _BRANCH_METHODS, "Scan": _BRANCH_METHODS}
 # Ops with hand-written folders.
-FOLDERS = {"Constant", "Identity"}
+FOLDERS = {"Constant", "Identity", "Transpose"}
 
 ELEMENT_TYPES = {
     "float16": "F16", "bfloat16": "BF16", "float": "F32", "double": "F64",

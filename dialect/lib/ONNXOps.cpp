@@ -227,3 +227,54 @@ OpFoldResult ONNXIdentityOp::fold(FoldAdaptor) {
     return nullptr;
   return getInput();
 }
+
+namespace {
+/// The permutation of a Transpose: its `perm`, else the reversal ONNX
+/// defaults to (which needs a ranked operand).
+std::optional<SmallVector<int64_t>> transposePerm(Operation *op) {
+  if (auto perm = op->getAttrOfType<ArrayAttr>("perm")) {
+    SmallVector<int64_t> out;
+    for (Attribute a : perm)
+      out.push_back(cast<IntegerAttr>(a).getInt());
+    return out;
+  }
+  auto type = dyn_cast<RankedTensorType>(op->getOperand(0).getType());
+  if (!type)
+    return std::nullopt;
+  SmallVector<int64_t> out;
+  for (int64_t i = type.getRank() - 1; i >= 0; --i)
+    out.push_back(i);
+  return out;
+}
+} // namespace
+
+OpFoldResult ONNXTransposeOp::fold(FoldAdaptor) {
+  // Derivative layouts bracket computations with Transposes (seed layout in,
+  // result layout out): identities and inverse pairs vanish here.
+  Operation *op = getOperation();
+  Value input = op->getOperand(0);
+  std::optional<SmallVector<int64_t>> perm = transposePerm(op);
+  if (!perm)
+    return nullptr;
+  auto isIdentity = [](ArrayRef<int64_t> p) {
+    for (auto [i, v] : llvm::enumerate(p))
+      if (static_cast<int64_t>(i) != v)
+        return false;
+    return true;
+  };
+  if (isIdentity(*perm) && input.getType() == getType())
+    return input;
+  auto inner = input.getDefiningOp<ONNXTransposeOp>();
+  if (!inner)
+    return nullptr;
+  std::optional<SmallVector<int64_t>> innerPerm = transposePerm(inner);
+  if (!innerPerm || innerPerm->size() != perm->size())
+    return nullptr;
+  SmallVector<int64_t> composed;
+  for (int64_t p : *perm)
+    composed.push_back((*innerPerm)[p]);
+  Value source = inner->getOperand(0);
+  if (isIdentity(composed) && source.getType() == getType())
+    return source;
+  return nullptr;
+}

@@ -1602,6 +1602,7 @@ def ONNXTransposeOp : ONNX_Op<"Transpose", [Pure, AllElementTypesMatch<["data", 
   let summary = "ONNX Transpose, opset 25";
   let arguments = (ins TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$data, OptionalAttr<I64ArrayAttr>:$perm);
   let results = (outs TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>:$transposed);
+  let hasFolder = 1;
 }
 
 def ONNXTriluOp : ONNX_Op<"Trilu", [Pure, AllElementTypesMatch<["input", "output"]>]> {

@@ -7,8 +7,9 @@ Importing the package registers the onnx dialect in every new
     adjoint = reverse(onnx.load("f.onnx"))          # + adj_y -> + adj_x
 """
 from ._dialect import register_dialect
-from .api import family, forward, reverse
+from .api import family, forward, reverse, unroll
 from .exporter import export_onnx
 from .importer import import_onnx
 
-__all__ = ["export_onnx", "family", "forward", "import_onnx", "register_dialect", "reverse"]
+__all__ = ["export_onnx", "family", "forward", "import_onnx", "register_dialect", "reverse",
+           "unroll"]

@@ -1,0 +1,81 @@
+"""The public API and CLI: CasADi's repeated-differentiation names, second
+derivatives by composition, files written atomically, one-line errors."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+from adcheck import run
+from onnx_ad_mlir import forward, reverse
+
+
+def cubic() -> onnx.ModelProto:
+    """y = sin(x) * x  (x: [3], float64)."""
+    g = h.make_graph([h.make_node("Sin", ["x"], ["s"]), h.make_node("Mul", ["s", "x"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", TP.DOUBLE, [3])],
+                     [h.make_tensor_value_info("y", TP.DOUBLE, [3])])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+
+
+def names(m: onnx.ModelProto) -> tuple[list[str], list[str]]:
+    return [i.name for i in m.graph.input], [o.name for o in m.graph.output]
+
+
+def test_forward_of_forward_names_itself_and_gives_second_derivatives():
+    once = forward(cubic(), layout="onnx")
+    twice = forward(once, layout="onnx")
+    assert names(twice) == (["x", "fwd_x", "fwd2_x", "fwd2_fwd_x"],
+                            ["y", "fwd_y", "fwd2_y", "fwd2_fwd_y"])
+    assert twice.graph.input[2].type.tensor_type.shape.dim[-1].dim_param == "nfwd2"
+    x = np.array([0.3, -1.2, 2.0])
+    v, u = np.array([1.0, 2.0, -1.0]), np.array([0.5, -0.3, 0.7])
+    out = run(twice, {"x": x, "fwd_x": v[:, None], "fwd2_x": u[:, None],
+                      "fwd2_fwd_x": np.zeros((3, 1, 1))})
+    # d2/dx2 (x sin x) = 2 cos x - x sin x, elementwise: D2f[v, u] = f'' v u
+    expected = (2 * np.cos(x) - x * np.sin(x)) * v * u
+    np.testing.assert_allclose(out["fwd2_fwd_y"][:, 0, 0], expected, rtol=1e-12)
+
+
+def test_reverse_of_reverse_names_itself():
+    twice = reverse(reverse(cubic(), layout="onnx"), layout="onnx")
+    inputs, outputs = names(twice)
+    assert inputs == ["x", "adj_y", "adj2_y", "adj2_adj_x"]
+    assert outputs == ["y", "adj_x", "adj2_x", "adj2_adj_y"]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "onnx_ad_mlir.tools.cli", *args],
+                          capture_output=True, text=True)
+
+
+def test_cli_writes_derivatives_and_leaves_the_input_alone(tmp_path):
+    src = tmp_path / "f.onnx"
+    onnx.save(cubic(), src)
+    before = hashlib.sha256(src.read_bytes()).hexdigest()
+    result = _cli("reverse", str(src), str(tmp_path / "adj_f.onnx"), "--layout", "onnx")
+    assert result.returncode == 0, result.stderr
+    assert names(onnx.load(tmp_path / "adj_f.onnx"))[1] == ["y", "adj_x"]
+    result = _cli("family", str(src), str(tmp_path / "out" / "f.onnx"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["adj_f.onnx", "f.onnx", "fwd_adj_f.onnx"]
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+
+
+def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(cubic().SerializeToString()[:40])  # truncated protobuf
+    out = tmp_path / "out.onnx"
+    result = _cli("forward", str(bad), str(out))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert not out.exists() and os.listdir(tmp_path) == ["bad.onnx"]
+    result = _cli("forward", str(tmp_path / "f.onnx"), str(out), "--inputs", "nope")
+    assert result.returncode == 1 and "error:" in result.stderr

@@ -106,6 +106,7 @@ class _ModelImporter:
         self._f32 = ir.F32Type.get(context)
         self._int_attrs: dict[int, ir.Attribute] = {}
         self._list_ints: dict[int, ir.Attribute] = {}
+        self._int_lists: dict[tuple[int, ...], ir.Attribute] = {}
         self._none_type = ir.NoneType.get(context)
         self._unit = ir.UnitAttr.get(context)
 
@@ -232,9 +233,21 @@ class _ModelImporter:
                 raise ImportFailure(f"{_what(node)}: {len(node.output)} outputs, the schema "
                                     f"has {len(info.spec['outputs'])}")
         result_types, produced = self._result_types(node, outputs, info, scope, operands)
-        op = ir.Operation.create(
-            info.op_name, results=result_types, operands=operands, attributes=attributes,
-            regions=len(info.regions), loc=self._names_loc(node.name, produced), ip=ip)
+        if len(produced) == 1:  # the common case of _names_loc, inlined
+            loc = _name_loc(node.name, _name_loc(produced[0]))
+        else:
+            loc = self._names_loc(node.name, produced)
+        # Keyword arguments cost in the bindings: pass only those that are set.
+        if info.regions:
+            op = ir.Operation.create(
+                info.op_name, results=result_types, operands=operands, attributes=attributes,
+                regions=len(info.regions), loc=loc, ip=ip)
+        elif attributes:
+            op = ir.Operation.create(info.op_name, results=result_types, operands=operands,
+                                     attributes=attributes, loc=loc, ip=ip)
+        else:
+            op = ir.Operation.create(info.op_name, results=result_types, operands=operands,
+                                     loc=loc, ip=ip)
         if info.regions:
             for region, region_name in zip(op.regions, info.regions):
                 self._subgraph(graphs[region_name], scope, region, node.op_type, operands, node)
@@ -372,7 +385,11 @@ class _ModelImporter:
         if kind == "string":
             return self._str(a.s)
         if kind == "ints":
-            return ir.ArrayAttr.get([self._i64_attr(v) for v in a.ints])
+            key = tuple(a.ints)
+            attr = self._int_lists.get(key)
+            if attr is None:
+                attr = self._int_lists[key] = ir.ArrayAttr.get([self._i64_attr(v) for v in key])
+            return attr
         if kind == "floats":
             return ir.ArrayAttr.get([ir.FloatAttr.get(self._f32, v) for v in a.floats])
         if kind == "strings":
@@ -422,16 +439,16 @@ class _ModelImporter:
         return attrs
 
     def _names_loc(self, node_name: str, outputs: list[str]) -> ir.Location:
-        """NameLoc(node name) whose child names the produced outputs in order."""
-        ctx = self.context
+        """NameLoc(node name) whose child names the produced outputs in order.
+        Called inside `with self.context`: an explicit context argument
+        costs more than the bindings' lookup of the current one."""
         if len(outputs) == 1:
-            child = ir.Location.name(outputs[0], context=ctx)
+            child = _name_loc(outputs[0])
         elif outputs:
-            child = ir.Location.fused([ir.Location.name(n, context=ctx) for n in outputs],
-                                      context=ctx)
+            child = ir.Location.fused([_name_loc(n) for n in outputs])
         else:
             child = self.unknown_loc
-        return ir.Location.name(node_name, childLoc=child, context=ctx)
+        return _name_loc(node_name, child)
 
     def _sparse_attr(self, sparse: onnx.SparseTensorProto) -> ir.Attribute:
         fields = {
@@ -449,7 +466,7 @@ class _ModelImporter:
                                  for p in props])
 
     def _str(self, s: str | bytes) -> ir.Attribute:
-        return ir.StringAttr.get(s, context=self.context)
+        return _string_attr(s)  # in `with self.context`, like _names_loc
 
     def _si64_attr(self, v: int) -> ir.Attribute:
         attr = self._int_attrs.get(v)
@@ -462,6 +479,10 @@ class _ModelImporter:
         if attr is None:
             attr = self._list_ints[v] = ir.IntegerAttr.get(self._i64, v)
         return attr
+
+
+_name_loc = ir.Location.name
+_string_attr = ir.StringAttr.get
 
 
 def _default_opset(model: onnx.ModelProto) -> int | None:

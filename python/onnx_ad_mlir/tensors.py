@@ -47,13 +47,14 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str = "") -> ir.Attribute:
     """The ElementsAttr holding `tensor`'s data (type = its MLIR tensor type)."""
     elem = tensor.data_type
-    ttype = types.tensor(elem, tuple(tensor.dims))
+    dims = tuple(tensor.dims)
+    ttype = types.tensor(elem, dims)
     if elem == onnx.TensorProto.STRING:
         return _string_attr(tensor, ttype, types.context)
     array = None
     if elem in _BUFFER_ELEMENTS and _LITTLE_ENDIAN:  # ONNX stores little-endian
         array = _external_array(tensor, base_dir) \
-            if tensor.data_location == onnx.TensorProto.EXTERNAL else _raw_array(tensor)
+            if tensor.data_location == onnx.TensorProto.EXTERNAL else _raw_array(tensor, dims)
     if array is None:
         try:
             array = numpy_helper.to_array(tensor, base_dir)
@@ -61,29 +62,36 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
             raise ImportFailure(f"tensor '{tensor.name}': unreadable data ({e})") from e
         array = np.ascontiguousarray(array)
     if elem in _BUFFER_ELEMENTS and array.nbytes <= DENSE_LIMIT_BYTES:
+        element = types.element(elem)  # cached, unlike ttype.element_type
         if elem == onnx.TensorProto.BOOL:
             packed = np.packbits(array.reshape(-1), bitorder="little")
-            return ir.DenseElementsAttr.get(packed, type=ttype.element_type,
-                                            shape=list(tensor.dims), context=types.context)
-        return ir.DenseElementsAttr.get(array, type=ttype.element_type,
-                                        shape=list(tensor.dims), context=types.context)
+            return ir.DenseElementsAttr.get(packed, type=element, shape=list(dims),
+                                            context=types.context)
+        return ir.DenseElementsAttr.get(array, type=element, shape=list(dims),
+                                        context=types.context)
     return _blob_attr(array, tensor.name, ttype, types.context)
 
 
-def _raw_array(tensor: onnx.TensorProto) -> np.ndarray | None:
+def _raw_array(tensor: onnx.TensorProto, dims: tuple[int, ...]) -> np.ndarray | None:
     """The data of a tensor stored as little-endian raw bytes, without
     numpy_helper's generality (the common case, and worth the speed)."""
-    if not tensor.raw_data:
+    raw = tensor.raw_data  # each read copies the bytes
+    if not raw:
         return None
-    dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
-    array = np.frombuffer(tensor.raw_data, dtype=dtype)
+    dtype = _NP_DTYPES.get(tensor.data_type)
+    if dtype is None:
+        dtype = _NP_DTYPES[tensor.data_type] = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+    array = np.frombuffer(raw, dtype=dtype)
     count = 1
-    for d in tensor.dims:
+    for d in dims:
         count *= d
     if array.size != count:
         raise ImportFailure(f"tensor '{tensor.name}': {array.size} elements of raw data for "
-                            f"shape {list(tensor.dims)}")
-    return array.reshape(tensor.dims)
+                            f"shape {list(dims)}")
+    return array.reshape(dims)
+
+
+_NP_DTYPES: dict[int, np.dtype] = {}
 
 
 def _external_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:

@@ -13,7 +13,7 @@ from mlir import ir
 from . import _op_table
 from .errors import ExportFailure
 from .export_opset import model_versions
-from .onnx_types import element_of, fill_type_proto
+from .onnx_types import fill_type_proto
 from .tensors import ResourceReader, array_to_tensor
 
 _A = onnx.AttributeProto
@@ -101,14 +101,29 @@ class _Names:
         return name
 
 
+class _OpInfo:
+    """What the exporter needs per onnx op name, derived once from `_op_table`."""
+    __slots__ = ("mlir_name", "op_type", "kinds", "regions", "single_output")
+
+    def __init__(self, mlir_name: str, spec: dict):
+        self.mlir_name = mlir_name
+        self.op_type = spec["op_type"]
+        self.kinds = spec["attributes"]
+        self.regions = spec["regions"]
+        self.single_output = [kind for _, kind in spec["outputs"]] == ["single"]
+
+
 class _Exporter:
     def __init__(self, module: ir.Module):
+        self._infos: dict[str, _OpInfo] = {}
+        self._int_lists: dict[ir.Attribute, list[int]] = {}
         self.reader = ResourceReader(module)
         self.names = _Names()
         self.value_names: dict[ir.Value, str] = {}
         self.op_names: set[str] = set()  # MLIR op names present, for opsets
         self._none = ir.NoneType.get(module.context)
-        self._type_protos: dict[ir.Type, onnx.TypeProto] = {}
+        self._type_fields: dict[ir.Type, bytes] = {}
+        self._value_infos: list[bytes] = []  # of the block being exported
 
     # ----------------------------------------------------------------- graphs
     def main_graph(self, func: ir.Operation, graph: onnx.GraphProto) -> None:
@@ -123,7 +138,7 @@ class _Exporter:
             vi = graph.input.add(name=name)
             self._fill_value_info(vi, arg.type, a)
             if a is not None and "onnx.initializer" in a:
-                graph.initializer.append(self._tensor(a["onnx.initializer"], name))
+                self._tensor(a["onnx.initializer"], name, graph.initializer)
         terminator = _terminator(block)
         outputs = self._claim_outputs(list(terminator.operands),
                                       [_str_attr(a, "onnx.name") for a in res_attrs])
@@ -185,10 +200,21 @@ class _Exporter:
         constants of an outer scope (e.g. Squeeze axes hoisted out of a Loop
         body by canonicalization) and gives up on whole Loops when one body
         value is unknown, so without these a re-imported model loses ranks
-        that the MLIR types knew."""
+        that the MLIR types knew.
+
+        The value_info entries are collected as serialized ValueInfoProtos
+        and parsed into `graph` at once: adding messages one by one costs
+        several times more."""
+        infos = self._infos
+        outer_value_infos = self._value_infos
+        self._value_infos = value_infos = []
         for opview in block.operations:
             op = opview.operation
             name = op.name
+            info = infos.get(name)
+            if info is not None:  # the common case: a plain onnx op seen before
+                self._node(op, info, graph, outputs)
+                continue
             if name in _TERMINATORS:
                 continue
             if name == "onnx.NoValue":
@@ -196,10 +222,16 @@ class _Exporter:
             elif name == "onnx.Constant" and "onnx.initializer" in op.attributes:
                 self._initializer(op, graph)
             elif name.startswith("onnx."):
-                self._node(op, name[5:], graph, outputs)
+                info = self._op_info(name)
+                if name != "onnx.Constant":  # Constant: checked above every time
+                    infos[name] = info
+                self._node(op, info, graph, outputs)
             else:
                 raise ExportFailure(f"op '{name}' is not an onnx dialect op and has no "
                                     "ONNX equivalent")
+        self._value_infos = outer_value_infos
+        if value_infos:
+            graph.MergeFromString(b"".join(value_infos))
 
     # ----------------------------------------------------------------- ops
     def _initializer(self, op: ir.Operation, graph: onnx.GraphProto) -> None:
@@ -210,48 +242,70 @@ class _Exporter:
         self.value_names[result] = name
         attrs = op.attributes
         if "value" in attrs:
-            graph.initializer.append(self._tensor(attrs["value"], name))
+            self._tensor(attrs["value"], name, graph.initializer)
         else:
             sparse = self._sparse(attrs["sparse_value"])
             sparse.values.name = name
             graph.sparse_initializer.append(sparse)
 
-    def _node(self, op: ir.Operation, mlir_name: str, graph: onnx.GraphProto,
-              graph_outputs: set[str]) -> None:
+    def _op_info(self, op_name: str) -> _OpInfo:
+        """The export facts of an onnx op (once per op name and export)."""
+        mlir_name = op_name[5:]
         spec = _op_table.OPS.get(mlir_name)
         if spec is None:
             raise ExportFailure(f"op 'onnx.{mlir_name}' has no ONNX schema")
         self.op_names.add(mlir_name)
+        return _OpInfo(mlir_name, spec)
+
+    def _node(self, op: ir.Operation, info: _OpInfo, graph: onnx.GraphProto,
+              graph_outputs: set[str]) -> None:
         names = self.value_names
         inputs = [names[v] for v in op.operands]
         while inputs and not inputs[-1]:
             inputs.pop()
         node_name, wanted = _names_from_loc(op.location)
-        results = list(op.results)
-        outputs = self._result_names(results, wanted)
-        node = graph.node.add(op_type=spec["op_type"], input=inputs, output=outputs)
-        for r, name in zip(results, outputs):
+        if info.single_output and len(wanted) == 1:  # _result_names' common case
+            r = op.result
+            name = names.get(r)
+            if name is None:
+                name = names[r] = self.names.claim(wanted[0])
+            outputs = [name]
             if name and name not in graph_outputs:
                 t = r.type
                 if isinstance(t, ir.RankedTensorType):
-                    graph.value_info.add(name=name, type=self._type_proto(t))
+                    self._value_info(name, t)
+        else:
+            results = list(op.results)
+            outputs = self._result_names(results, wanted)
+            for r, name in zip(results, outputs):
+                if name and name not in graph_outputs:
+                    t = r.type
+                    if isinstance(t, ir.RankedTensorType):
+                        self._value_info(name, t)
         if node_name:
-            node.name = self.names.node(node_name)
+            node = graph.node.add(op_type=info.op_type, input=inputs, output=outputs,
+                                  name=self.names.node(node_name))
+        else:
+            node = graph.node.add(op_type=info.op_type, input=inputs, output=outputs)
         attrs = op.attributes
         if len(attrs):
-            self._attributes(node, attrs, spec["attributes"], mlir_name)
-        if spec["regions"]:
-            for region_name, region in zip(spec["regions"], op.regions):
+            self._attributes(node, attrs, info.kinds, info.mlir_name)
+        if info.regions:
+            for region_name, region in zip(info.regions, op.regions):
                 a = node.attribute.add(name=region_name, type=_A.GRAPH)
                 self._region(region, a.g)
 
-    def _type_proto(self, t: ir.Type) -> onnx.TypeProto:
-        """TypeProto of a value type, built once per type in this export."""
-        tp = self._type_protos.get(t)
-        if tp is None:
-            tp = self._type_protos[t] = onnx.TypeProto()
+    def _value_info(self, name: str, t: ir.Type) -> None:
+        """Queues the value_info entry (GraphProto field 13) of a block value."""
+        type_field = self._type_fields.get(t)
+        if type_field is None:  # ValueInfoProto.type (field 2), built once per type
+            tp = onnx.TypeProto()
             fill_type_proto(tp, t)
-        return tp
+            data = tp.SerializeToString()
+            type_field = self._type_fields[t] = b"\x12" + _varint(len(data)) + data
+        name_bytes = name.encode()
+        entry = b"\x0a" + _varint(len(name_bytes)) + name_bytes + type_field
+        self._value_infos.append(b"\x6a" + _varint(len(entry)) + entry)
 
     def _result_names(self, results: list[ir.Value], wanted: list[str]) -> list[str]:
         """Output names of an op: the location's names when they fit, else
@@ -282,8 +336,7 @@ class _Exporter:
         return outputs
 
     def _attributes(self, node: onnx.NodeProto, attrs, kinds: dict, mlir_name: str) -> None:
-        for attr_name in attrs:
-            attr = attrs[attr_name]
+        for attr_name, attr in attrs.items():
             if "." in attr_name:  # discardable: our own metadata or a pass's
                 if attr_name == "onnx.doc_string":
                     node.doc_string = ir.StringAttr(attr).value
@@ -305,7 +358,11 @@ class _Exporter:
             a.type, a.s = _A.STRING, ir.StringAttr(attr).value_bytes
         elif kind == "ints":
             a.type = _A.INTS
-            a.ints.extend(ir.IntegerAttr(x).value for x in ir.ArrayAttr(attr))
+            values = self._int_lists.get(attr)  # attributes are uniqued: few distinct
+            if values is None:
+                values = self._int_lists[attr] = [ir.IntegerAttr(x).value
+                                                  for x in ir.ArrayAttr(attr)]
+            a.ints.extend(values)
         elif kind == "floats":
             a.type = _A.FLOATS
             a.floats.extend(ir.FloatAttr(x).value for x in ir.ArrayAttr(attr))
@@ -323,9 +380,9 @@ class _Exporter:
             fill_type_proto(a.tp, ir.TypeAttr(attr).value)
 
     # ----------------------------------------------------------------- data
-    def _tensor(self, attr: ir.Attribute, name: str) -> onnx.TensorProto:
-        elem = element_of(attr.type.element_type)
-        return array_to_tensor(self.reader.array(attr), elem, name)
+    def _tensor(self, attr: ir.Attribute, name: str, into=None) -> onnx.TensorProto:
+        array, elem = self.reader.array_and_element(attr)
+        return array_to_tensor(array, elem, name, into)
 
     def _sparse(self, attr: ir.Attribute) -> onnx.SparseTensorProto:
         d = ir.DictAttr(attr)
@@ -344,6 +401,21 @@ class _Exporter:
             if "onnx.doc_string" in attrs:
                 vi.doc_string = ir.StringAttr(attrs["onnx.doc_string"]).value
         fill_type_proto(vi.type, t, params)
+
+
+_SMALL_VARINTS = [bytes([n]) for n in range(128)]
+
+
+def _varint(n: int) -> bytes:
+    """Protobuf base-128 encoding of a length."""
+    if n < 128:
+        return _SMALL_VARINTS[n]
+    out = bytearray()
+    while n >= 128:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
 
 
 def _dicts(attrs, key: str, count: int) -> list:

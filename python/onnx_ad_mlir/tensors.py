@@ -163,12 +163,26 @@ class ResourceReader:
     def __init__(self, module: ir.Module):
         self._module = module
         self._printed: dict[str, bytes] | None = None
+        # Tensor type -> (ONNX element type, shape, numpy dtype): the same
+        # few types recur on many constants, and each query costs.
+        self._types: dict[ir.Type, tuple[int, list[int], np.dtype]] = {}
 
     def array(self, attr: ir.Attribute) -> np.ndarray:
+        return self.array_and_element(attr)[0]
+
+    def array_and_element(self, attr: ir.Attribute) -> tuple[np.ndarray, int]:
+        """The data of `attr` and its ONNX element type."""
         ttype = attr.type
-        elem = element_of(ttype.element_type)
-        shape = list(ttype.shape)
-        dtype = helper.tensor_dtype_to_np_dtype(elem)
+        info = self._types.get(ttype)
+        if info is None:
+            elem = element_of(ttype.element_type)
+            info = self._types[ttype] = (elem, list(ttype.shape),
+                                         helper.tensor_dtype_to_np_dtype(elem))
+        elem, shape, dtype = info
+        return self._array(attr, elem, shape, dtype), elem
+
+    def _array(self, attr: ir.Attribute, elem: int, shape: list[int], dtype: np.dtype
+               ) -> np.ndarray:
         # Attributes read back from ops are not always downcast by the
         # bindings (dense_resource never is): test the cheap cases first.
         dense = attr if isinstance(attr, ir.DenseElementsAttr) else None
@@ -284,11 +298,17 @@ def _unescape(s: str) -> bytes:
     return bytes(out)
 
 
-def array_to_tensor(array: np.ndarray, elem: int, name: str) -> onnx.TensorProto:
-    """A TensorProto of ONNX element type `elem` (array's dtype must match)."""
+def array_to_tensor(array: np.ndarray, elem: int, name: str, into=None) -> onnx.TensorProto:
+    """A TensorProto of ONNX element type `elem` (array's dtype must match),
+    appended to the repeated field `into` when given (built in place there,
+    which saves a copy)."""
     if elem in _BUFFER_ELEMENTS and _LITTLE_ENDIAN:  # raw bytes, no per-type logic
-        return onnx.TensorProto(name=name, data_type=elem, dims=array.shape,
-                                raw_data=array.tobytes())
+        make = onnx.TensorProto if into is None else into.add
+        return make(name=name, data_type=elem, dims=array.shape, raw_data=array.tobytes())
     if elem == onnx.TensorProto.STRING:
-        return helper.make_tensor(name, elem, array.shape, array.reshape(-1).tolist())
-    return numpy_helper.from_array(array, name)
+        tensor = helper.make_tensor(name, elem, array.shape, array.reshape(-1).tolist())
+    else:
+        tensor = numpy_helper.from_array(array, name)
+    if into is not None:
+        into.append(tensor)
+    return tensor

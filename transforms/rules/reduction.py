@@ -169,13 +169,16 @@ def _t_reduce_sum(b: Builder, op, cts, linear):
     return [out] + [None] * (len(op.operands) - 1)
 
 
-def _weighted(b: Builder, op, tangents, weight) -> list:
-    """JVP reduce(t * weight(axes)) for a nonlinear reduction."""
+def _weighted(b: Builder, op, tangents, weight, pointwise=None) -> list:
+    """JVP reduce(t * weight(axes)) for a nonlinear reduction. With no axis
+    reduced (noop_with_empty_axes, or a rank-0 input) the op is pointwise:
+    x^2 for ReduceSumSquare, |x| for ReduceL1/L2 (ONNX Runtime's results),
+    the identity for the others; `pointwise()` is then its derivative."""
     if tangents[0] is None:
         return [None]
     axes = Axes(b, op)
-    if axes.empty:  # noop_with_empty_axes: the identity
-        return [tangents[0]]
+    if axes.empty:
+        return [tangents[0] if pointwise is None else b.mul(tangents[0], pointwise())]
     return [axes.reduce_tangent(b.mul(tangents[0], weight(axes)))]
 
 
@@ -193,19 +196,21 @@ def _reduce_extremum(b: Builder, op, tangents):
 @jvp("ReduceSumSquare")
 def _reduce_sum_square(b: Builder, op, tangents):
     x = op.operands[0]
-    return _weighted(b, op, tangents, lambda axes: b.mul(b.scalar(2.0, x), x))
+    two_x = lambda *_: b.mul(b.scalar(2.0, x), x)  # noqa: E731
+    return _weighted(b, op, tangents, two_x, two_x)
 
 
 @jvp("ReduceL2")
 def _reduce_l2(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
-    return _weighted(b, op, tangents, lambda axes: b.div(x, axes.expand_back(y)))
+    return _weighted(b, op, tangents, lambda axes: b.div(x, axes.expand_back(y)),
+                     lambda: b.ew("Sign", x))
 
 
 @jvp("ReduceL1")
 def _reduce_l1(b: Builder, op, tangents):
     x = op.operands[0]
-    return _weighted(b, op, tangents, lambda axes: b.ew("Sign", x))
+    return _weighted(b, op, tangents, lambda axes: b.ew("Sign", x), lambda: b.ew("Sign", x))
 
 
 @jvp("ReduceLogSumExp")

@@ -384,9 +384,30 @@ class Builder:
         """Insert unit axes after the direction axis so `t` has rank 1 + out_rank:
         ONNX broadcasting aligns trailing axes, the direction axis must stay first."""
         r = rank(t)
-        if r is None or r - 1 >= out_rank:
+        if r is None:
+            return self._align_at_run_time(t, out_rank) if out_rank > 0 else t
+        if r - 1 >= out_rank:
             return t
         return self.unsqueeze(t, list(range(1, 1 + out_rank - (r - 1))))
+
+    def _align_at_run_time(self, t: ir.Value, out_rank: int) -> ir.Value:
+        """align() for a derivative of unknown rank (e.g. of a Loop result ONNX
+        shape inference left untyped): returning it as is would broadcast its
+        direction axis against a data axis (a silently wrong derivative; found
+        by the fuzzer). Reshape to [k] + [1] * (out_rank + 1 - rank) + rest."""
+        if self.opset < 14:  # needs Reshape's allowzero (a 0 extent would be "copy")
+            raise UnsupportedOp("a derivative of unknown rank meets a broadcast (give the "
+                                "values ranked types, or use opset >= 14)")
+        i64 = ir.IntegerType.get_signless(64)
+        shp = self.op("Shape", [t], tensor_type([None], i64))
+        size = self.op("Size", [shp], tensor_type([], i64))
+        missing = self.op("Sub", [self.int_scalar(out_rank + 1), size], tensor_type([], i64))
+        missing = self.op("Max", [missing, self.int_scalar(0)], tensor_type([], i64))
+        ones = self.expand(self.ints([1]), self.op("Reshape", [missing, self.ints([1])],
+                                                   tensor_type([1], i64)), [None])
+        target = self.concat([self.shape(t, 0, 1), ones, self.shape(t, 1)], 0)
+        return self.op("Reshape", [t, target], tensor_type([None] * (out_rank + 1),
+                                                           element_type(t)), allowzero=1)
 
     def fit(self, t: ir.Value, primal: ir.Value) -> ir.Value:
         """Broadcast derivative `t` to exactly [k] + shape(primal)."""

@@ -440,10 +440,11 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
     flat = b.op("Reshape", [ct, target], tensor_type(flat_dims, element_type(ct)), **allow)
     ix = b.reshape(idx, [1] * axis + [-1] + [1] * post, [1] * axis + [None] + [1] * post)
     ix = b.expand(ix, b.shape(flat), dims(flat))
-    dd = dims(data_lin)
+    dd = dims(data_lin)  # None: data of unknown rank (e.g. a Loop result)
     if b.opset < 16:
-        return _onehot_scatter(b, flat, b.reshape(idx, [-1], [None]), axis, dd[axis])
-    zeros = _zeros(b, b.like_shape(ct, data_lin), [None] + dd[1:], ct)
+        return _onehot_scatter(b, flat, b.reshape(idx, [-1], [None]), axis,
+                               None if dd is None else dd[axis])
+    zeros = _zeros(b, b.like_shape(ct, data_lin), None if dd is None else [None] + dd[1:], ct)
     return b.op("ScatterElements", [zeros, ix, flat], zeros.type, axis=axis, reduction="add")
 
 

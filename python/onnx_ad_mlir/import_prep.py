@@ -50,6 +50,9 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     model = _infer_shapes(model)
     validate.check_dims(model.graph)
     validate.check_attributes(model.graph)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is not None and opset > 0:
+        validate.check_types(model.graph, opset)
     return model, base_dir
 
 

@@ -70,3 +70,72 @@ def check_dims(graph: onnx.GraphProto) -> None:
                     if d.HasField("dim_value") and d.dim_value < 0:
                         raise ImportFailure(f"graph {kind} '{v.name}': dimension {i} is "
                                             f"negative ({d.dim_value})")
+
+
+def _elem_types(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
+    types = dict(outer)
+    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
+            types[v.name] = v.type.tensor_type.elem_type
+    for init in graph.initializer:
+        types[init.name] = init.data_type
+    for n in graph.node:  # Constant outputs: the type of their value
+        if n.op_type == "Constant" and n.output and n.attribute \
+                and n.attribute[0].type == onnx.AttributeProto.TENSOR:
+            types.setdefault(n.output[0], n.attribute[0].t.data_type)
+    return types
+
+
+def _type_name(elem: int) -> str:
+    try:
+        return onnx.TensorProto.DataType.Name(elem).lower()
+    except ValueError:
+        return f"unknown({elem})"
+
+
+def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None = None) -> None:
+    """Operand element types against each schema's type constraints: the
+    operands bound to one type variable (Concat's inputs, Add's A and B) must
+    agree and be allowed. A mismatch would reach MLIR ops whose C++ asserts
+    on it (a process abort; found by the fuzzer)."""
+    types = _elem_types(graph, outer or {})
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except Exception:  # noqa: BLE001 - unknown ops are the importer's to report
+            schema = None
+        if schema is not None and schema.inputs:
+            allowed = {c.type_param_str: list(c.allowed_type_strs)
+                       for c in schema.type_constraints}
+            bound: dict[str, tuple[str, int]] = {}
+            for i, name in enumerate(node.input):
+                formal = schema.inputs[min(i, len(schema.inputs) - 1)]
+                if i >= len(schema.inputs) and \
+                        formal.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
+                    break
+                elem = types.get(name) if name else None
+                var = formal.type_str
+                if elem is None or var not in allowed:
+                    continue
+                strs = allowed[var]
+                if all(s.startswith("tensor(") for s in strs) and \
+                        f"tensor({_type_name(elem)})" not in strs:
+                    raise ImportFailure(
+                        f"{_label(node)}: input '{name}' has element type {_type_name(elem)}, "
+                        f"which {node.op_type} does not accept for {var}")
+                if formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic and \
+                        not formal.is_homogeneous:
+                    continue
+                if var in bound and bound[var][1] != elem:
+                    raise ImportFailure(
+                        f"{_label(node)}: inputs '{bound[var][0]}' ({_type_name(bound[var][1])}) "
+                        f"and '{name}' ({_type_name(elem)}) must have the same element type")
+                bound.setdefault(var, (name, elem))
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                check_types(a.g, opset, types)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    check_types(g, opset, types)

@@ -122,8 +122,8 @@ class Graph:
             pos = self.node("Add", [sq, self.const(np.ones((), self.gen.npdtype))])[0]
             if op == "Div":
                 y = pos
-            else:
-                x = pos
+            else:  # a bounded exponent: float32 overflow gives inf * 0 = NaN derivatives
+                x, y = pos, self.node("Tanh", [y])[0]
         a, b = (x, y) if op == "Pow" or r.random() < 0.5 else (y, x)
         return self.add(self.node(op, [a, b])[0], s)
 

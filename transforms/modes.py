@@ -40,17 +40,29 @@ def _entry(f: func.FuncOp) -> tuple[ir.Block, ir.Operation]:
     return block, block.operations[len(block.operations) - 1]
 
 
-def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
-            outputs: list[str] | None = None, layout: str = "casadi",
-            prefix: str | None = None) -> None:
+def _prepare(f: func.FuncOp, opset: int, inputs: list[str] | None,
+             outputs: list[str] | None, prefix: str, kind: str, checkpoint: int):
+    """What both modes do first: rewrite ops the rules do not see (function
+    bodies, lowerings, constant Ifs, bool Where, checkpointed loops), then
+    choose the differentiated inputs/outputs and the CasADi prefix."""
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
     inline_constant_ifs(f)
     bool_where(f, opset)  # ONNX Runtime has no bool Where (legalize.py)
+    if checkpoint > 1:
+        segment_loops(f, opset, checkpoint)
     block, ret = _entry(f)
     in_names, out_names = sig.arg_names(f), sig.result_names(f)
     xs = sig.select(in_names, list(block.arguments), inputs, "input")
     ys = sig.select(out_names, list(ret.operands), outputs, "output")
-    prefix = prefix or sig.diff_prefix(in_names + out_names, "fwd")
+    prefix = prefix or sig.diff_prefix(in_names + out_names, kind)
+    return block, ret, in_names, out_names, xs, ys, prefix
+
+
+def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
+            outputs: list[str] | None = None, layout: str = "casadi",
+            prefix: str | None = None) -> None:
+    block, ret, in_names, out_names, xs, ys, prefix = _prepare(
+        f, opset, inputs, outputs, prefix or "", "fwd", checkpoint=1)
     primal_x = [block.arguments[i] for i in xs]
     dim = "n" + prefix[:-1]
     seeds = sig.append_arguments(f, [sig.boundary_type(x, layout) for x in primal_x], [
@@ -81,16 +93,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             prefix: str | None = None, checkpoint: int = 1) -> None:
     """`checkpoint` = k > 1: Loop/Scan store every k-th state and recompute
     the steps in between (checkpoint.py) instead of storing every state."""
-    expand_function(f, opset)  # function-body ops and lowerings (expand.py)
-    inline_constant_ifs(f)
-    bool_where(f, opset)  # ONNX Runtime has no bool Where (legalize.py)
-    if checkpoint > 1:
-        segment_loops(f, opset, checkpoint)
-    block, ret = _entry(f)
-    in_names, out_names = sig.arg_names(f), sig.result_names(f)
-    xs = sig.select(in_names, list(block.arguments), inputs, "input")
-    ys = sig.select(out_names, list(ret.operands), outputs, "output")
-    prefix = prefix or sig.diff_prefix(in_names + out_names, "adj")
+    block, ret, in_names, out_names, xs, ys, prefix = _prepare(
+        f, opset, inputs, outputs, prefix or "", "adj", checkpoint)
     primal_x = [block.arguments[i] for i in xs]
     primal_y = [ret.operands[i] for i in ys]
 

@@ -47,6 +47,10 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
             model = onnx.inliner.inline_local_functions(model)
         except Exception as e:  # the inliner reports bad functions in many ways
             raise ImportFailure(f"cannot inline the model's local functions: {e}") from e
+    validate.check_opsets(model)
+    # before inference: ONNX's own shape inference aborts the process on a
+    # negative declared extent (std::clamp assertion, onnx 1.23.2)
+    validate.check_dims(model.graph)
     model = _infer_shapes(model)
     validate.check_dims(model.graph)
     validate.check_attributes(model.graph)

@@ -61,15 +61,34 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
                     check_attributes(g, ranks)
 
 
+MAX_DIM = 2**53  # extents beyond this overflow int64 in any product of two
+
+
 def check_dims(graph: onnx.GraphProto) -> None:
-    """Graph inputs and outputs with negative extents are malformed."""
-    for kind, values in (("input", graph.input), ("output", graph.output)):
+    """Graph inputs, outputs and value infos with negative or absurd extents
+    (products of them overflow int64 when types are built) are malformed."""
+    for kind, values in (("input", graph.input), ("output", graph.output),
+                         ("value_info", graph.value_info)):
         for v in values:
             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
                 for i, d in enumerate(v.type.tensor_type.shape.dim):
-                    if d.HasField("dim_value") and d.dim_value < 0:
+                    if d.HasField("dim_value") and not 0 <= d.dim_value <= MAX_DIM:
                         raise ImportFailure(f"graph {kind} '{v.name}': dimension {i} is "
-                                            f"negative ({d.dim_value})")
+                                            f"{d.dim_value}, outside [0, 2**53]")
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                check_dims(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    check_dims(g)
+
+
+def check_opsets(model: onnx.ModelProto) -> None:
+    for o in model.opset_import:
+        if not 1 <= o.version < 2**31:
+            raise ImportFailure(f"opset_import: version {o.version} of domain "
+                                f"'{o.domain or 'ai.onnx'}' is not a valid opset")
 
 
 def _elem_types(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:

@@ -212,6 +212,12 @@ def _run_mutated(data: bytes, feeds, folder, i) -> dict:
             names = [v.name for v in list(m.graph.input) + list(m.graph.output)]
             if len(set(names)) != len(names):  # seeds get renamed: adcheck cannot feed them
                 return {"outcome": "ok-noref", "detail": "repeated graph input/output names"}
+            declared = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                        for v in m.graph.input}
+            if any(list(feeds[n].shape) != s for n, s in declared.items() if n in feeds):
+                # ORT runs it with inputs of another rank than declared: the
+                # derivative's seeds follow the declaration, adcheck the feeds
+                return {"outcome": "ok-noref", "detail": "feeds do not match declared inputs"}
             errs = check_derivatives(onnx.load_from_string(data), feeds, seed=i)
             out = {"outcome": "ok", "detail": json.dumps(errs)}
         else:
@@ -386,12 +392,17 @@ def main(argv=None) -> int:
     ap.add_argument("--log", help="JSON lines, one record per case")
     ap.add_argument("--errlog", default=os.devnull, help="workers' stderr")
     ap.add_argument("--case", type=int, help="run one case in this process and print it")
+    ap.add_argument("--rerun", help="a --log file: run again its cases with bug outcomes")
     args = ap.parse_args(argv)
     if args.case is not None:
         print(json.dumps(run_case(args.case, args.seed), indent=1))
         return 0
     log = open(args.log, "a") if args.log else None
-    results = run_cases(range(args.start, args.start + args.n), args.seed, args.jobs,
+    cases = range(args.start, args.start + args.n)
+    if args.rerun:
+        with open(args.rerun) as f:
+            cases = sorted({r["i"] for r in map(json.loads, f) if r["outcome"] in BUGS})
+    results = run_cases(cases, args.seed, args.jobs,
                         args.timeout, log, args.errlog, progress=True)
     print(summary(results))
     return 1 if any(r["outcome"] in BUGS for r in results) else 0

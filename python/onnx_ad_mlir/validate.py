@@ -7,6 +7,7 @@ the node, op and attribute."""
 from __future__ import annotations
 
 import onnx
+import onnx.numpy_helper
 
 from .errors import ImportFailure
 
@@ -34,8 +35,45 @@ def _label(node: onnx.NodeProto) -> str:
     return f"node '{node.name}' ({node.op_type})"
 
 
+def _constants(graph: onnx.GraphProto) -> dict[str, list[int]]:
+    """Small int64 constants (initializers, Constant nodes) by name."""
+    out = {}
+    tensors = [(t.name, t) for t in graph.initializer]
+    tensors += [(n.output[0], n.attribute[0].t) for n in graph.node
+                if n.op_type == "Constant" and n.output and n.attribute
+                and n.attribute[0].type == onnx.AttributeProto.TENSOR]
+    for name, t in tensors:
+        if t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1 and \
+                (not t.dims or t.dims[0] <= 64):
+            try:
+                out[name] = [int(v) for v in onnx.numpy_helper.to_array(t).reshape(-1)]
+            except Exception:  # noqa: BLE001 - unreadable data: the importer reports it
+                pass
+    return out
+
+
+def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> None:
+    """`axes` (attribute, or the constant operand of Slice / opset-18 reductions)
+    within [-r, r-1] and without repeats."""
+    if r is None:
+        return
+    axes = None
+    if "axes" in attrs and attrs["axes"].type == onnx.AttributeProto.INTS:
+        axes = list(attrs["axes"].ints)
+    else:
+        pos = 3 if node.op_type == "Slice" else 1
+        if len(node.input) > pos and node.input[pos] in consts:
+            axes = consts[node.input[pos]]
+    if axes is None:
+        return
+    if any(not -r <= a < r for a in axes) or len({a % r for a in axes}) != len(axes):
+        raise ImportFailure(f"{_label(node)}: axes {axes} are out of range or repeated for "
+                            f"its rank-{r} input '{node.input[0]}'")
+
+
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None) -> None:
     ranks = _ranks(graph, outer or {})
+    consts = _constants(graph)
     for node in graph.node:
         attrs = {a.name: a for a in node.attribute}
         if node.domain in ("", "ai.onnx"):
@@ -47,6 +85,14 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
                 if not -r <= a <= hi and not (node.op_type == "Softmax" and r == 0):
                     raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its "
                                         f"rank-{r} input '{node.input[0]}'")
+            if node.op_type.startswith("Reduce") or node.op_type == "Slice" \
+                    or node.op_type in ("Squeeze",):
+                _check_axes(node, attrs, r, consts)
+            for flag in ("keepdims", "noop_with_empty_axes"):
+                if node.op_type.startswith("Reduce") and flag in attrs and \
+                        attrs[flag].type == onnx.AttributeProto.INT and attrs[flag].i not in (0, 1):
+                    raise ImportFailure(f"{_label(node)}: {flag} is {attrs[flag].i}, "
+                                        "expected 0 or 1")
             if node.op_type == "Transpose" and "perm" in attrs and r is not None \
                     and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
                 perm = list(attrs["perm"].ints)

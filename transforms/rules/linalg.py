@@ -88,14 +88,16 @@ def _gemm(b: Builder, op, tangents):
     alpha, beta = attribute(op, "alpha"), attribute(op, "beta")
     y = op.results[0]
 
-    def factor(v: ir.Value, flag: str) -> ir.Value:
-        return _swap_last(b, v) if attribute(op, flag) else v
+    def factor(v: ir.Value, flag: str, r: int) -> ir.Value:
+        # Gemm operands are matrices: the rank is known even when the type
+        # does not say (e.g. a Loop result ONNX inference left unranked)
+        return b.transpose(v, list(range(r - 2)) + [r - 1, r - 2]) if attribute(op, flag) else v
 
     terms = []
     if tangents[0] is not None:
-        terms.append(matmul(b, factor(tangents[0], "transA"), factor(c, "transB")))
+        terms.append(matmul(b, factor(tangents[0], "transA", 3), factor(c, "transB", 2)))
     if tangents[1] is not None:
-        terms.append(matmul(b, factor(a, "transA"), factor(tangents[1], "transB")))
+        terms.append(matmul(b, factor(a, "transA", 2), factor(tangents[1], "transB", 3)))
     t = total(b, terms)
     if t is not None and alpha != 1.0:
         t = b.mul(t, b.scalar(alpha, y))

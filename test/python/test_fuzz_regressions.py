@@ -1,0 +1,90 @@
+"""Models the fuzzer (test/fuzz, issue 7) found bugs with, kept as regressions
+(test/fixtures/fuzz). Each runs in a child process: several of them used to
+abort or hang the process.
+
+  valid ones    derivatives agree with finite differences (adcheck), or a
+                clean refusal that is not a RuleError
+  bad_*.onnx    invalid models: a clean ImportFailure naming what is wrong
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures", "fuzz")
+
+VALID = {
+    "reducesumsquare_scalar.onnx": "ok",         # derivative was the identity (wrong)
+    "gather_empty_indices_reshape.onnx": "ok",   # Reshape with -1 and a 0 product; wrong shape
+    "loop_unranked_broadcast.onnx": "ok",        # direction axis broadcast against data (wrong)
+    # dangling Value: SIGSEGV/SIGFPE in reverse mode. Transformed only: ONNX
+    # Runtime 1.32 itself dies (SIGFPE) running a Scan with scan_input_axes
+    # != 0 over a tensor with a 0 extent, which its derivatives have.
+    "reverse_scan_output_rebuilt.onnx": "ok",
+    "gather_of_loop_result.onnx": "ok",          # RuleError (data of unknown rank)
+    "gemm_of_loop_result.onnx": "refused",       # RuleError; now a clean refusal
+}
+INVALID = {
+    "bad_concat_complex.onnx": "same element type",   # MLIR C++ assertion: abort
+    "bad_huge_vector_dim.onnx": "",                    # ONNX data propagation: hang
+    "bad_negative_output_dim.onnx": "is -3",           # onnx shape inference: abort
+    "bad_keepdims.onnx": "keepdims is 99",
+    "bad_reduce_axes.onnx": "out of range",
+}
+
+_CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np, onnx
+from adcheck import NoReference, check_derivatives
+from onnx_ad_mlir import api
+from onnx_ad_mlir.errors import OnnxAdError, RuleError
+path, valid = sys.argv[2], sys.argv[3] == "1"
+try:
+    if "scan_output_rebuilt" in path:
+        for layout in ("casadi", "onnx"):
+            api.forward(path, layout=layout), api.reverse(path, layout=layout)
+    elif valid:
+        m = onnx.load(path)
+        rng = np.random.default_rng(0)
+        types = {1: np.float32, 11: np.float64}
+        feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+                 .astype(types[i.type.tensor_type.elem_type]) for i in m.graph.input}
+        try:
+            check_derivatives(m, feeds)
+        except NoReference:
+            pass
+    else:
+        api.reverse(path)
+    out = {"outcome": "ok"}
+except RuleError as e:
+    out = {"outcome": "rule-error", "message": str(e)}
+except OnnxAdError as e:
+    out = {"outcome": "refused", "message": str(e)}
+print(json.dumps(out))
+"""
+
+
+def _child(name: str, valid: bool) -> dict:
+    p = subprocess.run([sys.executable, "-c", _CHILD, HERE, os.path.join(FIXTURES, name),
+                        "1" if valid else "0"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"{name}: exit {p.returncode}\n{p.stderr[-2000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", sorted(VALID))
+def test_valid_model_found_by_fuzzer(name):
+    out = _child(name, True)
+    assert out["outcome"] == VALID[name], out
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_invalid_model_found_by_fuzzer(name):
+    out = _child(name, False)
+    assert out["outcome"] == "refused", out
+    assert INVALID[name] in out["message"]

@@ -71,10 +71,31 @@ def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> Non
                             f"its rank-{r} input '{node.input[0]}'")
 
 
+def _check_window(node, attrs, r: int) -> None:
+    """Conv/pool window attributes: one entry per spatial axis (two for pads),
+    kernel, strides and dilations >= 1, pads >= 0."""
+    n = r - 2
+    g = attrs.get("group")
+    if g is not None and g.type == onnx.AttributeProto.INT and not 1 <= g.i <= MAX_DIM:
+        raise ImportFailure(f"{_label(node)}: group {g.i} is invalid (expected >= 1)")
+    for name, count, low in (("kernel_shape", n, 1), ("strides", n, 1), ("dilations", n, 1),
+                             ("pads", 2 * n, 0), ("output_padding", n, 0)):
+        a = attrs.get(name)
+        if a is None or a.type != onnx.AttributeProto.INTS:
+            continue
+        v = list(a.ints)
+        if len(v) != count or any(not low <= x <= MAX_DIM for x in v):
+            raise ImportFailure(f"{_label(node)}: {name} {v} is invalid for a rank-{r} input "
+                                f"(expected {count} values >= {low})")
+
+
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None) -> None:
     ranks = _ranks(graph, outer or {})
     consts = _constants(graph)
     for node in graph.node:
+        if not isinstance(node.op_type, str) or not isinstance(node.domain, str):
+            raise ImportFailure(f"node {node.name!r}: op type {node.op_type!r} or domain "
+                                f"{node.domain!r} is not valid UTF-8 text")
         attrs = {a.name: a for a in node.attribute}
         if node.domain in ("", "ai.onnx"):
             r = ranks.get(node.input[0]) if node.input and node.input[0] else None
@@ -93,6 +114,14 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
                         attrs[flag].type == onnx.AttributeProto.INT and attrs[flag].i not in (0, 1):
                     raise ImportFailure(f"{_label(node)}: {flag} is {attrs[flag].i}, "
                                         "expected 0 or 1")
+            if node.op_type == "Concat":
+                known = [(n, ranks[n]) for n in node.input if n in ranks]
+                if len({k for _, k in known}) > 1:
+                    raise ImportFailure(f"{_label(node)}: inputs of different ranks "
+                                        f"{', '.join(f'{n!r} ({k})' for n, k in known)}")
+            if node.op_type in ("Conv", "ConvTranspose", "MaxPool", "AveragePool",
+                                "LpPool") and r is not None:
+                _check_window(node, attrs, r)
             if node.op_type == "Transpose" and "perm" in attrs and r is not None \
                     and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
                 perm = list(attrs["perm"].ints)

@@ -124,7 +124,7 @@ class Graph:
                 y = pos
             else:  # a bounded exponent: float32 overflow gives inf * 0 = NaN derivatives
                 x, y = pos, self.node("Tanh", [y])[0]
-        a, b = (x, y) if op == "Pow" or r.random() < 0.5 else (y, x)
+        a, b = (x, y) if op in ("Pow", "Div") or r.random() < 0.5 else (y, x)
         return self.add(self.node(op, [a, b])[0], s)
 
     def matmul(self, x):

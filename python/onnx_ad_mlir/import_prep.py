@@ -48,6 +48,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
         except Exception as e:  # the inliner reports bad functions in many ways
             raise ImportFailure(f"cannot inline the model's local functions: {e}") from e
     validate.check_opsets(model)
+    validate.check_text(model.graph)
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
     validate.check_dims(model.graph)

@@ -233,3 +233,31 @@ def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
                     check_types(g, opset, types)
+
+
+def check_text(graph: onnx.GraphProto) -> None:
+    """Names must be text: protobuf hands back invalid UTF-8 as bytes, which
+    MLIR locations and attributes cannot hold."""
+    def bad(what: str, value) -> None:
+        raise ImportFailure(f"{what} {value!r} is not valid UTF-8 text")
+    if not isinstance(graph.name, str):
+        bad("graph name", graph.name)
+    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if not isinstance(v.name, str):
+            bad("value name", v.name)
+    for init in graph.initializer:
+        if not isinstance(init.name, str):
+            bad("initializer name", init.name)
+    for node in graph.node:
+        for s in [node.name, node.op_type, node.domain, *node.input, *node.output]:
+            if not isinstance(s, str):
+                bad(f"in node {node.name!r}: name", s)
+        for a in node.attribute:
+            if not isinstance(a.name, str) or (a.type == onnx.AttributeProto.STRING and
+                                               not isinstance(a.s, bytes)):
+                bad(f"in node {node.name!r}: attribute", a.name)
+            if a.type == onnx.AttributeProto.GRAPH:
+                check_text(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    check_text(g)

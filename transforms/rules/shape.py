@@ -333,7 +333,11 @@ def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: 
         pads[r + 1 + a + 1] = step - 1
         u = b.op("Pad", [u, b.ints(pads)], tensor_type(cd[:a + 1] + [step] + cd[a + 1:], elem))
         cd[a] = count * step
-        ct = b.reshape(u, [0] * a + [count * step] + cd[a + 1:], cd)
+        if b.opset >= 14 and 0 in cd[a:]:  # literal zeros: extents only with allowzero
+            target = b.concat([b.shape(u, 0, a), b.ints(cd[a:])], 0)
+            ct = b.op("Reshape", [u, target], tensor_type(cd, elem), allowzero=1)
+        else:
+            ct = b.reshape(u, [0] * a + [count * step] + cd[a + 1:], cd)
     span = min(cd[a], n - first)
     if span < cd[a]:
         cd[a] = span

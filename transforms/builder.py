@@ -506,15 +506,20 @@ def is_constant_op(op: ir.Operation) -> bool:
     return name == "onnx.Constant" or (name.startswith("onnx.ConstantV") and name[14:].isdigit())
 
 
-def constant_ints(value: ir.Value) -> list[int] | None:
-    """The integers of a value defined by onnx.Constant, else None."""
+def constant_value(value: ir.Value) -> ir.Attribute | None:
+    """The `value` attribute of the onnx.Constant defining `value`, else None."""
     owner = value.owner
-    if not isinstance(owner, ir.OpView) and not isinstance(owner, ir.Operation):
+    if not isinstance(owner, (ir.OpView, ir.Operation)):
         return None
     op = owner.operation
     if not is_constant_op(op) or "value" not in op.attributes:
         return None
-    attr = op.attributes["value"]
+    return op.attributes["value"]
+
+
+def constant_ints(value: ir.Value) -> list[int] | None:
+    """The integers of a value defined by onnx.Constant, else None."""
+    attr = constant_value(value)
     if isinstance(attr, ir.DenseIntElementsAttr):
         return [int(v) for v in np.asarray(attr).reshape(-1)]
     return None

@@ -39,7 +39,7 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import OnnxAdError, UnsupportedOp
 from onnx_ad_mlir.passes import register_pass
 
-from .builder import is_float, resolve
+from .builder import constant_value, is_float, resolve
 from .registry import JVP
 
 # op_type -> lowering(node, ctx) -> list of NodeProto writing node.output;
@@ -171,11 +171,7 @@ def _output_names(op: ir.Operation) -> list[str]:
 
 
 def _small_constant(v: ir.Value) -> bool:
-    owner = v.owner
-    if not isinstance(owner, (ir.Operation, ir.OpView)):
-        return False
-    owner = owner.operation
-    if owner.name != "onnx.Constant" or "value" not in owner.attributes:
+    if constant_value(v) is None:
         return False
     t = v.type
     return isinstance(t, ir.RankedTensorType) and t.has_static_shape and \

@@ -61,6 +61,22 @@ class NoReference(Exception):
     any entry."""
 
 
+def assert_unique_node_names(m: onnx.ModelProto) -> None:
+    """Non-empty node names are unique across the graph and its subgraphs."""
+    names: list[str] = []
+
+    def collect(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            if n.name:
+                names.append(n.name)
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else []) + list(a.graphs):
+                    collect(sub)
+    collect(m.graph)
+    dup = sorted({n for n in names if names.count(n) > 1})
+    assert not dup, f"duplicate node names: {dup[:5]}"
+
+
 def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per-direction inner products of two shape + [k] arrays."""
     k = a.shape[-1]

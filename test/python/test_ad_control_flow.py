@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
-from adcheck import check_derivatives, check_hessian, run
+from adcheck import assert_unique_node_names, check_derivatives, check_hessian, run
 from onnx_ad_mlir.api import forward, reverse, unroll
 
 D, I64, B = TP.DOUBLE, TP.INT64, TP.BOOL
@@ -198,20 +198,6 @@ def _outputs(m):
     return [o.name for o in m.graph.output if o.type.tensor_type.elem_type == D]
 
 
-def _unique_names(m: onnx.ModelProto) -> None:
-    names = []
-
-    def collect(g):
-        for n in g.node:
-            names.append(n.name)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    collect(a.g)
-    collect(m.graph)
-    named = [n for n in names if n]
-    assert len(named) == len(set(named)), "node names must be unique"
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_both_modes_and_hessian(name):
     m, feeds = CASES[name]
@@ -219,7 +205,7 @@ def test_both_modes_and_hessian(name):
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
     check_hessian(m, feeds, output=_outputs(m)[0])
     for d in (forward(m, layout="onnx"), reverse(m, outputs=_outputs(m), layout="onnx")):
-        _unique_names(d)
+        assert_unique_node_names(d)
 
 
 def _derivatives(m, feeds, k=2, seed=3):

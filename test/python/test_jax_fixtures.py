@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
-from adcheck import run
+from adcheck import assert_unique_node_names, run
 from onnx_ad_mlir.api import forward, reverse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,26 +31,9 @@ def _load(name):
     return model, data, xs, ys
 
 
-def _unique_names(m: onnx.ModelProto) -> None:
-    names = []
-
-    def collect(g):
-        for n in g.node:
-            names.append(n.name)
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    collect(a.g)
-                for sub in a.graphs:
-                    collect(sub)
-    collect(m.graph)
-    named = [n for n in names if n]
-    dup = {n for n in named if named.count(n) > 1} if len(named) != len(set(named)) else set()
-    assert not dup, f"duplicate node names: {sorted(dup)[:5]}"
-
-
 def _check(m: onnx.ModelProto) -> None:
     onnx.checker.check_model(m, full_check=True)
-    _unique_names(m)
+    assert_unique_node_names(m)
 
 
 def _identity_seeds(x: np.ndarray) -> np.ndarray:

@@ -51,8 +51,8 @@ from mlir import ir
 from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import Builder, attribute, constant_ints, dims, element_type, is_float, op_type, \
-    tensor_type
+from ..builder import Builder, attribute, constant_ints, constant_value, dims, element_type, \
+    is_float, op_type, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import JVP, TRANSPOSE, jvp, mlir_names
 
@@ -678,14 +678,11 @@ for _n in mlir_names("Gather"):
 # ---- If on a constant condition; unrolling -----------------------------------------------
 
 def _const_bool(v: ir.Value) -> bool | None:
-    owner = v.owner
-    if not isinstance(owner, (ir.Operation, ir.OpView)):
-        return None
-    o = owner.operation
-    if o.name != "onnx.Constant" or "value" not in o.attributes:
+    attr = constant_value(v)
+    if attr is None:
         return None
     try:
-        arr = np.asarray(o.attributes["value"])
+        arr = np.asarray(attr)
     except Exception:
         return None
     return bool(arr.reshape(-1)[0]) if arr.size == 1 else None

@@ -18,6 +18,7 @@ _AXIS_OPS = {
     "ScatterElements": 0, "Compress": 0, "ArgMax": 0, "ArgMin": 0, "TopK": 0,
 }
 _AXIS_INCLUSIVE = {"Flatten"}  # axis in [-r, r]
+_REGIONS = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
 
 
 def _ranks(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
@@ -114,6 +115,10 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
                         attrs[flag].type == onnx.AttributeProto.INT and attrs[flag].i not in (0, 1):
                     raise ImportFailure(f"{_label(node)}: {flag} is {attrs[flag].i}, "
                                         "expected 0 or 1")
+            for needed in _REGIONS.get(node.op_type, ()):
+                if needed not in attrs or attrs[needed].type != onnx.AttributeProto.GRAPH:
+                    raise ImportFailure(f"{_label(node)}: the graph attribute '{needed}' "
+                                        "is missing")
             if node.op_type == "Concat":
                 known = [(n, ranks[n]) for n in node.input if n in ranks]
                 if len({k for _, k in known}) > 1:

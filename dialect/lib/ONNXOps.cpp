@@ -34,7 +34,9 @@ bool onnxTypesCompatible(Type lhs, Type rhs) {
 }
 
 ONNXYieldOp yieldOf(Region &region) {
-  if (region.empty())
+  // Op verifiers run before the region's own checks: a body may still lack a
+  // terminator here (getTerminator() would assert on user input).
+  if (region.empty() || !region.front().mightHaveTerminator())
     return nullptr;
   return dyn_cast<ONNXYieldOp>(region.front().getTerminator());
 }

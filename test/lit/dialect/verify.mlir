@@ -167,3 +167,15 @@ func.func @region_without_yield(%c: tensor<i1>, %a: tensor<2xf32>) -> tensor<2xf
   }) : (tensor<i1>) -> tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+// -----
+
+// A body with no terminator at all (found by the fuzzer: it used to abort).
+func.func @loop_body_without_terminator(%m: tensor<i64>, %c: tensor<i1>, %x: tensor<2xf32>) -> tensor<2xf32> {
+  // expected-error @below {{'onnx.Loop' op body must end with onnx.Yield}}
+  %0 = "onnx.Loop"(%m, %c, %x) ({
+  ^bb0(%i: tensor<i64>, %cc: tensor<i1>, %v: tensor<2xf32>):
+    %n = "onnx.Neg"(%v) : (tensor<2xf32>) -> tensor<2xf32>
+  }) : (tensor<i64>, tensor<i1>, tensor<2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}

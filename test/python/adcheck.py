@@ -19,6 +19,7 @@ import onnx
 import onnxruntime as ort
 
 from onnx_ad_mlir.api import forward, reverse
+from onnx_ad_mlir.transforms.signature import diff_prefix
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.DOUBLE: np.float64,
                onnx.TensorProto.FLOAT16: np.float16}
@@ -83,6 +84,13 @@ def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a.astype(np.float64) * b.astype(np.float64)).reshape(-1, k).sum(axis=0)
 
 
+def _prefixes(model: onnx.ModelProto) -> tuple[str, str]:
+    """The names the passes give seeds of this model: fwd_/adj_, or fwd2_...
+    when the model is itself a derivative (CasADi's rule)."""
+    names = [v.name for v in list(model.graph.input) + list(model.graph.output)]
+    return diff_prefix(names, "fwd"), diff_prefix(names, "adj")
+
+
 def check_derivatives(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
                       inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
                       k: int = 3, seed: int = 0, rtol: float | None = None,
@@ -98,6 +106,7 @@ def check_derivatives(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     rng = np.random.default_rng(seed)
     xs = _float_names(model.graph.input, inputs)
     ys = _float_names(model.graph.output, outputs)
+    fp, ap = _prefixes(model)
     fwd = forward(model, inputs=xs, outputs=ys, layout="onnx")
     adj = reverse(model, inputs=xs, outputs=ys, layout="onnx")
     for m in (fwd, adj):
@@ -122,7 +131,7 @@ def check_derivatives(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     if not all(np.isfinite(y0[y].astype(np.float64)).all() for y in ys):
         raise NoReference("the primal outputs are not all finite")
     v = {x: _seeds(rng, feeds[x], k) for x in xs}
-    got = run(fwd, {**feeds, **{f"fwd_{x}": v[x] for x in xs}})
+    got = run(fwd, {**feeds, **{f"{fp}{x}": v[x] for x in xs}})
     errors = {"fd": 0.0, "dot": 0.0, "kinks": 0}
     compared = 0
     # Central differences, one direction at a time. Entries where the one-
@@ -155,7 +164,7 @@ def check_derivatives(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
             kink = (gap > 0.05 * np.abs(fd) + 10 * at) | \
                 ((gap > 2 * (rt * np.abs(fd) + at)) & (gap2 < 1.5 * gap))
             smooth = np.isfinite(fd) & ~kink & (np.abs(fd2 - fd) <= 0.05 * np.abs(fd) + 10 * at)
-            jv = got[f"fwd_{y}"][..., j].astype(np.float64)
+            jv = got[f"{fp}{y}"][..., j].astype(np.float64)
             errors["kinks"] += int(smooth.size - smooth.sum())
             compared += int(smooth.sum())
             err = np.abs(jv - fd)[smooth].max(initial=0.0)
@@ -164,10 +173,10 @@ def check_derivatives(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
                                        err_msg=f"forward mode of {y} vs finite differences")
     if compared == 0 and any(y0[y].size for y in ys):
         raise NoReference("no output entry is smooth under perturbation")
-    w = {y: _seeds(rng, got[f"fwd_{y}"][..., 0], k) for y in ys}
-    back = run(adj, {**feeds, **{f"adj_{y}": w[y] for y in ys}})
-    lhs = sum(_dot(got[f"fwd_{y}"], w[y]) for y in ys)
-    rhs = sum(_dot(v[x], back[f"adj_{x}"]) for x in xs)
+    w = {y: _seeds(rng, got[f"{fp}{y}"][..., 0], k) for y in ys}
+    back = run(adj, {**feeds, **{f"{ap}{y}": w[y] for y in ys}})
+    lhs = sum(_dot(got[f"{fp}{y}"], w[y]) for y in ys)
+    rhs = sum(_dot(v[x], back[f"{ap}{x}"]) for x in xs)
     scale = max(1.0, float(np.abs(lhs).max()))
     errors["dot"] = float(np.abs(lhs - rhs).max() / scale)
     np.testing.assert_allclose(lhs, rhs, rtol=rt, atol=at * scale,

@@ -261,3 +261,14 @@ def test_constant_condition_is_inlined():
     for d in (forward(m, layout="onnx"), reverse(m, layout="onnx")):
         assert not any(n.op_type == "If" for n in d.graph.node)
     check_derivatives(m, {"x": x})
+
+
+@pytest.mark.parametrize("name", ["if_then", "scan_rnn", "loop_data_dependent", "scan_in_loop"])
+def test_derivative_models_differentiate_again(name):
+    """reverse(forward(m)) and forward(forward(m)) through the region ops: the
+    forward model is itself checked as a primal, in both modes, against
+    finite differences and the forward/reverse identity."""
+    m, feeds = CASES[name]
+    fwd = forward(m, inputs=list(feeds), outputs=_outputs(m), layout="onnx")
+    seeds = {f"fwd_{x}": RNG.standard_normal(v.shape + (1,)) for x, v in feeds.items()}
+    check_derivatives(fwd, {**feeds, **seeds}, k=2)

@@ -52,6 +52,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
     validate.check_dims(model.graph)
+    model = validate.clear_negative_subgraph_dims(model)
     model = _infer_shapes(model)
     validate.check_dims(model.graph)
     validate.check_attributes(model.graph)

@@ -144,24 +144,58 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
 MAX_DIM = 2**53  # extents beyond this overflow int64 in any product of two
 
 
-def check_dims(graph: onnx.GraphProto) -> None:
+def check_dims(graph: onnx.GraphProto, nested: bool = False) -> None:
     """Graph inputs, outputs and value infos with negative or absurd extents
-    (products of them overflow int64 when types are built) are malformed."""
+    (products of them overflow int64 when types are built) are malformed.
+    Subgraph declarations are only hints (their values are typed from the
+    outer graph): a negative extent there, which ONNX's own test models carry
+    (-1 for "unknown"), is cleared by `clear_negative_subgraph_dims` instead."""
     for kind, values in (("input", graph.input), ("output", graph.output),
                          ("value_info", graph.value_info)):
         for v in values:
-            if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
-                for i, d in enumerate(v.type.tensor_type.shape.dim):
-                    if d.HasField("dim_value") and not 0 <= d.dim_value <= MAX_DIM:
-                        raise ImportFailure(f"graph {kind} '{v.name}': dimension {i} is "
-                                            f"{d.dim_value}, outside [0, 2**53]")
+            for i, d in enumerate(_dims(v)):
+                if not d.HasField("dim_value"):
+                    continue
+                if d.dim_value > MAX_DIM or (d.dim_value < 0 and not nested):
+                    raise ImportFailure(f"graph {kind} '{v.name}': dimension {i} is "
+                                        f"{d.dim_value}, outside [0, 2**53]")
+    for g in _subgraphs(graph):
+        check_dims(g, nested=True)
+
+
+def clear_negative_subgraph_dims(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with negative extents declared in subgraphs made unknown
+    (a copy when there are any: the caller's model is never modified)."""
+    def negatives(graph: onnx.GraphProto) -> list:
+        found = [d for g in _subgraphs(graph) for v in list(g.input) + list(g.output)
+                 + list(g.value_info) for d in _dims(v)
+                 if d.HasField("dim_value") and d.dim_value < 0]
+        return found + [d for g in _subgraphs(graph) for d in negatives(g)]
+    if not negatives(model.graph):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for d in negatives(copy.graph):
+        d.ClearField("dim_value")
+    return copy
+
+
+def _dims(v: onnx.ValueInfoProto) -> list:
+    t = v.type
+    if t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
+        return list(t.tensor_type.shape.dim)
+    return []
+
+
+def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    out = []
     for node in graph.node:
         for a in node.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                check_dims(a.g)
+                out.append(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    check_dims(g)
+                out.extend(a.graphs)
+    return out
 
 
 def check_opsets(model: onnx.ModelProto) -> None:

@@ -36,24 +36,24 @@ def mlir_names(op_type: str) -> list[str]:
     return ["onnx." + name for _, name in _op_table.VERSIONS[op_type]]
 
 
+def _registrar(table: dict, op_types: tuple[str, ...]):
+    def register(rule):
+        for t in op_types:
+            for name in mlir_names(t):
+                table[name] = rule
+        return rule
+    return register
+
+
 def jvp(*op_types: str):
     """Registers a JVP rule for every version of the given ONNX op types; the
     rule reads version differences (attribute vs input) through builder helpers."""
-    def register(rule: JvpRule) -> JvpRule:
-        for t in op_types:
-            for name in mlir_names(t):
-                JVP[name] = rule
-        return rule
-    return register
+    return _registrar(JVP, op_types)
 
 
 def transpose(*op_types: str):
-    def register(rule: TransposeRule) -> TransposeRule:
-        for t in op_types:
-            for name in mlir_names(t):
-                TRANSPOSE[name] = rule
-        return rule
-    return register
+    """Registers a transpose rule for every version of the given ONNX op types."""
+    return _registrar(TRANSPOSE, op_types)
 
 
 def zero_derivative(*op_types: str) -> None:

@@ -112,16 +112,23 @@ def _yield(block: ir.Block, values: list[ir.Value], loc) -> None:
     ir.Operation.create("onnx.Yield", operands=values, loc=loc, ip=ir.InsertionPoint(block))
 
 
+def _take_yields(block: ir.Block, mapping: dict) -> list[ir.Value]:
+    """Rewires block's arguments through `mapping` (old arg -> new value),
+    erases its terminator and returns what the terminator yielded."""
+    for arg in block.arguments:
+        if arg in mapping:
+            arg.replace_all_uses_with(mapping[arg])
+    term = _terminator(block)
+    yielded = list(term.operands)
+    term.erase()
+    return yielded
+
+
 def _move_body(old: ir.Block, new: ir.Block, mapping: dict) -> list[ir.Value]:
     """Moves old's ops (terminator excluded) to the end of new, rewires the
     old arguments through `mapping` (old arg -> new value); returns the old
     terminator's operands (the terminator is erased)."""
-    for arg in old.arguments:
-        if arg in mapping:
-            arg.replace_all_uses_with(mapping[arg])
-    term = _terminator(old)
-    yielded = list(term.operands)
-    term.erase()
+    yielded = _take_yields(old, mapping)
     for o in list(old.operations):
         o.operation.detach_from_parent()
         ir.InsertionPoint(new).insert(o.operation)
@@ -691,12 +698,7 @@ def _const_bool(v: ir.Value) -> bool | None:
 def _inline(op: ir.Operation, region: int, mapping: dict) -> list[ir.Value]:
     """Moves a region's block before op (args through mapping); returns yields."""
     blk = op.regions[region].blocks[0]
-    for a in blk.arguments:
-        if a in mapping:
-            a.replace_all_uses_with(mapping[a])
-    term = _terminator(blk)
-    ys = list(term.operands)
-    term.erase()
+    ys = _take_yields(blk, mapping)
     for o in list(blk.operations):
         o.operation.move_before(op)
     return ys

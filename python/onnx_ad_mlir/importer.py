@@ -66,6 +66,17 @@ class _OpInfo:
         self.regions = spec["regions"]
 
 
+def _reshape_rank(t: ir.UnrankedTensorType, shape_type: ir.Type) -> ir.Type:
+    """Reshape's result has as many dims as its shape operand has elements,
+    known or not. ONNX leaves the rank out when the shape is computed (e.g.
+    `Shape(x)` at opset 13), and derivative rules need it to align broadcasts."""
+    if isinstance(shape_type, ir.RankedTensorType) and shape_type.rank == 1 \
+            and not shape_type.is_dynamic_dim(0):
+        return ir.RankedTensorType.get([ir.ShapedType.get_dynamic_size()] *
+                                       shape_type.get_dim_size(0), t.element_type)
+    return t
+
+
 def _what(node: onnx.NodeProto) -> str:
     """How error messages name a node."""
     return f"node '{node.name}' ({node.op_type})" if node.name else f"node {node.op_type}"
@@ -314,6 +325,8 @@ class _ModelImporter:
             t = self.types.from_type_proto(tp, name)[0] if tp is not None else None
             if t is None:
                 t = fallback_result_type(node, 0, self.opset, operands, self.types, _what(node))
+            if node.op_type == "Reshape" and isinstance(t, ir.UnrankedTensorType):
+                t = _reshape_rank(t, operands[1].type)
             return [t], outputs
         types, produced = [], []
         optional = info.optional_outputs

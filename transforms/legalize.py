@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from .builder import Builder, broadcast_dims, dims, tensor_type
+from .builder import Builder, broadcast_dims, dims, element_type, tensor_type
 
 
 def _walk(op: ir.Operation, out: list) -> None:
@@ -44,3 +44,93 @@ def bool_where(f: ir.Operation, opset: int) -> int:
         op.erase()
         n += 1
     return n
+
+
+def _walk_scans(op: ir.Operation, out: list) -> None:
+    for r in op.regions:
+        for blk in r.blocks:
+            for child in blk.operations:
+                _walk_scans(child.operation, out)
+    if op.name == "onnx.Scan":
+        out.append(op)
+
+
+def _i64s(values) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
+
+
+def _axes(op: ir.Operation, name: str, n: int) -> list[int]:
+    if name not in op.attributes:
+        return [0] * n
+    return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[name])]
+
+
+def _nonzero(extents) -> bool:
+    """All extents known and non-zero (ONNX Runtime's bug cannot strike)."""
+    return all(e is not None and e > 0 for e in extents)
+
+
+def scan_axes_zero(f: ir.Operation, opset: int) -> int:
+    """Every Scan scans and stacks along axis 0: a scan input of axis a != 0
+    is transposed (a first) before the Scan, a scan output of axis a != 0 is
+    made at axis 0 and transposed after it. ONNX Runtime 1.32 dies of SIGFPE
+    on a Scan with a non-zero scan input/output axis when the extents after
+    that axis multiply to 0 (reproduced on a bare Identity-body Scan); the
+    rules emit axis a + 1 for tangents (seed count first), so without this a
+    0-extent tensor killed the derivative's process. Inputs/outputs of
+    unknown rank, or whose extents after the axis are known and non-zero,
+    keep their axis. Returns the number of Scans changed."""
+    scans: list[ir.Operation] = []
+    _walk_scans(f, scans)
+    changed = 0
+    for op in scans:
+        m = ir.IntegerAttr(op.attributes["num_scan_inputs"]).value
+        body = op.regions[0].blocks[0]
+        yields = list(body.operations[len(body.operations) - 1].operands)
+        n = len(op.operands) - m
+        nout = len(op.results) - n
+        ia, oa = _axes(op, "scan_input_axes", m), _axes(op, "scan_output_axes", nout)
+        if len(ia) != m or len(oa) != nout:
+            continue  # the verifier's business
+        b = Builder(opset, op.location)
+        new_ia, new_oa = list(ia), list(oa)
+        for i, a in enumerate(ia):
+            x = op.operands[n + i]
+            d = dims(x)
+            if a == 0 or d is None or not -len(d) <= a < len(d):
+                continue
+            a %= len(d)
+            if a == 0:
+                new_ia[i] = 0
+                continue
+            if _nonzero(d[a + 1:]):
+                continue
+            with ir.InsertionPoint(op):
+                op.operands[n + i] = b.transpose(x, [a] + [j for j in range(len(d)) if j != a])
+            new_ia[i] = 0
+        for mm, a in enumerate(oa):
+            r = op.results[n + mm]
+            d = dims(r)
+            e = dims(yields[n + mm])
+            rank = len(d) if d is not None else (None if e is None else len(e) + 1)
+            if a == 0 or rank is None or not -rank <= a < rank:
+                continue
+            a %= rank
+            if a == 0:
+                new_oa[mm] = 0
+                continue
+            if d is not None and _nonzero(d[a + 1:]):
+                continue
+            stacked = None if d is None else [d[a]] + [x for j, x in enumerate(d) if j != a]
+            r.set_type(tensor_type(stacked, element_type(r)))
+            with ir.InsertionPoint.after(op):
+                t = b.op("Transpose", [r], tensor_type(d, element_type(r)),
+                         perm=list(range(1, a + 1)) + [0] + list(range(a + 1, rank)))
+            r.replace_all_uses_except(t, t.owner.operation)
+            new_oa[mm] = 0
+        if new_ia != ia or new_oa != oa:
+            op.attributes["scan_input_axes"] = _i64s(new_ia)
+            op.attributes["scan_output_axes"] = _i64s(new_oa)
+            changed += 1
+    return changed

@@ -27,7 +27,7 @@ from . import signature as sig
 from . import symdims
 from .builder import Builder, dims, is_float
 from .checkpoint import segment_loops
-from .legalize import bool_where
+from .legalize import bool_where, scan_axes_zero
 from .expand import expand_function
 from .simplify import drop_redundant_expands
 from .linearize import Tangents, linearize, located, node_label
@@ -86,6 +86,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     sig.append_results(f, results, [
         (prefix + out_names[i], sig.boundary_dim_params(
             ret.operands[i], sig.dim_params(f, "res_attrs", i), dim)[layout]) for i in ys])
+    scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
 
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
@@ -122,6 +123,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             results.append(sig.pack(b, ct, x, layout))
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
     drop_redundant_expands(f)
+    scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
 
 
 def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],

@@ -16,6 +16,11 @@ longer than --timeout on a case is reported for that case and replaced.
 Outcomes:
   ok-ort-bug  "wrong" with ORT's default optimizations, but agrees with
               them at BASIC: ORT miscomputes the primal (not our bug)
+  ort-primal-crash  the worker died while only ONNX Runtime (or the onnx
+              checker) ran the INPUT model, after our import and
+              differentiation of it had finished (e.g. ORT 1.32's SIGFPE on
+              a Scan with a non-zero axis over 0 extents): not our crash, and
+              nothing to compare the derivative with
   ok          derivative agrees with finite differences (adcheck), or a
               mutated input was accepted and is itself valid and checks out;
               ok-noref: accepted, but finite differences cannot judge
@@ -57,6 +62,17 @@ def case_kind(i: int) -> str:
 
 def case_seed(base: int, i: int) -> int:
     return base * CASE_STRIDE + i
+
+
+_CONN = None  # the worker's pipe to the parent (None when run in-process)
+
+
+def _stage(name: str | None) -> None:
+    """Tells the parent what the worker runs now: if the worker dies in the
+    stage "ort-primal" (only ONNX Runtime / the onnx checker on the input
+    model, none of our code), the parent reports ort-primal-crash."""
+    if _CONN is not None:
+        _CONN.send({"stage": name})
 
 
 # ---- in the child ------------------------------------------------------------------------
@@ -141,7 +157,9 @@ def run_case(i: int, base: int, cli: bool | None = None) -> dict:
     if cli is None:
         cli = (kind == "gen" and i % 20 == 0) or (kind == "mut" and i % 3 == 0)
     try:
+        _stage("ort-primal")  # the generator checks and runs its model in ORT
         model, feeds = generate(seed)
+        _stage(None)
     except GeneratorRejected as e:
         rec.update(outcome="gen-rejected", detail=str(e)[:300])
         return rec
@@ -178,6 +196,7 @@ def _run_generated(model, feeds, folder, i) -> dict:
     try:
         # one mode from the file (path import), then both against finite differences
         (api.reverse if i % 2 else api.forward)(path)
+        _ort_primal(model, feeds)
         errs = check_derivatives(model, feeds, seed=i)
         out = {"outcome": "ok", "detail": json.dumps(errs)}
     except Exception as e:  # noqa: BLE001
@@ -189,6 +208,18 @@ def _run_generated(model, feeds, folder, i) -> dict:
     if _sha(path) != before:
         out = {"outcome": "io", "detail": "input file changed"}
     return out
+
+
+def _ort_primal(model, feeds) -> None:
+    """Runs the input model once in ORT as stage "ort-primal" (the finite
+    differences run it at the same shapes: if this passes, a later death is
+    in running our derivative models)."""
+    import adcheck
+    _stage("ort-primal")
+    try:
+        adcheck.run(model, feeds)
+    finally:
+        _stage(None)
 
 
 def _agrees_without_ort_fusions(model, feeds, i) -> bool:
@@ -235,7 +266,10 @@ def _run_mutated(data: bytes, feeds, folder, i) -> dict:
     before = _sha(path)
     try:
         (api.reverse if i % 2 else api.forward)(path)
-        if _model_is_valid(data, feeds):
+        _stage("ort-primal")
+        valid = _model_is_valid(data, feeds)
+        _stage(None)
+        if valid:
             m = onnx.load_from_string(data)
             names = [v.name for v in list(m.graph.input) + list(m.graph.output)]
             if len(set(names)) != len(names):  # seeds get renamed: adcheck cannot feed them
@@ -293,6 +327,8 @@ def _run_mlir(model, seed, folder, rec) -> dict:
 
 
 def _worker(conn, base: int, errlog: str | None) -> None:
+    global _CONN
+    _CONN = conn
     if errlog:  # keep ORT/MLIR chatter out of the parent's terminal
         fd = os.open(errlog, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(fd, 2)
@@ -322,10 +358,11 @@ class Worker:
         self.proc.start()
         child.close()
         self.case = None
+        self.stage = None
         self.started = 0.0
 
     def send(self, i: int) -> None:
-        self.case, self.started = i, time.monotonic()
+        self.case, self.started, self.stage = i, time.monotonic(), None
         self.conn.send(i)
 
     def stop(self) -> None:
@@ -370,13 +407,22 @@ def run_cases(cases, base: int = 0, jobs: int = 1, timeout: float = 60.0,
             for conn in ready:
                 w = busy.pop(conn)
                 try:
-                    finish(conn.recv())
+                    rec = conn.recv()
+                    if "stage" in rec:  # still working on the case
+                        w.stage = rec["stage"]
+                        busy[conn] = w
+                        continue
+                    finish(rec)
                 except (EOFError, OSError):
                     w.proc.join(5)
                     code = w.proc.exitcode
+                    primal = w.stage == "ort-primal"
                     finish({"i": w.case, "seed": case_seed(base, w.case),
-                            "kind": case_kind(w.case), "outcome": "crash",
-                            "detail": f"worker died: exit code {code}"
+                            "kind": case_kind(w.case),
+                            "outcome": "ort-primal-crash" if primal else "crash",
+                            "detail": ("ONNX Runtime/onnx checker died on the input model "
+                                       "(our import and differentiation had finished): "
+                                       if primal else "") + f"worker died: exit code {code}"
                                       + (f" (signal {-code})" if code and code < 0 else "")})
                     workers[workers.index(w)] = Worker(base, errlog)
             now = time.monotonic()

@@ -18,6 +18,12 @@ from .errors import ImportFailure
 _PROTO_LIMIT = 2**31 - 2**26
 _BIG_TENSOR = 1 << 16
 _REGION_OPS = {"If", "Loop", "Scan", "SequenceMap"}
+# Ops with an ONNX data propagator (onnx 1.23), and those that start values
+# from shapes alone; integer element types a propagator reads as data.
+_PROPAGATING = {"Add", "Sub", "Mul", "Cast", "Concat", "Gather", "Slice", "Squeeze",
+                "Unsqueeze"}
+_SHAPE_SOURCES = {"Shape", "Size"}
+_INT_DATA = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
 
 def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
@@ -69,7 +75,7 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     skeleton = _without_big_data(model) if big else model
     try:
         inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=False)
-        if not _long_vectors(inferred.graph):
+        if _propagates_data(model.graph) and not _long_vectors(inferred.graph):
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
     except Exception:  # inference errors on odd but importable models
         return model
@@ -77,6 +83,43 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
         inferred.graph.ClearField("initializer")
         inferred.graph.initializer.extend(model.graph.initializer)
     return inferred
+
+
+def _propagates_data(graph: onnx.GraphProto) -> bool:
+    """Whether ONNX data propagation could infer more than plain inference.
+    Values it computes start at Shape/Size, or at integer constants that a
+    propagating op reads (plain inference reads constants only as direct
+    operands); values it derives from a 1-D type alone carry no more than
+    that type. A model without either (most graphs but exported shape
+    arithmetic) skips the second inference."""
+    constants: set[str] = set()
+    reads: list = []  # inputs of propagating ops
+    if _data_sources(graph, constants, reads):
+        return True
+    return any(name in constants for names in reads for name in names)
+
+
+def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list) -> bool:
+    """True on a Shape/Size node; else collects integer constant names and
+    the inputs of propagating ops, subgraphs included."""
+    for t in graph.initializer:
+        if t.data_type in _INT_DATA and len(t.dims) <= 1:
+            constants.add(t.name)
+    constants.update(t.values.name for t in graph.sparse_initializer)
+    for node in graph.node:
+        op = node.op_type
+        if op in _PROPAGATING:
+            reads.append(node.input)
+        elif op == "Constant":
+            constants.update(node.output)
+        elif op in _SHAPE_SOURCES:
+            return True
+        elif op in _REGION_OPS or node.domain not in ("", "ai.onnx"):
+            for a in node.attribute:
+                graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs
+                if any(_data_sources(g, constants, reads) for g in graphs):
+                    return True
+    return False
 
 
 def _long_vectors(graph: onnx.GraphProto, limit: int = 4096) -> bool:

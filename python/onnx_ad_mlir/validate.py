@@ -6,6 +6,8 @@ model. Found by the fuzzer (test/fuzz). Failures are `ImportFailure`s naming
 the node, op and attribute."""
 from __future__ import annotations
 
+import functools
+
 import onnx
 import onnx.numpy_helper
 
@@ -90,55 +92,72 @@ def _check_window(node, attrs, r: int) -> None:
                                 f"(expected {count} values >= {low})")
 
 
+_WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool")
+_AXES_OPS = ("Slice", "Squeeze")  # and Reduce*: `axes` attribute or constant operand
+# The ops _check_node_attributes looks at (with Reduce*): filtered first, as
+# building attribute dicts for every node costs more than all the checks.
+_ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS,
+             "Concat", "Transpose"}
+
+
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None) -> None:
     ranks = _ranks(graph, outer or {})
-    consts = _constants(graph)
+    consts: dict[str, list[int]] | None = None  # built when an axes operand needs them
     for node in graph.node:
-        if not isinstance(node.op_type, str) or not isinstance(node.domain, str):
-            raise ImportFailure(f"node {node.name!r}: op type {node.op_type!r} or domain "
+        op = node.op_type
+        if not isinstance(op, str) or not isinstance(node.domain, str):
+            raise ImportFailure(f"node {node.name!r}: op type {op!r} or domain "
                                 f"{node.domain!r} is not valid UTF-8 text")
-        attrs = {a.name: a for a in node.attribute}
-        if node.domain in ("", "ai.onnx"):
-            r = ranks.get(node.input[0]) if node.input and node.input[0] else None
-            if r is not None and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT \
-                    and (node.op_type in _AXIS_OPS or node.op_type in _AXIS_INCLUSIVE):
-                a = attrs["axis"].i
-                hi = r if node.op_type in _AXIS_INCLUSIVE else r - 1
-                if not -r <= a <= hi and not (node.op_type == "Softmax" and r == 0):
-                    raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its "
-                                        f"rank-{r} input '{node.input[0]}'")
-            if node.op_type.startswith("Reduce") or node.op_type == "Slice" \
-                    or node.op_type in ("Squeeze",):
-                _check_axes(node, attrs, r, consts)
-            for flag in ("keepdims", "noop_with_empty_axes"):
-                if node.op_type.startswith("Reduce") and flag in attrs and \
-                        attrs[flag].type == onnx.AttributeProto.INT and attrs[flag].i not in (0, 1):
-                    raise ImportFailure(f"{_label(node)}: {flag} is {attrs[flag].i}, "
-                                        "expected 0 or 1")
-            for needed in _REGIONS.get(node.op_type, ()):
-                if needed not in attrs or attrs[needed].type != onnx.AttributeProto.GRAPH:
-                    raise ImportFailure(f"{_label(node)}: the graph attribute '{needed}' "
-                                        "is missing")
-            if node.op_type == "Concat":
-                known = [(n, ranks[n]) for n in node.input if n in ranks]
-                if len({k for _, k in known}) > 1:
-                    raise ImportFailure(f"{_label(node)}: inputs of different ranks "
-                                        f"{', '.join(f'{n!r} ({k})' for n, k in known)}")
-            if node.op_type in ("Conv", "ConvTranspose", "MaxPool", "AveragePool",
-                                "LpPool") and r is not None:
-                _check_window(node, attrs, r)
-            if node.op_type == "Transpose" and "perm" in attrs and r is not None \
-                    and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
-                perm = list(attrs["perm"].ints)
-                if sorted(perm) != list(range(r)):
-                    raise ImportFailure(f"{_label(node)}: perm {perm} is not a permutation of "
-                                        f"the {r} axes of input '{node.input[0]}'")
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                check_attributes(a.g, ranks)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    check_attributes(g, ranks)
+        if node.domain in ("", "ai.onnx") and (op in _ATTR_OPS or op.startswith("Reduce")):
+            if consts is None and (op in _AXES_OPS or op.startswith("Reduce")):
+                consts = _constants(graph)
+            _check_node_attributes(node, ranks, consts or {})
+        attributes = node.attribute
+        if attributes:
+            for a in attributes:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    check_attributes(a.g, ranks)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for g in a.graphs:
+                        check_attributes(g, ranks)
+
+
+def _check_node_attributes(node: onnx.NodeProto, ranks: dict[str, int],
+                           consts: dict[str, list[int]]) -> None:
+    """A default-domain node's attributes against its operands' ranks."""
+    attrs = {a.name: a for a in node.attribute}
+    r = ranks.get(node.input[0]) if node.input and node.input[0] else None
+    if r is not None and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT \
+            and (node.op_type in _AXIS_OPS or node.op_type in _AXIS_INCLUSIVE):
+        a = attrs["axis"].i
+        hi = r if node.op_type in _AXIS_INCLUSIVE else r - 1
+        if not -r <= a <= hi and not (node.op_type == "Softmax" and r == 0):
+            raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its "
+                                f"rank-{r} input '{node.input[0]}'")
+    if node.op_type.startswith("Reduce") or node.op_type in _AXES_OPS:
+        _check_axes(node, attrs, r, consts)
+    for flag in ("keepdims", "noop_with_empty_axes"):
+        if node.op_type.startswith("Reduce") and flag in attrs and \
+                attrs[flag].type == onnx.AttributeProto.INT and attrs[flag].i not in (0, 1):
+            raise ImportFailure(f"{_label(node)}: {flag} is {attrs[flag].i}, "
+                                "expected 0 or 1")
+    for needed in _REGIONS.get(node.op_type, ()):
+        if needed not in attrs or attrs[needed].type != onnx.AttributeProto.GRAPH:
+            raise ImportFailure(f"{_label(node)}: the graph attribute '{needed}' "
+                                "is missing")
+    if node.op_type == "Concat":
+        known = [(n, ranks[n]) for n in node.input if n in ranks]
+        if len({k for _, k in known}) > 1:
+            raise ImportFailure(f"{_label(node)}: inputs of different ranks "
+                                f"{', '.join(f'{n!r} ({k})' for n, k in known)}")
+    if node.op_type in _WINDOW_OPS and r is not None:
+        _check_window(node, attrs, r)
+    if node.op_type == "Transpose" and "perm" in attrs and r is not None \
+            and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
+        perm = list(attrs["perm"].ints)
+        if sorted(perm) != list(range(r)):
+            raise ImportFailure(f"{_label(node)}: perm {perm} is not a permutation of "
+                                f"the {r} axes of input '{node.input[0]}'")
 
 
 MAX_DIM = 2**53  # extents beyond this overflow int64 in any product of two
@@ -232,46 +251,68 @@ def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None
     agree and be allowed. A mismatch would reach MLIR ops whose C++ asserts
     on it (a process abort; found by the fuzzer)."""
     types = _elem_types(graph, outer or {})
+    accepted: set[tuple] = set()  # (op, operand element types) already checked
     for node in graph.node:
         if node.domain not in ("", "ai.onnx"):
             continue
-        try:
-            schema = onnx.defs.get_schema(node.op_type, opset, "")
-        except Exception:  # noqa: BLE001 - unknown ops are the importer's to report
-            schema = None
-        if schema is not None and schema.inputs:
-            allowed = {c.type_param_str: list(c.allowed_type_strs)
-                       for c in schema.type_constraints}
-            bound: dict[str, tuple[str, int]] = {}
-            for i, name in enumerate(node.input):
-                formal = schema.inputs[min(i, len(schema.inputs) - 1)]
-                if i >= len(schema.inputs) and \
-                        formal.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
-                    break
-                elem = types.get(name) if name else None
-                var = formal.type_str
-                if elem is None or var not in allowed:
-                    continue
-                strs = allowed[var]
-                if all(s.startswith("tensor(") for s in strs) and \
-                        f"tensor({_type_name(elem)})" not in strs:
-                    raise ImportFailure(
-                        f"{_label(node)}: input '{name}' has element type {_type_name(elem)}, "
-                        f"which {node.op_type} does not accept for {var}")
-                if formal.option == onnx.defs.OpSchema.FormalParameterOption.Variadic and \
-                        not formal.is_homogeneous:
-                    continue
-                if var in bound and bound[var][1] != elem:
-                    raise ImportFailure(
-                        f"{_label(node)}: inputs '{bound[var][0]}' ({_type_name(bound[var][1])}) "
-                        f"and '{name}' ({_type_name(elem)}) must have the same element type")
-                bound.setdefault(var, (name, elem))
+        key = (node.op_type, *[types.get(name) if name else None for name in node.input])
+        if key not in accepted:  # the check depends on nothing else
+            _check_operand_types(node, _type_rules(node.op_type, opset), types)
+            accepted.add(key)
         for a in node.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
                 check_types(a.g, opset, types)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
                     check_types(g, opset, types)
+
+
+_VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
+
+
+@functools.lru_cache(maxsize=None)
+def _type_rules(op_type: str, opset: int) -> tuple[list, dict[str, list[str]]] | None:
+    """The schema's formal inputs as (type variable, variadic, homogeneous)
+    and the allowed type strings of each variable; None for unknown ops (the
+    importer's to report) and ops without inputs. Cached: schema lookups
+    cost more than the check."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except Exception:  # noqa: BLE001 - unknown ops are the importer's to report
+        return None
+    if not schema.inputs:
+        return None
+    formals = [(f.type_str, f.option == _VARIADIC, f.is_homogeneous) for f in schema.inputs]
+    allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
+    return formals, allowed
+
+
+def _check_operand_types(node: onnx.NodeProto, rules: tuple | None,
+                         types: dict[str, int]) -> None:
+    if rules is None:
+        return
+    formals, allowed = rules
+    bound: dict[str, tuple[str, int]] = {}
+    for i, name in enumerate(node.input):
+        var, variadic, homogeneous = formals[min(i, len(formals) - 1)]
+        if i >= len(formals) and not variadic:
+            break
+        elem = types.get(name) if name else None
+        if elem is None or var not in allowed:
+            continue
+        strs = allowed[var]
+        if all(s.startswith("tensor(") for s in strs) and \
+                f"tensor({_type_name(elem)})" not in strs:
+            raise ImportFailure(
+                f"{_label(node)}: input '{name}' has element type {_type_name(elem)}, "
+                f"which {node.op_type} does not accept for {var}")
+        if variadic and not homogeneous:
+            continue
+        if var in bound and bound[var][1] != elem:
+            raise ImportFailure(
+                f"{_label(node)}: inputs '{bound[var][0]}' ({_type_name(bound[var][1])}) "
+                f"and '{name}' ({_type_name(elem)}) must have the same element type")
+        bound.setdefault(var, (name, elem))
 
 
 def check_text(graph: onnx.GraphProto) -> None:

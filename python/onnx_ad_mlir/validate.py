@@ -172,14 +172,25 @@ def check_dims(graph: onnx.GraphProto, nested: bool = False) -> None:
     for kind, values in (("input", graph.input), ("output", graph.output),
                          ("value_info", graph.value_info)):
         for v in values:
-            for i, d in enumerate(_dims(v)):
-                if not d.HasField("dim_value"):
-                    continue
-                if d.dim_value > MAX_DIM or (d.dim_value < 0 and not nested):
-                    raise ImportFailure(f"graph {kind} '{v.name}': dimension {i} is "
-                                        f"{d.dim_value}, outside [0, 2**53]")
+            bad = _bad_dim(v.type.SerializeToString(), nested)
+            if bad is not None:
+                raise ImportFailure(f"graph {kind} '{v.name}': dimension {bad[0]} is "
+                                    f"{bad[1]}, outside [0, 2**53]")
     for g in _subgraphs(graph):
         check_dims(g, nested=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bad_dim(type_bytes: bytes, nested: bool) -> tuple[int, int] | None:
+    """(index, extent) of the first extent of a serialized TypeProto that
+    check_dims refuses, or None. By the type's bytes: thousands of values
+    share a few types, and walking dims in Python costs more than this."""
+    v = onnx.ValueInfoProto()
+    v.type.ParseFromString(type_bytes)
+    for i, d in enumerate(_dims(v)):
+        if d.HasField("dim_value") and (d.dim_value > MAX_DIM or (d.dim_value < 0 and not nested)):
+            return i, d.dim_value
+    return None
 
 
 def clear_negative_subgraph_dims(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -209,11 +220,13 @@ def _dims(v: onnx.ValueInfoProto) -> list:
 def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     out = []
     for node in graph.node:
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                out.append(a.g)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                out.extend(a.graphs)
+        attributes = node.attribute
+        if attributes:  # most nodes have none; iterating an empty field costs
+            for a in attributes:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    out.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    out.extend(a.graphs)
     return out
 
 
@@ -329,10 +342,16 @@ def check_text(graph: onnx.GraphProto) -> None:
         if not isinstance(init.name, str):
             bad("initializer name", init.name)
     for node in graph.node:
-        for s in [node.name, node.op_type, node.domain, *node.input, *node.output]:
-            if not isinstance(s, str):
-                bad(f"in node {node.name!r}: name", s)
-        for a in node.attribute:
+        strings = node.input[:] + node.output[:]  # slices: cheaper than iterating
+        strings += (node.name, node.op_type, node.domain)
+        try:
+            "".join(strings)  # raises on bytes, in C: the loop below finds which
+        except TypeError:
+            for s in strings:
+                if not isinstance(s, str):
+                    bad(f"in node {node.name!r}: name", s)
+        attributes = node.attribute
+        for a in attributes if attributes else ():
             if not isinstance(a.name, str) or (a.type == onnx.AttributeProto.STRING and
                                                not isinstance(a.s, bytes)):
                 bad(f"in node {node.name!r}: attribute", a.name)

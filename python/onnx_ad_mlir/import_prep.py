@@ -54,7 +54,9 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
         except Exception as e:  # the inliner reports bad functions in many ways
             raise ImportFailure(f"cannot inline the model's local functions: {e}") from e
     validate.check_opsets(model)
+    validate.check_versions(model)
     validate.check_text(model.graph)
+    validate.check_io_types(model.graph)
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
     validate.check_dims(model.graph)
@@ -74,9 +76,12 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     big = sum(t.ByteSize() for t in model.graph.initializer) > _PROTO_LIMIT
     skeleton = _without_big_data(model) if big else model
     try:
-        inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=False)
+        # strict: a model contradicting its own declared shapes is refused
+        inferred = validate.infer_shapes(skeleton, data_prop=False)
         if _propagates_data(model.graph) and not _long_vectors(inferred.graph):
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
+    except ImportFailure:
+        raise
     except Exception:  # inference errors on odd but importable models
         return model
     if big:

@@ -360,3 +360,100 @@ def check_text(graph: onnx.GraphProto) -> None:
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
                     check_text(g)
+
+
+def check_versions(model: onnx.ModelProto) -> None:
+    """ir_version within what ONNX defines: < 3 cannot carry opset_import (0:
+    not set), above onnx.IR_VERSION is a format this onnx does not know (the
+    derivative would declare it too, and ONNX Runtime refuses it)."""
+    v = model.ir_version
+    if not 3 <= v <= onnx.IR_VERSION:
+        raise ImportFailure(
+            f"ir_version {v} is not a valid IR version (expected 3..{onnx.IR_VERSION}"
+            + ("; 0 means it is not set" if v == 0 else "") + ")")
+
+
+def check_io_types(graph: onnx.GraphProto) -> None:
+    """Main graph inputs and outputs declared as tensors need an element type
+    (0 is UNDEFINED: ONNX Runtime refuses the model, and the derivative's
+    seeds would have no type)."""
+    for kind, values in (("input", graph.input), ("output", graph.output)):
+        for v in values:
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type == 0:
+                raise ImportFailure(f"graph {kind} '{v.name}' has no element type "
+                                    "(elem_type 0, UNDEFINED)")
+
+
+# ONNX shape inference messages that mean the model contradicts itself (a
+# declared shape or type against what its ops produce), not that inference
+# could not follow a valid model.
+_CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shape info",
+                   "Incompatible dimensions", "Dimension mismatch in unification",
+                   "Inferred elem type differs", "Type Error:")
+
+
+def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:
+    """onnx.shape_inference.infer_shapes in strict mode: a declared shape or
+    type that contradicts what a node produces (an output declared [0] for a
+    Slice of a rank-2 value, a MatMul of mismatched known extents) is an
+    ImportFailure naming the node. Non-strict inference keeps the declared
+    type, which the rules then trust (a rank-2 operand with a rank-1
+    result). Other inference errors (ONNX's own gaps on valid models) fall
+    back to the non-strict result, as before."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=data_prop)
+    except Exception as e:  # noqa: BLE001 - InferenceError and friends
+        msg = " ".join(str(e).split())
+        if any(c in msg for c in _CONTRADICTIONS):
+            # an attribute of the wrong type is the likelier cause: say so
+            opset = next((o.version for o in model.opset_import
+                          if o.domain in ("", "ai.onnx")), None)
+            if opset:
+                check_attribute_types(model.graph, opset)
+            raise ImportFailure(_inference_message(msg)) from None
+    return onnx.shape_inference.infer_shapes(model, data_prop=data_prop)
+
+
+@functools.lru_cache(maxsize=None)
+def _attr_types(op_type: str, opset: int) -> dict[str, int]:
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "")
+    except Exception:  # noqa: BLE001 - unknown ops are the importer's to report
+        return {}
+    return {name: int(a.type) for name, a in schema.attributes.items()}
+
+
+def check_attribute_types(graph: onnx.GraphProto, opset: int) -> None:
+    """Attributes of the type their schema declares (as the importer checks
+    them), subgraphs included."""
+    for node in graph.node:
+        expected = _attr_types(node.op_type, opset) if node.domain in ("", "ai.onnx") else {}
+        for a in node.attribute:
+            want = expected.get(a.name)
+            if want is not None and a.type != want:
+                names = onnx.AttributeProto.AttributeType
+                raise ImportFailure(f"{_label(node)}: attribute '{a.name}' has type "
+                                    f"{names.Name(a.type)}, expected {names.Name(want)}")
+            if a.type == onnx.AttributeProto.GRAPH:
+                check_attribute_types(a.g, opset)
+
+
+def _inference_message(msg: str) -> str:
+    """'node 'n' (Op): <ONNX's words>' from ONNX's nested inference report
+    '[ShapeInferenceError] Inference error(s): (op_type:Op, node name: n): ...':
+    the node whose own clause holds the contradiction (outer ones hold the
+    subgraph that holds it)."""
+    import re
+    marks = list(re.finditer(r"\(op_type:([^,)]*)(?:, node name: ([^)]*))?\):", msg))
+    clauses = [(m.group(1), m.group(2) or "", msg[m.end():marks[j + 1].start()
+                                                   if j + 1 < len(marks) else len(msg)])
+               for j, m in enumerate(marks)]
+    hit = next(((op, name, text) for op, name, text in clauses
+                if any(c in text for c in _CONTRADICTIONS)), None)
+    op, name, text = hit or (clauses[-1] if clauses else (None, None, msg))
+    text = re.sub(r"\[(Shape|Type)InferenceError\]\s*|Inference error\(s\):\s*", "", text)
+    text = " ".join(text.split())[:300]
+    if op is None:
+        return f"the model contradicts ONNX shape inference: {text}"
+    return (f"node '{name}' ({op}): the model's declared shapes or types contradict "
+            f"ONNX shape inference: {text}")

@@ -16,6 +16,9 @@ longer than --timeout on a case is reported for that case and replaced.
 Outcomes:
   ok-ort-bug  "wrong" with ORT's default optimizations, but agrees with
               them at BASIC: ORT miscomputes the primal (not our bug)
+  ok-fd64     a float32 model "wrong" against float32 finite differences
+              (step 1e-2: truncation error), but agrees (float32 tolerances)
+              with finite differences of the same model in float64
   ort-primal-crash  the worker died while only ONNX Runtime (or the onnx
               checker) ran the INPUT model, after our import and
               differentiation of it had finished (e.g. ORT 1.32's SIGFPE on
@@ -28,6 +31,10 @@ Outcomes:
   refused     a clean OnnxAdError whose message names something
   accepted-invalid  a mutated model ONNX itself rejects was differentiated
               anyway (not a crash; listed for review)
+  accepted-ort-fails  a mutated model the onnx checker accepts (full_check,
+              graph sorted) was differentiated, but ONNX Runtime cannot run
+              it with feeds fitting its declared inputs (an element type ORT
+              lacks, an index out of range at run time...); not compared
   wrong       derivative disagrees with finite differences          (bug)
   bad-export  a derivative model fails onnx.checker or ORT           (bug)
   crash       the child died, or a non-OnnxAdError escaped           (bug)
@@ -202,7 +209,10 @@ def _run_generated(model, feeds, folder, i) -> dict:
     except Exception as e:  # noqa: BLE001
         outcome, detail = _classify_exception(e)
         out = {"outcome": outcome, "detail": detail}
-        if outcome == "wrong" and _agrees_without_ort_fusions(model, feeds, i):
+        if outcome == "wrong" and _agrees_in_float64(model, feeds, i):
+            out = {"outcome": "ok-fd64", "detail": "agrees with float64 finite differences; "
+                   "float32 ones (step 1e-2) did not\n" + detail}
+        elif outcome == "wrong" and _agrees_without_ort_fusions(model, feeds, i):
             out = {"outcome": "ok-ort-bug", "detail": "agrees with ORT graph optimizations "
                    "at BASIC; ORT_ENABLE_ALL computes the primal model wrongly\n" + detail}
     if _sha(path) != before:
@@ -220,6 +230,54 @@ def _ort_primal(model, feeds) -> None:
         adcheck.run(model, feeds)
     finally:
         _stage(None)
+
+
+def _to_float64(model):
+    """The same model in float64: float32 values, constants and Casts to
+    float32 widened exactly (a reference for finite differences)."""
+    import onnx
+    import onnx.numpy_helper as nh
+    from onnx import AttributeProto as AP, TensorProto as TP
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+
+    def tensor(t):
+        if t.data_type == TP.FLOAT:
+            t.CopyFrom(nh.from_array(nh.to_array(t).astype("float64"), t.name))
+
+    def graph(g):
+        for v in list(g.input) + list(g.output) + list(g.value_info):
+            if v.type.tensor_type.elem_type == TP.FLOAT:
+                v.type.tensor_type.elem_type = TP.DOUBLE
+        for t in g.initializer:
+            tensor(t)
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == AP.TENSOR:
+                    tensor(a.t)
+                elif a.type == AP.GRAPH:
+                    graph(a.g)
+                elif a.name in ("to", "dtype") and a.type == AP.INT and a.i == TP.FLOAT:
+                    a.i = TP.DOUBLE
+    graph(m.graph)
+    return m
+
+
+def _agrees_in_float64(model, feeds, i) -> bool:
+    """A float32 model's derivatives against float64 finite differences of
+    the same model (float32 tolerances): float32 differences with step 1e-2
+    carry truncation errors of order step**2 * f''' (Pow(x*x + 1, Tanh(x))
+    near 0 was "wrong" by 5e-3). False when ORT cannot run it in float64."""
+    from onnx import TensorProto as TP
+    import adcheck
+    if not any(v.type.tensor_type.elem_type == TP.FLOAT for v in model.graph.input):
+        return False
+    try:
+        ref = _to_float64(model)
+        adcheck.check_derivatives(model, feeds, seed=i, reference=ref)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def _agrees_without_ort_fusions(model, feeds, i) -> bool:
@@ -245,15 +303,72 @@ def _agrees_without_ort_fusions(model, feeds, i) -> bool:
         adcheck.session = plain
 
 
-def _model_is_valid(data: bytes, feeds) -> bool:
+def _declared_feeds(m, feeds):
+    """Feeds that fit the declared graph inputs (element type and shape):
+    the generator's where they fit, else new ones (a mutated input rank or
+    type may leave a valid model that the generator's feeds do not fit).
+    None when an input has no fixed shape or an element type numpy lacks."""
+    import numpy as np
+    from onnx import helper
+    rng = np.random.default_rng(0)
+    out = {}
+    for v in m.graph.input:
+        t = v.type.tensor_type
+        if not v.type.HasField("tensor_type") or not t.HasField("shape") or \
+                any(not d.HasField("dim_value") for d in t.shape.dim):
+            return None
+        shape = [d.dim_value for d in t.shape.dim]
+        if any(d > 2**20 for d in shape) or np.prod(shape, dtype=float) > 2**22:
+            return None
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+        except Exception:  # noqa: BLE001 - undefined / unknown element types
+            return None
+        old = feeds.get(v.name)
+        if old is not None and list(old.shape) == shape and old.dtype == dtype:
+            out[v.name] = old
+        elif dtype.kind == "f":
+            out[v.name] = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind == "O":
+            out[v.name] = np.full(shape, "a", dtype=object)
+        else:
+            out[v.name] = np.zeros(shape, dtype)
+    return out
+
+
+def _sorted_copy(m):
+    """The model with its main graph topologically sorted, as the importer
+    sorts it (ONNX's checker insists on the order; ORT and we do not)."""
+    import onnx
+    from onnx_ad_mlir.import_prep import sorted_nodes
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    nodes = sorted_nodes(c.graph, lambda name: None)
+    c.graph.ClearField("node")
+    c.graph.node.extend(nodes)
+    return c
+
+
+def _validity(data: bytes, feeds):
+    """("invalid", why) when the onnx checker (full_check) rejects the model;
+    ("ort-fails", why) when it passes but ORT cannot load or run it with
+    feeds fitting its declared inputs (or its outputs' shapes differ from
+    the declared ones); ("valid", feeds) otherwise."""
     import onnx
     from generate import validate, GeneratorRejected
     try:
-        m = onnx.load_from_string(data)
-        validate(m, {k: v for k, v in feeds.items() if k in {x.name for x in m.graph.input}})
-        return True
-    except Exception:  # noqa: BLE001 - any refusal by onnx/ORT
-        return False
+        m = _sorted_copy(onnx.load_from_string(data))
+        onnx.checker.check_model(m, full_check=True)
+    except Exception as e:  # noqa: BLE001 - any refusal by onnx
+        return "invalid", f"{type(e).__name__}: {str(e).strip()[:300]}"
+    fit = _declared_feeds(m, feeds)
+    if fit is None:
+        return "ort-fails", "no feeds fit the declared inputs"
+    try:
+        validate(m, fit)
+    except GeneratorRejected as e:
+        return "ort-fails", str(e)[:300]
+    return "valid", fit
 
 
 def _run_mutated(data: bytes, feeds, folder, i) -> dict:
@@ -267,23 +382,26 @@ def _run_mutated(data: bytes, feeds, folder, i) -> dict:
     try:
         (api.reverse if i % 2 else api.forward)(path)
         _stage("ort-primal")
-        valid = _model_is_valid(data, feeds)
+        verdict, why = _validity(data, feeds)
         _stage(None)
-        if valid:
-            m = onnx.load_from_string(data)
-            names = [v.name for v in list(m.graph.input) + list(m.graph.output)]
-            if len(set(names)) != len(names):  # seeds get renamed: adcheck cannot feed them
-                return {"outcome": "ok-noref", "detail": "repeated graph input/output names"}
-            declared = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-                        for v in m.graph.input}
-            if any(list(feeds[n].shape) != s for n, s in declared.items() if n in feeds):
-                # ORT runs it with inputs of another rank than declared: the
-                # derivative's seeds follow the declaration, adcheck the feeds
-                return {"outcome": "ok-noref", "detail": "feeds do not match declared inputs"}
-            errs = check_derivatives(onnx.load_from_string(data), feeds, seed=i)
-            out = {"outcome": "ok", "detail": json.dumps(errs)}
+        m = onnx.load_from_string(data)
+        names = [v.name for v in list(m.graph.input) + list(m.graph.output)]
+        if verdict == "valid" and len(set(names)) != len(names):
+            # seeds get renamed: adcheck cannot feed them
+            out = {"outcome": "ok-noref", "detail": "repeated graph input/output names"}
+        elif verdict == "valid":
+            from adcheck import FLOAT_TYPES
+            if not any(v.type.tensor_type.elem_type in FLOAT_TYPES for v in m.graph.input):
+                out = {"outcome": "ok-noref", "detail": "no float input left"}
+            else:
+                errs = check_derivatives(_sorted_copy(m), why, seed=i)
+                out = {"outcome": "ok", "detail": json.dumps(errs)}
+        elif verdict == "ort-fails":
+            out = {"outcome": "accepted-ort-fails", "detail": "the onnx checker accepts "
+                   "this model, ONNX Runtime cannot run it: " + why}
         else:
-            out = {"outcome": "accepted-invalid", "detail": "ONNX/ORT reject this model"}
+            out = {"outcome": "accepted-invalid", "detail": "the onnx checker rejects this "
+                   "model: " + why}
     except Exception as e:  # noqa: BLE001
         outcome, detail = _classify_exception(e)
         out = {"outcome": outcome, "detail": detail}

@@ -254,6 +254,14 @@ def _t_slice(b: Builder, op, cts, linear):
     if d is None:
         raise UnsupportedOp("reverse mode through Slice needs the operand's rank")
     tail = [None] * (len(op.operands) - 1)
+    cd = dims(cts[0])
+    if cd is None or len(cd) != len(d):
+        # a cotangent of unknown (or broadcast-lower) rank: a Slice keeps its
+        # operand's rank, so it is expanded to the result's shape (a Loop
+        # result untyped at import made a TypeError here; fuzzer)
+        rd = dims(op.results[0])
+        cts = [b.expand(cts[0], b.shape(op.results[0]),
+                        rd if rd is not None and len(rd) == len(d) else [None] * len(d))]
     try:
         starts, ends, axes, steps = _slice_args(op, len(d))
     except UnsupportedOp:

@@ -350,13 +350,39 @@ class Builder:
               steps: Sequence[int] | None = None) -> ir.Value:
         if self.opset < 10:  # Slice-1: attributes, no steps
             if steps is not None and any(s != 1 for s in steps):
-                raise UnsupportedOp("Slice with steps needs opset >= 10")
+                return self._gather_steps(x, axes, starts, ends, steps, result_type)
             return self.op("Slice", [x], result_type, axes=list(axes), starts=list(starts),
                            ends=list(ends))
         operands = [x, self.ints(starts), self.ints(ends), self.ints(axes)]
         if steps is not None:
             operands.append(self.ints(steps))
         return self.op("Slice", operands, result_type)
+
+    def pad(self, x: ir.Value, pads: Sequence[int], result_type: ir.Type,
+            value: float | None = None) -> ir.Value:
+        """Constant-mode Pad by constant pads (attributes before opset 11)."""
+        if self.opset < 11:
+            extra = {} if value is None else {"value": float(value)}
+            return self.op("Pad", [x], result_type, pads=[int(p) for p in pads], **extra)
+        operands = [x, self.ints(pads)] + ([self.scalar(value, x)] if value is not None else [])
+        return self.op("Pad", operands, result_type)
+
+    def _gather_steps(self, x: ir.Value, axes: Sequence[int], starts: Sequence[int],
+                      ends: Sequence[int], steps: Sequence[int], result_type: ir.Type) -> ir.Value:
+        """A strided Slice before opset 10: one Gather of the selected indices
+        per axis (static extents of the strided axes needed)."""
+        d = dims(x)
+        out = x
+        for a, st, en, sp in zip(axes, starts, ends, steps):
+            ax = a % len(d) if d is not None else a
+            if d is None or d[ax] is None:
+                raise UnsupportedOp("Slice with steps needs opset >= 10 or static extents")
+            idx = list(range(d[ax]))[slice(st, en, sp)]
+            cur = dims(out)
+            cur = None if cur is None else cur[:ax] + [len(idx)] + cur[ax + 1:]
+            out = self.op("Gather", [out, self.ints(idx)],
+                          tensor_type(cur, element_type(x)), axis=ax)
+        return out
 
     def reduce(self, op_type_: str, x: ir.Value, axes: Sequence[int] | ir.Value,
                keepdims: bool, out: Dims | None = None) -> ir.Value:

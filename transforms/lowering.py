@@ -95,6 +95,10 @@ class _G:
         return self.op("Squeeze", [x], axes=list(axes))
 
     def slice(self, x, starts, ends, axes, steps=None):
+        if self.opset < 10:  # Slice-1: attributes, no steps
+            if steps is not None and any(s != 1 for s in steps):
+                self.refuse("Slice with steps needs opset >= 10")
+            return self.op("Slice", [x], starts=list(starts), ends=list(ends), axes=list(axes))
         ins = [x, self.ints(starts), self.ints(ends), self.ints(axes)]
         if steps is not None:
             ins.append(self.ints(steps))

@@ -83,7 +83,8 @@ UNARY: dict[str, Coefficient] = {
                                      b.ew("Exp", b.neg(b.mul(x, x)))),
     "Tanh": lambda b, op, x, y: b.sub(_c(b, 1.0, y), b.mul(y, y)),
     "Sigmoid": lambda b, op, x, y: b.mul(y, b.sub(_c(b, 1.0, y), y)),
-    "Relu": lambda b, op, x, y: _mask(b, b.compare("Greater", x, _c(b, 0.0, x)), x),
+    # y > 0 iff x > 0 (NaN: both false); reading y lets ONNX Runtime fuse Conv + Relu
+    "Relu": lambda b, op, x, y: _mask(b, b.compare("Greater", y, _c(b, 0.0, y)), x),
     "LeakyRelu": lambda b, op, x, y: _select(
         b, b.compare("Greater", x, _c(b, 0.0, x)), _c(b, 1.0, x),
         _c(b, attribute(op, "alpha"), x)),

@@ -287,7 +287,7 @@ def _grouped_weight_tangent(b: Builder, x: ir.Value, t: ir.Value, y: ir.Value,
     padded_dims = [xd[0], xd[1]] + [xd[2 + i] + p[i] + p[n + i] for i in range(n)]
     xp = x
     if any(p):
-        xp = b.op("Pad", [x, b.ints([0, 0] + p[:n] + [0, 0] + p[n:])], tensor_type(padded_dims, elem))
+        xp = b.pad(x, [0, 0] + p[:n] + [0, 0] + p[n:], tensor_type(padded_dims, elem))
     offsets = np.indices(ks).reshape(n, -1).T
     patches = []
     for off in offsets:
@@ -391,7 +391,7 @@ def _weight_grad_matmul(b: Builder, inp: ir.Value, cot: ir.Value, geom: dict,
     last = b.transpose(inp, [0] + list(range(2, r)) + [1])          # [N, *H, C]
     if any(p):
         pads = [0] + p[:n] + [0] + [0] + p[n:] + [0]
-        last = b.op("Pad", [last, b.ints(pads)], tensor_type(
+        last = b.pad(last, pads, tensor_type(
             [idd[0]] + [idd[2 + i] + p[i] + p[n + i] for i in range(n)] + [c], elem))
     parts = []
     for off in np.indices(k).reshape(n, -1).T:

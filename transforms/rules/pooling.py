@@ -54,7 +54,7 @@ def _max_pool(b: Builder, op, tangents):
         xv = _window_view(b, x, 2, kernel, dims(y)[2:])
         n = len(kernel)
         yv = b.unsqueeze(y, [3 + 2 * i for i in range(n)])
-        hit = b.cast_like(b.compare("Equal", xv, yv), x)
+        hit = b.cast_like(_at_max(b, xv, yv), x)
         weight = b.div(hit, b.reduce("ReduceSum", hit, [3 + 2 * i for i in range(n)], True))
         tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
         return [b.reduce("ReduceSum", b.mul(tv, weight), [4 + 2 * i for i in range(n)], False)] + \
@@ -70,6 +70,15 @@ def _max_pool(b: Builder, op, tangents):
         idx = made[1]
     flat = b.reshape(tangents[0], [0, -1], [None, None])
     return [b.op("Gather", [flat, idx], b.derivative_type(y), axis=1)] + [None] * (len(op.results) - 1)
+
+
+def _at_max(b: Builder, x: ir.Value, m: ir.Value) -> ir.Value:
+    """x == m for m >= x (a max over windows containing x): Equal, or before
+    opset 11 (no float Equal) not(x < m)."""
+    if b.opset >= 11:
+        return b.compare("Equal", x, m)
+    less = b.compare("Less", x, m)
+    return b.op("Not", [less], tensor_type(dims(less), ir.IntegerType.get_signless(1)))
 
 
 def _exact_tiles(x: ir.Value, y: ir.Value, kernel: list[int]) -> bool:
@@ -103,7 +112,7 @@ def _max_pool_tiles(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value, kernel: l
     (shared among ties) = mean(t * hit) / mean(hit) per window, hit = (x ==
     upsampled y). Only 4-D elementwise ops, AveragePool and Resize, which
     the runtime has fast kernels for (no 6-D broadcasts, no Indices)."""
-    hit = b.cast_like(b.compare("Equal", x, _upsample(b, y, kernel, dims(x))), x)
+    hit = b.cast_like(_at_max(b, x, _upsample(b, y, kernel, dims(x))), x)
     share = b.div(b.scalar(1.0, x), b.op("AveragePool", [hit], y.type,
                                          kernel_shape=list(kernel), strides=list(kernel)))
     return b.mul(_tile_pool(b, b.mul(t, hit), kernel, y), share)
@@ -117,8 +126,8 @@ def _t_average_pool(b: Builder, op, cts, linear):
     kernel = _tiling_kernel(op, x, y)
     if kernel is None or not _exact_tiles(x, y, kernel):
         raise UnsupportedOp("AveragePool transposed only when its windows tile the input")
-    up = _upsample(b, cts[0], kernel, [dims(cts[0])[0]] + dims(x)[1:])
-    return [b.mul(up, b.scalar(1.0 / float(np.prod(kernel)), up))]
+    scaled = b.mul(cts[0], b.scalar(1.0 / float(np.prod(kernel)), cts[0]))  # on the small side
+    return [_upsample(b, scaled, kernel, [dims(cts[0])[0]] + dims(x)[1:])]
 
 
 def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list[int],
@@ -135,8 +144,7 @@ def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list[int],
             pads[first + i], pads[len(vd) + first + i] = p[i], p[n + i]
         pd = vd[:first] + [None if vd[first + i] is None else vd[first + i] + p[i] + p[n + i]
                            for i in range(n)]
-        operands = [v, b.ints(pads)] + ([b.scalar(fill, v)] if fill is not None else [])
-        v = b.op("Pad", operands, tensor_type(pd, elem))
+        v = b.pad(v, pads, tensor_type(pd, elem), fill)
     parts = []
     for off in np.indices(k).reshape(n, -1).T:
         starts = [int(o) * di for o, di in zip(off, d)]
@@ -156,7 +164,7 @@ def _max_pool_masks(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value) -> ir
     geom = _pool_pads(op, x, y)
     outs = yd[2:]
     xs = _patches(b, x, 2, geom, outs, float("-inf"))      # [N, C, K, *O]
-    hit = b.cast_like(b.compare("Equal", xs, b.unsqueeze(y, [2])), x)
+    hit = b.cast_like(_at_max(b, xs, b.unsqueeze(y, [2])), x)
     weight = b.div(hit, b.reduce("ReduceSum", hit, [2], True))
     ts = _patches(b, t, 3, geom, outs, None)               # [k, N, C, K, *O]
     return b.reduce("ReduceSum", b.mul(ts, weight), [3], False)
@@ -232,7 +240,12 @@ def _maxpool_gather_transpose(b: Builder, gather: ir.Operation, ct: ir.Value):
     k = b.shape(ct, 0, 1)
     merged = b.reshape(ct, [-1] + yd[1:], [None] + yd[1:])                 # [k*N, C, *O]
     # Indices per direction: offset by kk * |x| so the merged batch stays flat.
-    kk = b.op("Range", [b.int_scalar(0), b.squeeze(k, [0]), b.int_scalar(1)], tensor_type([None], i64))
+    if b.opset >= 11:
+        kk = b.op("Range", [b.int_scalar(0), b.squeeze(k, [0]), b.int_scalar(1)], tensor_type([None], i64))
+    else:  # no Range: the indices of k ones
+        ones = b.op("ConstantOfShape", [k], tensor_type([None], i64),
+                    value=ir.DenseElementsAttr.get(np.ones(1, np.int64)))
+        kk = b.reshape(b.op("NonZero", [ones], tensor_type([1, None], i64)), [-1], [None])
     shift = b.reshape(b.mul(kk, b.int_scalar(total)), [-1] + [1] * len(yd), [None] + [1] * len(yd))
     ids = b.reshape(b.add(b.unsqueeze(idx, [0]), shift), [-1] + yd[1:], [None] + yd[1:])
     out_shape = b.concat([b.shape(merged, 0, 1), b.ints(xd[1:])], 0)
@@ -352,7 +365,7 @@ def _lp_tangent(b: Builder, t, x, y, p, summed):
     coef = x if p == 2 else b.mul(b.ew("Pow", b.ew("Abs", x), b.scalar(float(p - 1), x)),
                                    b.ew("Sign", x))
     s = summed(b.mul(t, coef))
-    zero = b.compare("Equal", y, b.scalar(0.0, y))
+    zero = _at_max(b, b.scalar(0.0, y), y)  # y >= 0: y == 0
     safe = b.where(zero, b.scalar(1.0, y), y)
     factor = b.ew("Reciprocal", safe) if p == 2 else b.ew("Pow", safe, b.scalar(float(1 - p), y))
     return b.mul(s, b.where(zero, b.scalar(0.0, y), factor))
@@ -383,7 +396,7 @@ def _global_average_pool(b: Builder, op, tangents):
 def _global_max_pool(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
     axes = _spatial_axes(x)
-    hit = b.cast_like(b.compare("Equal", x, y), x)
+    hit = b.cast_like(_at_max(b, x, y), x)
     weight = b.div(hit, b.reduce("ReduceSum", hit, axes, True))
     return [b.reduce("ReduceSum", b.mul(tangents[0], weight), [a + 1 for a in axes], True)]
 
@@ -600,7 +613,7 @@ def _t_col2im(b: Builder, op, cts, linear):
     outs = [(img[i] + p[i] + p[n + i] - d[i] * (blk[i] - 1) - 1) // s[i] + 1 for i in range(n)]
     xp = ct
     if any(p):
-        xp = b.op("Pad", [ct, b.ints([0, 0] + p[:n] + [0, 0] + p[n:])], tensor_type(
+        xp = b.pad(ct, [0, 0] + p[:n] + [0, 0] + p[n:], tensor_type(
             cd[:2] + [img[i] + p[i] + p[n + i] for i in range(n)], elem))
     patches = []
     for off in np.indices(blk).reshape(n, -1).T:
@@ -678,7 +691,7 @@ def _t_dft(b: Builder, op, cts, linear):
         pads = [0] * (2 * r)
         pads[r + axis] = n - yd[axis]
         cd[axis] = n
-        ct = b.op("Pad", [ct, b.ints(pads)], tensor_type(cd, elem))
+        ct = b.pad(ct, pads, tensor_type(cd, elem))
     back = _emit_dft(b, ct, b.int_scalar(n), axis, 1 - inverse, 0,
                      tensor_type(cd, elem))
     back = b.mul(back, b.scalar(float(n) if not inverse else 1.0 / n, back))
@@ -693,7 +706,7 @@ def _t_dft(b: Builder, op, cts, linear):
         pads = [0] * (2 * r)
         pads[r + axis] = m - n
         cd[axis] = m
-        back = b.op("Pad", [back, b.ints(pads)], tensor_type(cd, elem))
+        back = b.pad(back, pads, tensor_type(cd, elem))
     return [back] + [None] * (len(op.operands) - 1)
 
 
@@ -727,5 +740,5 @@ def _t_irfft(b: Builder, ct: ir.Value, xd: list, yd: list, axis: int) -> ir.Valu
         pads = [0] * (2 * r)
         pads[r + axis] = m - h
         cd[axis] = m
-        back = b.op("Pad", [back, b.ints(pads)], tensor_type(cd, elem))
+        back = b.pad(back, pads, tensor_type(cd, elem))
     return back

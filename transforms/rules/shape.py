@@ -280,7 +280,7 @@ def _t_slice(b: Builder, op, cts, linear):
             s = max(0, min(n, s + n if s < 0 else s))
             e = max(0, min(n, e + n if e < 0 else e))
             pads[a], pads[len(d) + a] = s, n - max(e, s)
-        return [b.op("Pad", [cts[0], b.ints(pads)], tensor_type([None] + d[1:], element_type(cts[0])))] \
+        return [b.pad(cts[0], pads, tensor_type([None] + d[1:], element_type(cts[0])))] \
             + tail
     # Steps != 1 or run-time bounds: one scatter-add per sliced axis, last axis first.
     ct = cts[0]
@@ -362,7 +362,7 @@ def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: 
 def _t_pad(b: Builder, op, cts, linear):
     x = op.operands[0]
     d = dims(x)
-    pads = constant_ints(op.operands[1])
+    pads = list(attribute(op, "pads")) if "pads" in op.attributes else constant_ints(op.operands[1])
     if (attribute(op, "mode") or "constant") != "constant":
         raise UnsupportedOp("transposing Pad in a mode other than 'constant'")
     if pads is None or d is None or operand_or_none(op, 3) is not None:
@@ -384,7 +384,7 @@ def _t_pad(b: Builder, op, cts, linear):
         cd = dims(ct)
         mid = [None if e is None else e - starts[i] - max(pads[r + i], 0) for i, e in enumerate(cd)]
         ct = b.slice(ct, list(range(r)), starts, ends, tensor_type([None] + mid[1:], element_type(ct)))
-        return [b.op("Pad", [ct, b.ints(crops)], tensor_type([None] + d[1:], element_type(ct)))] \
+        return [b.pad(ct, crops, tensor_type([None] + d[1:], element_type(ct)))] \
             + [None] * (len(op.operands) - 1)
     return [b.slice(ct, list(range(r)), starts, ends, tensor_type([None] + d[1:], element_type(ct)))] \
         + [None] * (len(op.operands) - 1)
@@ -513,7 +513,7 @@ def _onehot_scatter_elements(b: Builder, ct: ir.Value, ix: ir.Value, axis: int,
     if all(o is not None and t is not None for o, t in zip(od[1:], td[1:])):
         if any(o < t for o, t in zip(od[1:], td[1:])):
             pads = [0] * r + [0] + [t - o for o, t in zip(od[1:], td[1:])]
-            out = b.op("Pad", [out, b.ints(pads)], tensor_type([None] + td[1:], element_type(out)))
+            out = b.pad(out, pads, tensor_type([None] + td[1:], element_type(out)))
         return out
     if target is None:
         raise UnsupportedOp("scatter-add before opset 16 needs static extents")
@@ -898,7 +898,8 @@ def _pad(b: Builder, op, tangents):
                                    half, b.slice(pads_in, [0], [r], [2 * r],
                                                  tensor_type([r], _i64()))], 0)
             if out_t is None:
-                out_t = b.op("Pad", [t, pv], b.derivative_type(y))
+                out_t = b.pad(t, [0] + pads[:r] + [0] + pads[r:], b.derivative_type(y)) \
+                    if b.opset < 11 else b.op("Pad", [t, pv], b.derivative_type(y))
         else:
             d = dims(x)
             if pads is None or d is None:

@@ -263,18 +263,28 @@ class _Exporter:
         inputs = [names[v] for v in op.operands]
         while inputs and not inputs[-1]:
             inputs.pop()
-        node_name, wanted = _names_from_loc(op.location)
-        if info.single_output and len(wanted) == 1:  # _result_names' common case
+        loc = op.location
+        child = loc.child_loc if loc.is_a_name() else None
+        if info.single_output and child is not None and child.is_a_name():
+            # _names_from_loc's and _result_names' common case, inlined
+            node_name = loc.name_str
             r = op.result
             name = names.get(r)
             if name is None:
-                name = names[r] = self.names.claim(wanted[0])
+                wanted = child.name_str
+                taken = self.names.taken
+                if wanted and wanted not in taken:
+                    taken.add(wanted)
+                    name = names[r] = wanted
+                else:
+                    name = names[r] = self.names.claim(wanted)
             outputs = [name]
             if name and name not in graph_outputs:
                 t = r.type
                 if isinstance(t, ir.RankedTensorType):
                     self._value_info(name, t)
         else:
+            node_name, wanted = _names_from_loc(loc)
             results = list(op.results)
             outputs = self._result_names(results, wanted)
             for r, name in zip(results, outputs):

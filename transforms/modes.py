@@ -29,7 +29,7 @@ from .builder import Builder, dims, is_float
 from .checkpoint import segment_loops
 from .legalize import bool_where, scan_axes_zero
 from .expand import expand_function
-from .simplify import drop_redundant_expands
+from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
 from .registry import TRANSPOSE
 from .rules.control_flow import PLACEHOLDER, REGION_ID, inline_constant_ifs, retire_standin
@@ -86,6 +86,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     sig.append_results(f, results, [
         (prefix + out_names[i], sig.boundary_dim_params(
             ret.operands[i], sig.dim_params(f, "res_attrs", i), dim)[layout]) for i in ys])
+    simplify(f, opset, seeds)
     scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
 
 
@@ -123,6 +124,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             results.append(sig.pack(b, ct, x, layout))
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
     drop_redundant_expands(f)
+    simplify(f, opset, seeds)
     scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
 
 
@@ -166,10 +168,11 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
         out = [_total(b, cotangents.pop(t, [])) for t in stand_ins]
     for op in list(reversed(linear_ops)) + [t.owner for t in stand_ins] + [k.owner]:
         if all(len(list(r.uses)) == 0 for r in op.results):
+            symdims.forget(op)  # erased: cached extents must not outlive it
             op.erase()
         elif op.name == PLACEHOLDER and REGION_ID in op.attributes:
+            symdims.forget(op)
             retire_standin(op, opset)
-    symdims.reset_all()  # ops were erased: cached extents must not outlive them
     return out
 
 
@@ -190,7 +193,51 @@ def _linear_ops(block: ir.Block, stand_ins: list[ir.Value]
 def _total(b: Builder, contributions: list[ir.Value]) -> ir.Value | None:
     if not contributions:
         return None
+    if len(contributions) > 1:
+        contributions = _without_sum_expands(contributions)
     return b.sum(contributions)
+
+
+def _static_tail(v: ir.Value) -> list | None:
+    d = dims(v)
+    return None if d is None or not d or None in d[1:] else d
+
+
+def _without_sum_expands(contributions: list[ir.Value]) -> list[ir.Value]:
+    """Contributions to one cotangent all have its shape [k] + S (transpose
+    rules Expand theirs to it, e.g. ReduceSum's). An unused Expand among them
+    is a copy the Sum does without when another summand already has that
+    shape by its type (S static, the direction axis k in all of them): the
+    Sum broadcasts the Expand's operand the same way. Dropped here, where the
+    k-uniformity is known, rather than by a walk over the function later."""
+    shapes = [_static_tail(c) for c in contributions]
+    droppable = []
+    for c, d in zip(contributions, shapes):
+        owner = c.owner
+        if d is not None and isinstance(owner, (ir.Operation, ir.OpView)) and \
+                owner.operation.name.startswith("onnx.Expand") and \
+                _static_tail(owner.operation.operands[0]) is not None and \
+                not list(c.uses):
+            droppable.append(c)
+    if not droppable:
+        return contributions
+    keep = [c for c in contributions if c not in droppable]
+    full = [c for c, d in zip(contributions, shapes) if c in keep and d is not None]
+    for c in droppable:
+        if not any(dims(f) == dims(c) for f in full):
+            # no summand has the whole shape yet: this Expand stays and provides it
+            keep.append(c)
+            full.append(c)
+    out = []
+    for c in contributions:
+        if c in keep:
+            out.append(c)
+            continue
+        op = c.owner.operation
+        out.append(op.operands[0])
+        symdims.forget(op)
+        op.erase()
+    return out
 
 
 def _transpose(ops: list[ir.Operation], linear: set[ir.Value],

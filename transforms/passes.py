@@ -5,6 +5,10 @@
                        k-th state and recompute in between; checkpoint.py)
   onnx-ad-unroll       flattens Scan/Loop with constant trip counts, inlines
                        If on constant conditions (every function)
+  onnx-ad-simplify{seeds=fwd_x func=main_graph}
+                       folds the ops that depend on the seed arguments (default:
+                       those named fwd_* / adj_*); both modes already run it
+                       (simplify.py)
 
 Both rewrite one function of the module in place (by default the only one,
 or @main_graph): the primal signature stays a prefix, seeds and derivative
@@ -100,3 +104,25 @@ def unroll_pass(module: ir.Operation, options: dict[str, str]) -> None:
         for op in module.regions[0].blocks[0].operations:
             if op.operation.name == "func.func":
                 unroll(op.operation, module_opset(module))
+
+
+@register_pass("onnx-ad-simplify",
+               "Fold the derivative ops (those depending on the seed arguments): "
+               "ReduceMean, coefficient reassociation and factoring")
+def simplify_pass(module: ir.Operation, options: dict[str, str]) -> None:
+    from .signature import arg_names
+    from .simplify import simplify
+    unknown = set(options) - {"seeds", "func"}
+    if unknown:
+        raise PassOptionError(f"unknown option(s) {sorted(unknown)}")
+    f = target_function(module, options.get("func"))
+    names = arg_names(f)
+    wanted = _names(options, "seeds")
+    if wanted is None:
+        wanted = [n for n in names if n.startswith(("fwd_", "adj_"))]
+    missing = set(wanted) - set(names)
+    if missing:
+        raise PassOptionError(f"seeds: no argument(s) {sorted(missing)}")
+    args = f.regions[0].blocks[0].arguments
+    with module.context, module.location:
+        simplify(f, module_opset(module), [args[names.index(n)] for n in wanted])

@@ -6,6 +6,21 @@ AD modes, before canonicalize/cse).
   op broadcasts anyway. Transpose rules emit such Expands to keep each
   cotangent exactly its value's shape (ReduceSum's transpose, for one), and
   the next Mul by a full-shaped coefficient makes them redundant copies.
+
+`simplify` (the `onnx-ad-simplify` pass; both modes run it last) folds the
+derivative program: only ops whose results depend on the seeds (`varying`)
+are rewritten, so the primal computation keeps its exact ops and results
+(ONNX Runtime's fusions still recognise it). Each fold is exact algebra
+(floating-point results may differ in rounding only):
+
+* ReduceSum(t) * (1/N) -> ReduceMean(t), N the static element count over
+  the reduced axes (LayerNormalization's and MVN's mean tangents).
+* (t * p) * q -> t * (p * q), (t / p) * q -> t * (q / p), (t * p) / q ->
+  t * (p / q), t varying, p, q not: the coefficient is built once in primal
+  space (no direction axis), the varying chain gets one op shorter.
+* t * p + t * q -> t * (p + q) (and -): one varying op instead of three.
+Together, the GELU/erf chain of tangent ops collapses to one Mul by a
+coefficient. Intermediate results must have no other user.
 """
 from __future__ import annotations
 
@@ -14,6 +29,7 @@ from mlir import ir
 from onnx_ad_mlir import _op_table
 
 from . import symdims
+from .builder import attribute, constant_ints
 
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Where", "Pow", "Mean"}
 
@@ -37,6 +53,62 @@ def _same_without(user: ir.Operation, e: ir.Value, a: ir.Value) -> bool:
     return got is not None and want is not None and got == want
 
 
+def _local_dims(v: ir.Value) -> list | None:
+    """v's extents from its type alone: static ones, and a symbol naming
+    (v, axis) for each `?` (equal only to itself: conservative)."""
+    t = v.type
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    return [("local", v, i) if d == symdims.DYN else d for i, d in enumerate(t.shape)]
+
+
+def _local_shape_value(s: ir.Value) -> list | None:
+    """The extents a shape operand holds, with `?` extents read by Shape ops
+    named by _local_dims: constants, Shape(x)[start:end] and Concats of them
+    (what Builder.like_shape and Builder.fit emit)."""
+    c = constant_ints(s)
+    if c is not None:
+        return c
+    owner = s.owner
+    if isinstance(owner, ir.Block):
+        return None
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    ot = _op_type(op)
+    if ot == "Concat":
+        parts = [_local_shape_value(o) for o in op.operands]
+        return None if any(p is None for p in parts) else [x for p in parts for x in p]
+    if ot == "Shape" and len(op.operands) == 1:
+        d = _local_dims(op.operands[0])
+        if d is None:
+            return None
+        start = attribute(op, "start") or 0
+        end = attribute(op, "end")
+        return d[start:end]
+    return None
+
+
+def _locally_same_without(user: ir.Operation, e: ir.Value, a: ir.Value) -> bool:
+    """_same_without decided from types and the Expand's target alone (no
+    walk through the function): true only when provably the same."""
+    if _op_type(user) == "Pow" and user.operands[0] == e:
+        return False
+    da, target = _local_dims(a), _local_shape_value(e.owner.operands[1])
+    if da is None or target is None:
+        return False
+    de = symdims.broadcast(da, target)
+    with_e, without = [], []
+    for o in user.operands:
+        if o == e:
+            with_e.append(de)
+            without.append(da)
+        else:
+            d = _local_dims(o)
+            with_e.append(d)
+            without.append(d)
+    got, want = symdims.broadcast(*without), symdims.broadcast(*with_e)
+    return got is not None and want is not None and None not in got and got == want
+
+
 def drop_redundant_expands(f: ir.Operation) -> int:
     block = f.regions[0].blocks[0]
     dropped = 0
@@ -51,13 +123,227 @@ def drop_redundant_expands(f: ir.Operation) -> int:
         for u in users:
             u = u.operation if isinstance(u, ir.OpView) else u
             if _op_type(u) not in _BROADCAST or len(u.results) != 1 or \
-                    not _same_without(u, e, a):
+                    not (_locally_same_without(u, e, a) or _same_without(u, e, a)):
                 ok = False
                 break
         if ok:
             e.replace_all_uses_with(a)
+            symdims.forget(op)
             op.erase()
             dropped += 1
-    if dropped:
-        symdims.reset_all()
     return dropped
+
+
+# ---- onnx-ad-simplify ---------------------------------------------------------
+
+def _single_use(v: ir.Value) -> bool:
+    uses = iter(v.uses)
+    return next(uses, None) is not None and next(uses, None) is None
+
+
+def _defining(v: ir.Value) -> ir.Operation | None:
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if isinstance(owner, ir.OpView) else owner
+
+
+def _scalar(v: ir.Value) -> float | None:
+    """The value of a one-element float constant."""
+    import numpy as np
+    from .builder import constant_value
+    attr = constant_value(v)
+    if not isinstance(attr, ir.DenseFPElementsAttr):
+        return None
+    a = np.asarray(attr)
+    return float(a.reshape(-1)[0]) if a.size == 1 else None
+
+
+def _erase(op: ir.Operation, varying: set) -> None:
+    # a new op may get the erased one's address: its results must not stay "varying"
+    for r in op.results:
+        varying.discard(r)
+    symdims.forget(op)
+    op.erase()
+
+
+def _replace(op: ir.Operation, new: ir.Value, varying: set) -> None:
+    op.results[0].replace_all_uses_with(new)
+    _erase(op, varying)
+    varying.add(new)
+
+
+def _erase_if_dead(v: ir.Value, varying: set) -> None:
+    op = _defining(v)
+    if op is not None and not any(True for r in op.results for _ in r.uses):
+        _erase(op, varying)
+
+
+def _reduce_mean(b, op: ir.Operation, varying: set) -> bool:
+    """Mul(ReduceSum(t), 1/N) -> ReduceMean(t)."""
+    from .builder import dims
+    from .rules.reduction import reduce_axes
+    for i in (0, 1):
+        r, c = op.operands[i], op.operands[1 - i]
+        rop = _defining(r)
+        if rop is None or _op_type(rop) != "ReduceSum" or r not in varying or \
+                not _single_use(r) or r.type != op.results[0].type:
+            continue
+        value = _scalar(c)
+        x = rop.operands[0]
+        try:
+            axes = reduce_axes(rop)
+        except Exception:  # noqa: BLE001 - axes computed at run time: not folded
+            axes = None
+        d = dims(x)
+        if value is None or axes is None or d is None or not axes:
+            continue
+        n = 1
+        for a in axes:
+            if d[a % len(d)] is None:
+                n = None
+                break
+            n *= d[a % len(d)]
+        if n is None or abs(value * n - 1.0) > 1e-6:
+            continue
+        keep = bool(b.attribute(rop, "keepdims"))
+        with ir.InsertionPoint(op):
+            new = b.reduce("ReduceMean", x, axes, keepdims=keep, out=dims(r))
+        _replace(op, new, varying)
+        _erase(rop, varying)
+        return True
+    return False
+
+
+def _split(v: ir.Value, varying: set):
+    """(t, p, kind) for v = t * p, p * t ("mul") or t / p ("div"), t varying,
+    p not; None otherwise."""
+    op = _defining(v)
+    if op is None:
+        return None
+    ot = _op_type(op)
+    if ot == "Mul":
+        a, c = op.operands[0], op.operands[1]
+        if a in varying and c not in varying:
+            return a, c, "mul"
+        if c in varying and a not in varying:
+            return c, a, "mul"
+    elif ot == "Div":
+        a, c = op.operands[0], op.operands[1]
+        if a in varying and c not in varying:
+            return a, c, "div"
+    return None
+
+
+def _reassociate(b, op: ir.Operation, varying: set) -> bool:
+    """(t op1 p) op2 q -> t * coefficient, op1, op2 in {*, /}."""
+    ot = _op_type(op)
+    outer = _split(op.results[0], varying)
+    if outer is None:
+        return False
+    u, q, kind2 = outer
+    if not _single_use(u):
+        return False
+    inner = _split(u, varying)
+    if inner is None:
+        return False
+    t, p, kind1 = inner
+    with ir.InsertionPoint(op):
+        if kind1 == "mul" and kind2 == "mul":
+            (coef, old), form = _coefficient(b, "Mul", p, q), "Mul"
+        elif kind1 == "div" and kind2 == "mul":
+            (coef, old), form = _coefficient(b, "Div", q, p), "Mul"
+        elif kind1 == "mul" and kind2 == "div":
+            (coef, old), form = _coefficient(b, "Div", p, q), "Mul"
+        else:  # (t / p) / q
+            (coef, old), form = _coefficient(b, "Mul", p, q), "Div"
+        new = b.op(form, [t, coef], op.results[0].type)
+    _replace(op, new, varying)
+    _erase_if_dead(u, varying)
+    if old is not None:
+        _erase_if_dead(old, varying)
+    return True
+
+
+def _rank0_scalar(v: ir.Value) -> float | None:
+    t = v.type
+    return _scalar(v) if isinstance(t, ir.RankedTensorType) and t.rank == 0 else None
+
+
+def _coefficient(b, form: str, p: ir.Value, q: ir.Value):
+    """p * q or p / q, with (y * K1) * K2 -> y * (K1 K2) and (y * K1) / K2 ->
+    y * (K1 / K2) for rank-0 constants when y * K1 has no other user (a
+    coefficient a rule built, e.g. 2/sqrt(pi) * exp(-z^2) / sqrt(2) in Erf's
+    JVP). Returns the coefficient and the product that may now be dead."""
+    k2 = _rank0_scalar(q)
+    pop = _defining(p)
+    if k2 is not None and pop is not None and _op_type(pop) == "Mul" and _single_use(p) \
+            and (form == "Mul" or k2 != 0.0):
+        for i in (0, 1):
+            k1 = _rank0_scalar(pop.operands[i])
+            if k1 is not None:
+                y = pop.operands[1 - i]
+                k = b.scalar(k1 * k2 if form == "Mul" else k1 / k2, y)
+                return b.op("Mul", [y, k], p.type), p
+    return (b.mul(p, q) if form == "Mul" else b.div(p, q)), None
+
+
+def _factor(b, op: ir.Operation, varying: set) -> bool:
+    """t * p + t * q -> t * (p + q) (Sub likewise), both products single-use."""
+    u, v = op.operands[0], op.operands[1]
+    if u == v or not (_single_use(u) and _single_use(v)):
+        return False
+    su, sv = _split(u, varying), _split(v, varying)
+    if su is None or sv is None or su[0] != sv[0] or su[2] != "mul" or sv[2] != "mul":
+        return False
+    t = su[0]
+    with ir.InsertionPoint(op):
+        coef = b.ew(_op_type(op), su[1], sv[1])
+        new = b.op("Mul", [t, coef], op.results[0].type)
+    _replace(op, new, varying)
+    _erase_if_dead(u, varying)
+    _erase_if_dead(v, varying)
+    return True
+
+
+def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
+    """Folds the ops of f's body that depend on `seeds` (see the module
+    docstring); returns how many were rewritten."""
+    from .builder import Builder
+    block = f.regions[0].blocks[0]
+    varying = set(seeds)
+    ops = []
+    for op in block.operations:
+        if any(o in varying for o in op.operands):
+            varying.update(op.results)
+            ops.append(op.operation)
+    folded = 0
+    b = _SimplifyBuilder(Builder(opset, f.location))
+    for op in ops:
+        ot = _op_type(op)
+        if ot not in ("Mul", "Div", "Add", "Sub") or len(op.results) != 1 or \
+                not isinstance(op.results[0].type, ir.RankedTensorType):
+            continue
+        b.builder.location = op.location
+        if ot == "Mul" and _reduce_mean(b, op, varying):
+            folded += 1
+        elif ot in ("Mul", "Div") and _reassociate(b, op, varying):
+            folded += 1
+        elif ot in ("Add", "Sub") and _factor(b, op, varying):
+            folded += 1
+    return folded
+
+
+class _SimplifyBuilder:
+    """Builder plus attribute access, for the folds above."""
+
+    def __init__(self, builder):
+        self.builder = builder
+
+    def __getattr__(self, name):
+        return getattr(self.builder, name)
+
+    @staticmethod
+    def attribute(op, name):
+        from .builder import attribute
+        return attribute(op, name)

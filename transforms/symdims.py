@@ -70,12 +70,14 @@ def fresh() -> tuple:
 
 # symbol -> (signature, value, axis): where the extent can be read at run time
 _source: dict = {}
+_sources_of: dict = {}  # value -> the symbols it is the source of (for forget)
 
 
-def _note_sources(v: ir.Value, out: list) -> None:
+def _note_sources(v: ir.Value, out: list, sig=None) -> None:
     for i, d in enumerate(out):
         if isinstance(d, tuple) and d not in _source:
-            _source[d] = (_signature(v), v, i)
+            _source[d] = (sig if sig is not None else _signature(v), v, i)
+            _sources_of.setdefault(v, []).append(d)
 
 
 def source(sym) -> tuple | None:
@@ -110,44 +112,59 @@ def dims(v: ir.Value) -> list | None:
     t = v.type
     if not isinstance(t, ir.RankedTensorType):
         return None
-    if not any(d == DYN for d in t.shape):
-        return list(t.shape)
+    shape = t.shape
+    if DYN not in shape:
+        return shape
     _same_context()
+    hit = _cache.get(v)
+    if hit is not None and hit[0] == _signature(v):
+        return list(hit[1])
     # Iterative post-order over the unresolved operands (chains are long).
+    # Each value's owner and signature are read once per call (binding
+    # calls dominate the cost).
+    seen: dict = {}  # value -> (signature, op or None, operands)
     stack = [v]
     while stack:
         top = stack[-1]
-        hit = _cache.get(top)
-        if hit is not None and hit[0] == _signature(top):
-            stack.pop()
-            continue
-        pending = [o for o in _inputs(top) if _needs(o)]
-        if pending:
-            stack.extend(pending)
-            continue
+        info = seen.get(top)
+        if info is None:
+            owner = top.owner
+            if isinstance(owner, ir.Block):
+                op, ins = None, ()
+                sig = ("arg", hash(owner), ir.BlockArgument(top).arg_number, top.type)
+            else:
+                op = owner.operation if isinstance(owner, ir.OpView) else owner
+                sig = (hash(op), op.name, len(op.operands), ir.OpResult(top).result_number,
+                       top.type)
+                ins = () if op.name.startswith("onnx.") and len(op.regions) > 0 \
+                    else list(op.operands)
+            hit = _cache.get(top)
+            if hit is not None and hit[0] == sig:
+                seen[top] = (sig, None, None)
+                stack.pop()
+                continue
+            seen[top] = info = (sig, op, ins)
+            pending = [o for o in ins if o not in seen and _needs(o)]
+            if pending:
+                stack.extend(pending)
+                continue
         stack.pop()
-        out = _compute(top)
-        _cache[top] = (_signature(top), out)
-        _note_sources(top, out)
+        sig, op, ins = info
+        if ins is None:
+            continue  # resolved (cached, or computed through another path)
+        out = _compute(top, op, ins)
+        _cache[top] = (sig, out)
+        seen[top] = (sig, None, None)
+        _note_sources(top, out, sig)
     return list(_cache[v][1])
 
 
 def _needs(v: ir.Value) -> bool:
     t = v.type
-    if not isinstance(t, ir.RankedTensorType) or not any(d == DYN for d in t.shape):
+    if not isinstance(t, ir.RankedTensorType) or DYN not in t.shape:
         return False
     hit = _cache.get(v)
     return hit is None or hit[0] != _signature(v)
-
-
-def _inputs(v: ir.Value) -> list:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return []
-    op = owner.operation if isinstance(owner, ir.OpView) else owner
-    if op.name.startswith("onnx.") and op.regions and len(op.regions) > 0:
-        return []
-    return list(op.operands)
 
 
 def _of(v: ir.Value) -> list | None:
@@ -155,8 +172,9 @@ def _of(v: ir.Value) -> list | None:
     t = v.type
     if not isinstance(t, ir.RankedTensorType):
         return None
-    if not any(d == DYN for d in t.shape):
-        return list(t.shape)
+    shape = t.shape
+    if DYN not in shape:
+        return shape
     hit = _cache.get(v)
     return list(hit[1]) if hit is not None else None
 
@@ -286,19 +304,25 @@ def _shape_value(v: ir.Value) -> list | None:
     return None
 
 
-def _compute(v: ir.Value) -> list:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
+def _compute(v: ir.Value, op, ins) -> list:
+    hit = _primal.get(v)  # a registered derivative: [k] + its primal's extents
+    if hit is not None and hit[0] == _signature(v):
+        pd = dims(hit[1])
+        if pd is not None and len(pd) + 1 == len(v.type.shape):
+            return _fill([v.type.shape[0] if v.type.shape[0] != DYN else fresh()] + pd, v)
+    hit = _alike.get(v)
+    if hit is not None and hit[0] == _signature(v):
+        ld = dims(hit[1])
+        if ld is not None and len(ld) == len(v.type.shape):
+            return _fill([v.type.shape[0] if v.type.shape[0] != DYN else fresh()] + ld[1:], v)
+    if op is None:
         return _arg_dims(v)
-    op = owner.operation if isinstance(owner, ir.OpView) else owner
-    idx = ir.OpResult(v).result_number
     name = op.name
     if not name.startswith("onnx."):
         return _fill(None, v)
     ot = _op_table.OPS.get(name[5:], {}).get("op_type")
-    ins = [o for o in op.operands]
     try:
-        out = _rule(ot, op, idx, ins)
+        out = _rule(ot, op, ir.OpResult(v).result_number, ins)
     except Exception:  # noqa: BLE001 - unknown: fresh symbols
         out = None
     return _fill(out, v)
@@ -396,9 +420,33 @@ def _rule(ot, op, idx, ins) -> list | None:
         if any(p is None for p in parts):
             return None
         ax = _attr(op, "axis", 0) % len(parts[0])
-        out = list(parts[0])
+        # the other extents agree at run time: any part's symbol names them;
+        # the earliest one (an argument's, usually) keeps chains comparable
+        out = [_earliest([p[i] for p in parts]) for i in range(len(parts[0]))]
         ext = [p[ax] for p in parts]
         out[ax] = sum(ext) if all(isinstance(e, (int, np.integer)) for e in ext) else None
+        return out
+    if ot in ("RNN", "GRU", "LSTM"):
+        x = _of(ins[0])
+        if x is None or len(x) != 3:
+            return None
+        layout = _attr(op, "layout", 0)
+        t, b = (x[1], x[0]) if layout else (x[0], x[1])
+        if idx == 0:
+            return [b, t, None, None] if layout else [t, None, b, None]
+        return [b, None, None] if layout else [None, b, None]
+    if ot == "ConstantOfShape":
+        return _shape_value(ins[0])
+    if ot == "Slice" and len(ins) >= 3:
+        a = _of(ins[0])
+        starts, ends = _ints(ins[1]), _ints(ins[2])
+        axes = _ints(ins[3]) if len(ins) > 3 and not isinstance(ins[3].type, ir.NoneType) \
+            else (None if starts is None else list(range(len(starts))))
+        if a is None or starts is None or ends is None or axes is None:
+            return None
+        out = list(a)
+        for ax in axes:
+            out[ax % len(a)] = None  # the type's static extent, else fresh
         return out
     if ot in BATCH_FIRST and idx == 0:
         a = _of(ins[0])
@@ -422,6 +470,19 @@ def _rule(ot, op, idx, ins) -> list | None:
     return None
 
 
+def _earliest(syms: list):
+    """One of several extents known to be equal: a static one, else the
+    oldest symbol (parameters first)."""
+    for e in syms:
+        if isinstance(e, (int, np.integer)):
+            return e
+    named = [e for e in syms if isinstance(e, tuple) and e[0] == "param"]
+    if named:
+        return named[0]
+    fresh_ = [e for e in syms if isinstance(e, tuple) and e[0] == "?"]
+    return min(fresh_, key=lambda e: e[1]) if fresh_ else syms[0]
+
+
 def _tail(op, idx) -> list:
     st = _static(op.results[idx].type)
     return [None if d is None else d for d in st[1:]]
@@ -429,6 +490,7 @@ def _tail(op, idx) -> list:
 
 # ---- derivative -> primal (shape reads) ------------------------------------
 _primal: dict = {}
+_tangents_of: dict = {}  # primal -> derivatives registered with it (for forget)
 
 
 def register(t: ir.Value, primal: ir.Value) -> None:
@@ -436,12 +498,27 @@ def register(t: ir.Value, primal: ir.Value) -> None:
     _same_context()
     sig = _signature(t)
     _primal[t] = (sig, primal)
+    _tangents_of.setdefault(primal, []).append(t)
     pt = primal.type
     if not isinstance(pt, ir.RankedTensorType) or not any(d == DYN for d in pt.shape):
         return  # static primal: t's extents past the direction axis are in its type
     td, pd = dims(t), dims(primal)
     if td is not None and pd is not None and len(td) == len(pd) + 1:
         _cache[t] = (sig, [td[0]] + pd)
+
+
+_alike: dict = {}  # value -> (signature, value with the same extents past axis 0)
+_alikes_of: dict = {}  # value -> the values declared alike it (for forget)
+
+
+def alike(t: ir.Value, like: ir.Value) -> None:
+    """`t` has exactly `like`'s extents past axis 0 (a cotangent a rule built
+    for the linear value `like`, e.g. out of a Scan, whose extents the ops
+    alone do not tell); kept across cache resets, like `register`."""
+    _same_context()
+    _alike[t] = (_signature(t), like)
+    _alikes_of.setdefault(like, []).append(t)
+    _cache.pop(t, None)
 
 
 def primal_of(t: ir.Value) -> ir.Value | None:
@@ -455,4 +532,30 @@ def primal_of(t: ir.Value) -> ir.Value | None:
 def reset_all() -> None:
     _cache.clear()
     _primal.clear()
+    _alike.clear()
+    _alikes_of.clear()
     _source.clear()
+    _sources_of.clear()
+    _tangents_of.clear()
+
+
+def forget(op: ir.Operation) -> None:
+    """Drops what the caches know about `op`'s results; call it right before
+    erasing `op` (cheaper than reset_all, which makes every later query walk
+    the function again)."""
+    for r in op.results:
+        _cache.pop(r, None)
+        _primal.pop(r, None)
+        _alike.pop(r, None)
+        for t in _alikes_of.pop(r, ()):
+            hit = _alike.get(t)
+            if hit is not None and hit[1] == r:
+                del _alike[t]
+        for sym in _sources_of.pop(r, ()):
+            hit = _source.get(sym)
+            if hit is not None and hit[1] == r:
+                del _source[sym]
+        for t in _tangents_of.pop(r, ()):
+            hit = _primal.get(t)
+            if hit is not None and hit[1] == r:
+                del _primal[t]

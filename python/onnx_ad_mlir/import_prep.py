@@ -172,19 +172,31 @@ def sorted_nodes(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list
     """The graph's nodes in an order where every name is defined before use
     (the given order when it already is). `outer(name)` tells whether an
     enclosing scope defines a name."""
-    nodes = list(graph.node)
+    return [row[0] for row in node_rows(graph, outer)]
+
+
+NodeRow = tuple[onnx.NodeProto, str, list[str], list[str]]
+
+
+def node_rows(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list[NodeRow]:
+    """(node, op type, inputs, outputs) in `sorted_nodes`' order. The fields
+    are read once, here, for the importer too: at 10**4 nodes, reading
+    protobuf fields is a good part of what an import costs."""
+    rows = [(n, n.op_type, n.input[:], n.output[:]) for n in graph.node]
     defined = _graph_own_names(graph)
     defined.add("")  # absent optional inputs
-    for node in nodes:
+    for node, op_type, inputs, outputs in rows:
         # Only default-domain region ops have subgraphs (others are refused).
-        needed = _needed_names(node) if node.op_type in _REGION_OPS else node.input
+        needed = _needed_names(node) if op_type in _REGION_OPS else inputs
         if not defined.issuperset(needed) and \
                 any(name not in defined and outer(name) is None for name in needed):
             break
-        defined.update(node.output)
+        defined.update(outputs)
     else:
-        return nodes
-    return _topological(nodes, [_needed_names(n) for n in nodes])
+        return rows
+    by_node = {id(row[0]): row for row in rows}
+    order = _topological([row[0] for row in rows], [_needed_names(row[0]) for row in rows])
+    return [by_node[id(n)] for n in order]
 
 
 def _topological(nodes: list[onnx.NodeProto], needs: list[set[str]]) -> list[onnx.NodeProto]:

@@ -14,7 +14,7 @@ from mlir import ir
 
 from . import _op_table
 from .errors import ImportFailure, UnsupportedOp
-from .import_prep import prepare_model, sorted_nodes
+from .import_prep import node_rows, prepare_model
 from .onnx_types import TypeConverter
 from .schema_types import fallback_result_type
 from .tensors import tensor_to_attr
@@ -190,13 +190,14 @@ class _ModelImporter:
                     initializers) -> None:
         """Initializers as marked constants, then the nodes in dependency order."""
         ip = ir.InsertionPoint(block)
+        unit, values = self._unit, scope.values
         for tensor in initializers:
+            name = tensor.name
             value = tensor_to_attr(tensor, self.types, self.base_dir)
-            op = ir.Operation.create(
+            values[name] = ir.Operation.create(
                 "onnx.Constant", results=[value.type],
-                attributes={"value": value, "onnx.initializer": self._unit},
-                loc=self._names_loc("", [tensor.name]), ip=ip)
-            scope.values[tensor.name] = op.result
+                attributes={"value": value, "onnx.initializer": unit},
+                loc=_name_loc("", _name_loc(name)), ip=ip).result  # _names_loc's one output
         for sparse in g.sparse_initializer:
             name = sparse.values.name
             value = self._sparse_attr(sparse)
@@ -206,9 +207,9 @@ class _ModelImporter:
                 attributes={"sparse_value": value, "onnx.initializer": self._unit},
                 loc=self._names_loc("", [name]), ip=ip)
             scope.values[name] = op.result
-        plain, values, types = self._plain_node, scope.values, scope.types
-        for node in sorted_nodes(g, scope.lookup):
-            if not plain(node, values, types, ip):
+        plain, types = self._plain_node, scope.types
+        for node, op_type, inputs, outputs in node_rows(g, scope.lookup):
+            if not plain(node, op_type, inputs, outputs, values, types, ip):
                 self._node(node, scope, block, ip)
 
     def _subgraph(self, g: onnx.GraphProto, parent: _Scope, region: ir.Region,
@@ -232,17 +233,17 @@ class _ModelImporter:
                             ip=ir.InsertionPoint(block))
 
     # ----------------------------------------------------------------- nodes
-    def _plain_node(self, node: onnx.NodeProto, values: dict[str, ir.Value],
+    def _plain_node(self, node: onnx.NodeProto, op_type: str, inputs: list[str],
+                    outputs: list[str], values: dict[str, ir.Value],
                     types: dict[str, onnx.TypeProto], ip: ir.InsertionPoint) -> bool:
         """Builds the common node as `_node` would, at a fraction of its cost
         (which counts at 10**4 nodes): a known op whose inputs and one output
         are single, the inputs defined in this graph, the output of a declared
         type, no attributes, doc string or metadata. False (nothing built)
         for any other node."""
-        info = self._ops.get(node.op_type)
+        info = self._ops.get(op_type)
         if info is None or not info.plain or node.domain not in DEFAULT_DOMAINS:
             return False
-        inputs, outputs = node.input[:], node.output[:]  # slices: cheaper than iterating
         if len(inputs) != info.num_inputs or len(outputs) != 1 or node.attribute \
                 or node.doc_string or node.metadata_props:
             return False

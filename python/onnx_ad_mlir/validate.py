@@ -268,7 +268,7 @@ def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None
     for node in graph.node:
         if node.domain not in ("", "ai.onnx"):
             continue
-        key = (node.op_type, *[types.get(name) if name else None for name in node.input])
+        key = (node.op_type, *[types.get(name) if name else None for name in node.input[:]])
         if key not in accepted:  # the check depends on nothing else
             _check_operand_types(node, _type_rules(node.op_type, opset), types)
             accepted.add(key)

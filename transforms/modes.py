@@ -32,7 +32,8 @@ from .expand import expand_function
 from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
 from .registry import TRANSPOSE
-from .rules.control_flow import PLACEHOLDER, REGION_ID, inline_constant_ifs, retire_standin
+from .rules.control_flow import PLACEHOLDER, REGION_ID, inline_constant_ifs, refine_region_types, \
+    retire_standin
 
 
 def _entry(f: func.FuncOp) -> tuple[ir.Block, ir.Operation]:
@@ -47,6 +48,7 @@ def _prepare(f: func.FuncOp, opset: int, inputs: list[str] | None,
     choose the differentiated inputs/outputs and the CasADi prefix."""
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
     inline_constant_ifs(f)
+    refine_region_types(f)  # results ONNX inference left untyped (rules emit less plumbing)
     bool_where(f, opset)  # ONNX Runtime has no bool Where (legalize.py)
     if checkpoint > 1:
         segment_loops(f, opset, checkpoint)

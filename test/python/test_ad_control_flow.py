@@ -272,3 +272,42 @@ def test_derivative_models_differentiate_again(name):
     fwd = forward(m, inputs=list(feeds), outputs=_outputs(m), layout="onnx")
     seeds = {f"fwd_{x}": RNG.standard_normal(v.shape + (1,)) for x, v in feeds.items()}
     check_derivatives(fwd, {**feeds, **seeds}, k=2)
+
+
+def captured_weight_loop(M=4):
+    """h' = tanh(h W + x) with W and x captured from the outer scope, h'
+    stacked; y = mean(hs) + hT. ONNX shape inference leaves the Loop's carried
+    result untyped (it reads outer values)."""
+    body = h.make_graph([h.make_node("MatMul", ["h", "W"], ["a"], name="cw_mm"),
+                         h.make_node("Add", ["a", "x"], ["b"], name="cw_add"),
+                         h.make_node("Tanh", ["b"], ["h2"], name="cw_tanh"),
+                         h.make_node("Identity", ["cond"], ["cond2"], name="cw_cond"),
+                         h.make_node("Identity", ["h2"], ["so"], name="cw_so")],
+                        "body", [vi("i", I64, []), vi("cond", B, []), vi("h", D, [2, 3])],
+                        [vi("cond2", B, []), vi("h2", D, [2, 3]), vi("so", D, [2, 3])])
+    nodes = [const("M", M, I64),
+             h.make_node("Loop", ["M", "", "x"], ["hT", "hs"], body=body, name="cw_loop"),
+             h.make_node("ReduceMean", ["hs"], ["m"], axes=[0], keepdims=0, name="cw_mean"),
+             h.make_node("Add", ["m", "hT"], ["y"], name="cw_y")]
+    return model(nodes, [("x", D, [2, 3]), ("W", D, [3, 3])], [("y", D, [2, 3])], opset=17)
+
+
+@pytest.mark.parametrize("M", [4, 1])
+def test_untyped_loop_results_are_typed_from_the_body(M):
+    """Loop/Scan results ONNX left untyped get their types from the inits and
+    the bodies' yields before differentiation: the derivative models have no
+    run-time rank/broadcast plumbing, and stay exact."""
+    m = captured_weight_loop(M)
+    inferred = onnx.shape_inference.infer_shapes(m)
+    assert not any(v.name == "hT" and v.type.tensor_type.HasField("shape")
+                   for v in inferred.graph.value_info)  # the premise
+    feeds = {"x": _r(2, 3), "W": _r(3, 3)}
+    errors = check_derivatives(m, feeds)
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    for d in (forward(m, layout="onnx"), reverse(m, layout="onnx")):
+        kinds = [n.op_type for n in d.graph.node]
+        for n in d.graph.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    kinds += [nn.op_type for nn in a.g.node]
+        assert not {"NonZero", "ConstantOfShape"} & set(kinds), kinds

@@ -682,6 +682,92 @@ for _n in mlir_names("Gather"):
     JVP.setdefault(_n, _gather_jvp)
 
 
+# ---- result types of region ops ------------------------------------------------------
+# ONNX shape inference often leaves Loop/Scan (and If) results untyped (it
+# gives up on bodies that read outer-scope values); the rules would then emit
+# run-time shape plumbing. A result is the initial value or a yield (If: one
+# of the branches' yields), so its type is their join; it only ever refines
+# (a static extent is never changed).
+
+def _join(a: ir.Type, c: ir.Type) -> list | None:
+    da, dc = dims(a), dims(c)
+    if da is None or dc is None or len(da) != len(dc):
+        return None
+    return [x if x == y else None for x, y in zip(da, dc)]
+
+
+def _refine(value: ir.Value, shape: list | None) -> bool:
+    """Sets value's type to shape where that only adds information."""
+    if shape is None or not isinstance(value.type, (ir.RankedTensorType, ir.UnrankedTensorType)):
+        return False
+    old = dims(value)
+    if old is not None:
+        if len(old) != len(shape) or any(o is not None and n is not None and o != n
+                                         for o, n in zip(old, shape)):
+            return False
+        shape = [o if o is not None else n for o, n in zip(old, shape)]
+        if shape == old:
+            return False
+    value.set_type(tensor_type(shape, element_type(value)))
+    return True
+
+
+def _scan_extent(op: ir.Operation, scans: list[ir.Value], sargs) -> int | None:
+    ranks = [None if dims(x) is None else len(dims(x)) for x in scans]
+    try:
+        axes = _ints(op, "scan_input_axes", len(scans), ranks)
+    except UnsupportedOp:
+        return None
+    ts = {None if dims(x) is None else dims(x)[a] for x, a in zip(scans, axes)}
+    return ts.pop() if len(ts) == 1 else None
+
+
+def refine_region_types(f: ir.Operation) -> None:
+    """Types If/Loop/Scan results from their inits and bodies' yields, inner
+    ops first; refined types flow into elementwise users and the function's
+    result types."""
+    from ..expand import _retype_users
+    changed = False
+    order = []
+
+    def visit(o: ir.Operation) -> None:
+        for r in o.regions:
+            for blk in r.blocks:
+                for child in blk.operations:
+                    visit(child.operation)
+        if _kind(o) in ("If", "Loop", "Scan") and o.name != "onnx.ScanV8":
+            order.append(o)
+    visit(f)
+    for op in order:
+        name = _kind(op)
+        new = []
+        if name == "If":
+            ys = [list(_terminator(r.blocks[0]).operands) for r in op.regions]
+            new = [_join(a.type, c.type) for a, c in zip(*ys)]
+        else:
+            inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
+            new = [_join(i.type, y.type) for i, y in zip(inits, cys)]
+            if name == "Loop":
+                new += [None if dims(y) is None else [None] + dims(y) for y in outs]
+            else:
+                T = _scan_extent(op, scans, sargs)
+                ranks = [None if dims(y) is None else len(dims(y)) + 1 for y in outs]
+                try:
+                    axes = _ints(op, "scan_output_axes", len(outs), ranks)
+                except UnsupportedOp:
+                    axes = None
+                for y, a in zip(outs, axes or [None] * len(outs)):
+                    d = dims(y)
+                    new.append(None if d is None or a is None else d[:a] + [T] + d[a:])
+        for r, shape in zip(op.results, new):
+            if _refine(r, shape):
+                changed = True
+                _retype_users(r)
+    if changed:
+        from .. import symdims
+        symdims.reset_all()
+
+
 # ---- If on a constant condition; unrolling -----------------------------------------------
 
 def _const_bool(v: ir.Value) -> bool | None:

@@ -52,8 +52,9 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from .. import symdims
 from ..builder import Builder, attribute, constant_ints, dims, element_type, \
-    operand_or_none, op_type, tensor_type
+    operand_or_none, op_type, rank, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import TRANSPOSE, mlir_names
 from . import control_flow as cf
@@ -222,9 +223,19 @@ def _direct(b: Builder, a: ir.Value, M: ir.Value) -> ir.Value:
     return matmul(b, a, M)
 
 
+def _one_dir(M: ir.Value) -> bool:
+    """M [1, n, m]: one direction, no leading derivative axes. A MatMul by its
+    2-D matrix is one GEMM over all leading axes of the other factor (ONNX
+    Runtime folds them), with no Reshape or Transpose around it."""
+    d = dims(M)
+    return d is not None and len(d) == 3 and d[0] == 1
+
+
 def _bmm(b: Builder, a: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
     """a [*L, T, D, B, n] times M [*L', D, n, m] per direction -> [*L, T, D, B, m]:
     one [T*B, n] x [n, m] product per direction (not T*D small ones)."""
+    if _one_dir(M):
+        return matmul(b, a, b.squeeze(M, [0]))
     if _small(X, a, M):
         return _direct(b, a, M)
     da = dims(a)
@@ -239,6 +250,8 @@ def _bmm(b: Builder, a: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
 def _xmm(b: Builder, x: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
     """x [*L, T, B, n] (no direction axis, time order) times M [*L', D, n, m]
     -> [*L, T, D, B, m] in time order."""
+    if _one_dir(M):
+        return b.unsqueeze(matmul(b, x, b.squeeze(M, [0])), [len(dims(x)) - 2])
     if _small(X, x, M):
         return _direct(b, b.unsqueeze(x, [len(dims(x)) - 2]), M)
     dx = dims(x)
@@ -695,7 +708,11 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             tc = None if tc is None else b.transpose(tc, [0, 2, 1, 3])
         for r, v in zip(results, (ty, th, tc)):
             if v is not None and not isinstance(r.type, ir.NoneType):
-                state.of[r] = b.fit(v, r) if dims(r) is not None else v
+                # exactly [k] + shape(r) by construction: no Expand (whose
+                # transpose would unbroadcast at run time)
+                state.of[r] = v
+                if dims(r) is not None and rank(v) == len(dims(r)) + 1:
+                    symdims.register(v, r)
     return False
 
 
@@ -824,7 +841,10 @@ def _t_recurrence(b: Builder, ph: ir.Operation, cts, linear) -> list:
     has_tA, has_h, has_c = info["has"]
     ct_c = cts[2] if c.kind == "LSTM" else None
     a_tA, a_h, a_c = _reverse_scan(b, c, cts[0], cts[1], ct_c, k, has_tA)
-    return [v for v, h in ((a_tA, has_tA), (a_h, has_h), (a_c, has_c)) if h]
+    out = [v for v, h in ((a_tA, has_tA), (a_h, has_h), (a_c, has_c)) if h]
+    for ct, t in zip(out, ph.operands):  # exactly the stand-in's operand extents
+        symdims.alike(ct, t)
+    return out
 
 
 TRANSPOSE[cf.PLACEHOLDER] = _t_recurrence

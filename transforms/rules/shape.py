@@ -26,10 +26,35 @@ def _reshape_like(b: Builder, t: ir.Value, primal: ir.Value) -> ir.Value:
     return b.op("Reshape", [t, target], tensor_type(out, element_type(t)), **allow)
 
 
+def _squeeze_axes(op) -> list[int] | None:
+    """(Un)Squeeze's axes normalized (Unsqueeze: against the result's rank),
+    None when they or the rank are known only at run time."""
+    axes = attribute(op, "axes") if len(op.operands) == 1 or \
+        isinstance(op.operands[1].type, ir.NoneType) else constant_ints(op.operands[1])
+    unsq = op_type(op) == "Unsqueeze"
+    r = rank(op.results[0] if unsq else op.operands[0])
+    if axes is None or r is None:
+        if not unsq and axes is None and dims(op.operands[0]) is not None and \
+                None not in dims(op.operands[0]):
+            return [i for i, e in enumerate(dims(op.operands[0])) if e == 1]
+        return None
+    return sorted(a % r for a in axes)
+
+
 @jvp("Reshape", "Squeeze", "Unsqueeze", "Flatten")
 def _reshape(b: Builder, op, tangents):
-    return [None if tangents[0] is None else _reshape_like(b, tangents[0], op.results[0])] + \
-        [None] * (len(op.results) - 1)
+    t = tangents[0]
+    if t is None:
+        return [None] * len(op.results)
+    kind = op_type(op)
+    axes = _squeeze_axes(op) if kind in ("Squeeze", "Unsqueeze") else None
+    if axes is not None and rank(t) is not None and rank(t) == rank(op.operands[0]) + 1:
+        # the op itself past the direction axis: no run-time shape to read,
+        # and its transpose is the inverse op
+        shifted = [a + 1 for a in axes]
+        out = b.squeeze(t, shifted) if kind == "Squeeze" else b.unsqueeze(t, shifted)
+        return [out] + [None] * (len(op.results) - 1)
+    return [_reshape_like(b, t, op.results[0])] + [None] * (len(op.results) - 1)
 
 
 @transpose("Reshape")
@@ -61,6 +86,9 @@ def _t_unsqueeze(b: Builder, op, cts, linear):
 
 @transpose("Squeeze")
 def _t_squeeze(b: Builder, op, cts, linear):
+    axes = _squeeze_axes(op)
+    if axes is not None:
+        return [b.unsqueeze(cts[0], axes)] + [None] * (len(op.operands) - 1)
     return [_t_reshape(b, op, cts, linear)[0]] + [None] * (len(op.operands) - 1)
 
 

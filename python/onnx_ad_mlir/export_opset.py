@@ -48,6 +48,12 @@ def model_versions(ir_version: int | None, stored: dict[str, int], op_names: set
     else:
         target = default or _op_table.MAX_OPSET
     opsets[""] = target
+    if ir_version is not None and target == default:
+        # The source's own pairing (e.g. an IR 3 model at opset 9, whose
+        # initializers are all graph inputs): kept, since at IR >= 4 ONNX
+        # Runtime treats initializers listed as inputs as overridable, so it
+        # neither folds them nor prepacks Conv weights (light zoo 2-3x slower).
+        return ir_version, opsets
     needed_ir = _min_ir_version(target)
     return max(ir_version or needed_ir, needed_ir), opsets
 

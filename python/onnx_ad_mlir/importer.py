@@ -16,6 +16,7 @@ from . import _op_table
 from .errors import ImportFailure, UnsupportedOp
 from .import_prep import node_rows, prepare_model
 from .onnx_types import TypeConverter
+from .ranks import refine_rank
 from .schema_types import fallback_result_type
 from .tensors import tensor_to_attr
 
@@ -67,17 +68,6 @@ class _OpInfo:
         # what _ModelImporter._plain_node can build
         self.plain = self.all_single and self.one_single_output and not self.required \
             and not self.regions
-
-
-def _reshape_rank(t: ir.UnrankedTensorType, shape_type: ir.Type) -> ir.Type:
-    """Reshape's result has as many dims as its shape operand has elements,
-    known or not. ONNX leaves the rank out when the shape is computed (e.g.
-    `Shape(x)` at opset 13), and derivative rules need it to align broadcasts."""
-    if isinstance(shape_type, ir.RankedTensorType) and shape_type.rank == 1 \
-            and not shape_type.is_dynamic_dim(0):
-        return ir.RankedTensorType.get([ir.ShapedType.get_dynamic_size()] *
-                                       shape_type.get_dim_size(0), t.element_type)
-    return t
 
 
 def _what(node: onnx.NodeProto) -> str:
@@ -363,8 +353,8 @@ class _ModelImporter:
             t = self.types.from_type_proto(tp, name)[0] if tp is not None else None
             if t is None:
                 t = fallback_result_type(node, 0, self.opset, operands, self.types, _what(node))
-            if node.op_type == "Reshape" and isinstance(t, ir.UnrankedTensorType):
-                t = _reshape_rank(t, operands[1].type)
+            if isinstance(t, ir.UnrankedTensorType):
+                t = refine_rank(node, t, operands)
             return [t], outputs
         types, produced = [], []
         optional = info.optional_outputs
@@ -385,11 +375,9 @@ class _ModelImporter:
                                     "(graphs must be in SSA form)")
             tp = scope.types.get(name)
             t = self.types.from_type_proto(tp, name)[0] if tp is not None else None
-            if t is not None:
-                types.append(t)
-            else:
-                types.append(fallback_result_type(node, i, self.opset, operands, self.types,
-                                                  _what(node)))
+            if t is None:
+                t = fallback_result_type(node, i, self.opset, operands, self.types, _what(node))
+            types.append(refine_rank(node, t, operands))
             produced.append(name)
         return types, produced
 

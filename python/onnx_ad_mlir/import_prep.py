@@ -101,7 +101,7 @@ def _propagates_data(graph: onnx.GraphProto) -> bool:
     reads: list = []  # inputs of propagating ops
     if _data_sources(graph, constants, reads):
         return True
-    return any(name in constants for names in reads for name in names)
+    return bool(constants) and any(name in constants for names in reads for name in names)
 
 
 def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list) -> bool:

@@ -21,6 +21,11 @@ _AXIS_OPS = {
 }
 _AXIS_INCLUSIVE = {"Flatten"}  # axis in [-r, r]
 _REGIONS = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
+# The default-domain ops with graph attributes. The importer refuses a graph
+# attribute on any other node (an unknown attribute, or an op of another
+# domain), so the checks only descend into theirs: reading every node's
+# attributes would cost more than all the checks of a graph without any.
+_GRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
 def _ranks(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
@@ -104,60 +109,56 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
     ranks = _ranks(graph, outer or {})
     consts: dict[str, list[int]] | None = None  # built when an axes operand needs them
     for node in graph.node:
-        op = node.op_type
-        if not isinstance(op, str) or not isinstance(node.domain, str):
+        op, domain = node.op_type, node.domain
+        if not isinstance(op, str) or not isinstance(domain, str):
             raise ImportFailure(f"node {node.name!r}: op type {op!r} or domain "
-                                f"{node.domain!r} is not valid UTF-8 text")
-        if node.domain in ("", "ai.onnx") and (op in _ATTR_OPS or op.startswith("Reduce")):
+                                f"{domain!r} is not valid UTF-8 text")
+        if domain in ("", "ai.onnx") and (op in _ATTR_OPS or op.startswith("Reduce")):
             if consts is None and (op in _AXES_OPS or op.startswith("Reduce")):
                 consts = _constants(graph)
             _check_node_attributes(node, ranks, consts or {})
-        attributes = node.attribute
-        if attributes:
-            for a in attributes:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    check_attributes(a.g, ranks)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for g in a.graphs:
-                        check_attributes(g, ranks)
+        if op in _GRAPH_OPS:
+            for g in _node_subgraphs(node):
+                check_attributes(g, ranks)
 
 
 def _check_node_attributes(node: onnx.NodeProto, ranks: dict[str, int],
                            consts: dict[str, list[int]]) -> None:
     """A default-domain node's attributes against its operands' ranks."""
     attrs = {a.name: a for a in node.attribute}
-    r = ranks.get(node.input[0]) if node.input and node.input[0] else None
+    op, inputs = node.op_type, node.input[:]  # read once: each read costs
+    r = ranks.get(inputs[0]) if inputs and inputs[0] else None
     if r is not None and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT \
-            and (node.op_type in _AXIS_OPS or node.op_type in _AXIS_INCLUSIVE):
+            and (op in _AXIS_OPS or op in _AXIS_INCLUSIVE):
         a = attrs["axis"].i
-        hi = r if node.op_type in _AXIS_INCLUSIVE else r - 1
-        if not -r <= a <= hi and not (node.op_type == "Softmax" and r == 0):
+        hi = r if op in _AXIS_INCLUSIVE else r - 1
+        if not -r <= a <= hi and not (op == "Softmax" and r == 0):
             raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its "
-                                f"rank-{r} input '{node.input[0]}'")
-    if node.op_type.startswith("Reduce") or node.op_type in _AXES_OPS:
+                                f"rank-{r} input '{inputs[0]}'")
+    if op.startswith("Reduce") or op in _AXES_OPS:
         _check_axes(node, attrs, r, consts)
     for flag in ("keepdims", "noop_with_empty_axes"):
-        if node.op_type.startswith("Reduce") and flag in attrs and \
+        if op.startswith("Reduce") and flag in attrs and \
                 attrs[flag].type == onnx.AttributeProto.INT and attrs[flag].i not in (0, 1):
             raise ImportFailure(f"{_label(node)}: {flag} is {attrs[flag].i}, "
                                 "expected 0 or 1")
-    for needed in _REGIONS.get(node.op_type, ()):
+    for needed in _REGIONS.get(op, ()):
         if needed not in attrs or attrs[needed].type != onnx.AttributeProto.GRAPH:
             raise ImportFailure(f"{_label(node)}: the graph attribute '{needed}' "
                                 "is missing")
-    if node.op_type == "Concat":
-        known = [(n, ranks[n]) for n in node.input if n in ranks]
+    if op == "Concat":
+        known = [(n, ranks[n]) for n in inputs if n in ranks]
         if len({k for _, k in known}) > 1:
             raise ImportFailure(f"{_label(node)}: inputs of different ranks "
                                 f"{', '.join(f'{n!r} ({k})' for n, k in known)}")
-    if node.op_type in _WINDOW_OPS and r is not None:
+    if op in _WINDOW_OPS and r is not None:
         _check_window(node, attrs, r)
-    if node.op_type == "Transpose" and "perm" in attrs and r is not None \
+    if op == "Transpose" and "perm" in attrs and r is not None \
             and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
         perm = list(attrs["perm"].ints)
         if sorted(perm) != list(range(r)):
             raise ImportFailure(f"{_label(node)}: perm {perm} is not a permutation of "
-                                f"the {r} axes of input '{node.input[0]}'")
+                                f"the {r} axes of input '{inputs[0]}'")
 
 
 MAX_DIM = 2**53  # extents beyond this overflow int64 in any product of two
@@ -197,10 +198,11 @@ def clear_negative_subgraph_dims(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with negative extents declared in subgraphs made unknown
     (a copy when there are any: the caller's model is never modified)."""
     def negatives(graph: onnx.GraphProto) -> list:
-        found = [d for g in _subgraphs(graph) for v in list(g.input) + list(g.output)
+        subgraphs = _subgraphs(graph)
+        found = [d for g in subgraphs for v in list(g.input) + list(g.output)
                  + list(g.value_info) for d in _dims(v)
                  if d.HasField("dim_value") and d.dim_value < 0]
-        return found + [d for g in _subgraphs(graph) for d in negatives(g)]
+        return found + [d for g in subgraphs for d in negatives(g)]
     if not negatives(model.graph):
         return model
     copy = onnx.ModelProto()
@@ -218,15 +220,19 @@ def _dims(v: onnx.ValueInfoProto) -> list:
 
 
 def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """The graph attributes of the graph's If/Loop/Scan/SequenceMap nodes
+    (see _GRAPH_OPS)."""
+    return [g for node in graph.node if node.op_type in _GRAPH_OPS
+            for g in _node_subgraphs(node)]
+
+
+def _node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     out = []
-    for node in graph.node:
-        attributes = node.attribute
-        if attributes:  # most nodes have none; iterating an empty field costs
-            for a in attributes:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    out.append(a.g)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    out.extend(a.graphs)
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            out.append(a.g)
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            out.extend(a.graphs)
     return out
 
 
@@ -268,16 +274,14 @@ def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None
     for node in graph.node:
         if node.domain not in ("", "ai.onnx"):
             continue
-        key = (node.op_type, *[types.get(name) if name else None for name in node.input[:]])
+        op = node.op_type
+        key = (op, *[types.get(name) if name else None for name in node.input[:]])
         if key not in accepted:  # the check depends on nothing else
-            _check_operand_types(node, _type_rules(node.op_type, opset), types)
+            _check_operand_types(node, _type_rules(op, opset), types)
             accepted.add(key)
-        for a in node.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                check_types(a.g, opset, types)
-            elif a.type == onnx.AttributeProto.GRAPHS:
-                for g in a.graphs:
-                    check_types(g, opset, types)
+        if op in _GRAPH_OPS:
+            for g in _node_subgraphs(node):
+                check_types(g, opset, types)
 
 
 _VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic

@@ -375,6 +375,13 @@ def check_versions(model: onnx.ModelProto) -> None:
         raise ImportFailure(
             f"ir_version {v} is not a valid IR version (expected 3..{onnx.IR_VERSION}"
             + ("; 0 means it is not set" if v == 0 else "") + ")")
+    seen: dict[str, int] = {}
+    for o in model.opset_import:  # ONNX reads one entry, we another: refuse both
+        domain = "ai.onnx" if o.domain in ("", "ai.onnx") else o.domain
+        if domain in seen:
+            raise ImportFailure(f"opset_import lists domain '{domain}' twice "
+                                f"(versions {seen[domain]} and {o.version})")
+        seen[domain] = o.version
 
 
 def check_io_types(graph: onnx.GraphProto) -> None:
@@ -393,7 +400,7 @@ def check_io_types(graph: onnx.GraphProto) -> None:
 # could not follow a valid model.
 _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shape info",
                    "Incompatible dimensions", "Dimension mismatch in unification",
-                   "Inferred elem type differs", "Type Error:")
+                   "Inferred elem type differs", "Type Error:", "has incorrect length")
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:
@@ -458,6 +465,5 @@ def _inference_message(msg: str) -> str:
     text = re.sub(r"\[(Shape|Type)InferenceError\]\s*|Inference error\(s\):\s*", "", text)
     text = " ".join(text.split())[:300]
     if op is None:
-        return f"the model contradicts ONNX shape inference: {text}"
-    return (f"node '{name}' ({op}): the model's declared shapes or types contradict "
-            f"ONNX shape inference: {text}")
+        return f"strict ONNX shape inference rejects the model: {text}"
+    return f"node '{name}' ({op}): strict ONNX shape inference rejects the model: {text}"

@@ -47,9 +47,14 @@ INVALID = {
     "bad_conv_group.onnx": "group",                     # MLIRError in the Conv rule
     # output declared [0] for a Slice of a [1, 3] input: non-strict ONNX
     # inference kept the declared rank (IndexError in the Slice rule)
-    "bad_declared_rank_contradiction.onnx": "node 'n_Slice11' (Slice): the model's declared",
+    "bad_declared_rank_contradiction.onnx": "node 'n_Slice11' (Slice): strict ONNX shape",
     "bad_ir_version.onnx": "ir_version 2",              # accepted (ONNX checker refuses)
     "bad_output_elem_type.onnx": "'gather4' has no element type",  # accepted; ORT refuses
+    # opset_import ["", 18], ["", 13]: we read 18, ONNX 13 (LayerNormalization-17 accepted)
+    "bad_opset_twice.onnx": "domain 'ai.onnx' twice",
+    # Slice axes [1, 2] for one start/end: our rule read the first axis only
+    "bad_slice_axes_length.onnx": "node 'n_Slice45' (Slice): strict ONNX shape inference "
+                                  "rejects the model: Input axes has incorrect length",
 }
 
 _CHILD = r"""

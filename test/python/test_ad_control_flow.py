@@ -274,7 +274,7 @@ def test_derivative_models_differentiate_again(name):
     check_derivatives(fwd, {**feeds, **seeds}, k=2)
 
 
-def captured_weight_loop(M=4):
+def captured_weight_loop(M=4, reduce="ReduceMean"):
     """h' = tanh(h W + x) with W and x captured from the outer scope, h'
     stacked; y = mean(hs) + hT. ONNX shape inference leaves the Loop's carried
     result untyped (it reads outer values)."""
@@ -285,19 +285,25 @@ def captured_weight_loop(M=4):
                          h.make_node("Identity", ["h2"], ["so"], name="cw_so")],
                         "body", [vi("i", I64, []), vi("cond", B, []), vi("h", D, [2, 3])],
                         [vi("cond2", B, []), vi("h2", D, [2, 3]), vi("so", D, [2, 3])])
-    nodes = [const("M", M, I64),
+    nodes = [const("M", M, I64), const("ax", [0], I64),
              h.make_node("Loop", ["M", "", "x"], ["hT", "hs"], body=body, name="cw_loop"),
-             h.make_node("ReduceMean", ["hs"], ["m"], axes=[0], keepdims=0, name="cw_mean"),
+             h.make_node(reduce, ["hs"] + (["ax"] if reduce == "ReduceSum" else []), ["m"],
+                         keepdims=0, name="cw_mean", **({} if reduce == "ReduceSum" else
+                                                        {"axes": [0]})),
              h.make_node("Add", ["m", "hT"], ["y"], name="cw_y")]
     return model(nodes, [("x", D, [2, 3]), ("W", D, [3, 3])], [("y", D, [2, 3])], opset=17)
 
 
-@pytest.mark.parametrize("M", [4, 1])
-def test_untyped_loop_results_are_typed_from_the_body(M):
+@pytest.mark.parametrize("M,reduce", [(4, "ReduceMean"), (1, "ReduceMean"), (0, "ReduceSum")])
+def test_untyped_loop_results_are_typed_from_the_body(M, reduce):
     """Loop/Scan results ONNX left untyped get their types from the inits and
-    the bodies' yields before differentiation: the derivative models have no
-    run-time rank/broadcast plumbing, and stay exact."""
-    m = captured_weight_loop(M)
+    the bodies' yields before differentiation (a constant trip count with no
+    condition is the scan outputs' extent): the derivative models have no
+    run-time rank/broadcast plumbing, and stay exact, zero iterations
+    included. The reverse Loop reads the iteration-invariant cotangent of
+    the stacked output without a per-iteration Gather, stores no iteration
+    numbers the body does not read, and hoists the transposed weight."""
+    m = captured_weight_loop(M, reduce)
     inferred = onnx.shape_inference.infer_shapes(m)
     assert not any(v.name == "hT" and v.type.tensor_type.HasField("shape")
                    for v in inferred.graph.value_info)  # the premise
@@ -311,3 +317,8 @@ def test_untyped_loop_results_are_typed_from_the_body(M):
                 if a.type == onnx.AttributeProto.GRAPH:
                     kinds += [nn.op_type for nn in a.g.node]
         assert not {"NonZero", "ConstantOfShape"} & set(kinds), kinds
+    rev = reverse(m, inputs=["x"], layout="onnx")
+    loops = [n for n in rev.graph.node if n.op_type == "Loop"]
+    assert len(loops) == 2 and len(loops[0].output) == 3  # hT, hs, the states
+    body = [n.op_type for n in loops[1].attribute[0].g.node]
+    assert body.count("Gather") == 1 and "Transpose" not in body, body

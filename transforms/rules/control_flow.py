@@ -52,7 +52,7 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import Builder, attribute, constant_ints, constant_value, dims, element_type, \
-    is_float, op_type, tensor_type
+    is_float, op_type, rank, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import JVP, TRANSPOSE, jvp, mlir_names
 
@@ -342,7 +342,7 @@ def _fwd_loop(op: ir.Operation, rewriter, state: Tangents, name: str) -> bool:
     else:
         operands = list(op.operands[:2]) + inits + t_inits
         out_types = [r.type for r in res[:n]] + [b.derivative_type(res[j]) for j in carried] + \
-            [r.type for r in res[n:]] + [_stacked_type(outs[mm]) for mm, _ in t_outs]
+            [r.type for r in res[n:]] + [_stacked_type(outs[mm], res[n + mm]) for mm, _ in t_outs]
         arg_types = [a.type for a in body.arguments[:2 + n]] + \
             [state.get(cargs[j]).type for j in carried]
     with ir.InsertionPoint(op):
@@ -382,8 +382,9 @@ def _fwd_loop(op: ir.Operation, rewriter, state: Tangents, name: str) -> bool:
                     raise UnsupportedOp("a Loop scan output of unknown rank")
                 # [T, k] + E; with zero iterations ONNX Runtime cannot know k
                 # (it emits extent 0 there): restore it, then [k, T] + E
-                shape = b.concat([b.shape(t, 0, 1), state.k, b.shape(t, 2)], 0)
-                t = b.reshape(t, shape, d)
+                if d[0] is None:  # else T > 0 is known: k is right
+                    shape = b.concat([b.shape(t, 0, 1), state.k, b.shape(t, 2)], 0)
+                    t = b.reshape(t, shape, d)
                 t = b.transpose(t, [1, 0] + list(range(2, len(d))))
         state.of[new.results[n + nc + mm]] = t
     return True
@@ -394,9 +395,11 @@ def _scan_out_type(result: ir.Value, axis: int) -> ir.Type:
     return tensor_type(None if d is None else [None] + d, element_type(result))
 
 
-def _stacked_type(y: ir.Value) -> ir.Type:
-    d = dims(y)
-    return tensor_type(None if d is None else [None, None] + d, element_type(y))
+def _stacked_type(y: ir.Value, result: ir.Value) -> ir.Type:
+    """[T, k] + S for the tangents of scan output `result` (T when its type knows it)."""
+    d, rd = dims(y), dims(result)
+    T = rd[0] if rd is not None and rd and rd[0] else None  # 0: k is lost (see _fwd_loop)
+    return tensor_type(None if d is None else [T, None] + d, element_type(y))
 
 
 # ---- reverse mode: opaque linear stand-ins ------------------------------------------
@@ -506,7 +509,10 @@ def _with_history(op: ir.Operation, name: str) -> tuple[ir.Operation, list[ir.Va
     its carried values (and, for Loop, the iteration number) as scan outputs."""
     inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
     body = op.regions[0].blocks[0]
-    extra = ([body.arguments[0]] if name == "Loop" else []) + cargs
+    # the iteration number only where the body reads it (or nothing else
+    # would tell the number of iterations): one copy per iteration less
+    with_i = name == "Loop" and (_used(body.arguments[0]) or not cargs)
+    extra = ([body.arguments[0]] if with_i else []) + cargs
     attrs = _attrs(op)
     if name == "Scan":
         n_out = len(outs)
@@ -522,13 +528,66 @@ def _with_history(op: ir.Operation, name: str) -> tuple[ir.Operation, list[ir.Va
         new = _create(op.name, op.operands, types, attrs, op.location, 1)
     blk = new.regions[0].blocks.append(*[a.type for a in body.arguments])
     yielded = _move_body(body, blk, dict(zip(body.arguments, blk.arguments)))
-    extra_new = [blk.arguments[list(body.arguments).index(a)] for a in extra] if False else \
-        ([blk.arguments[0]] if name == "Loop" else []) + \
+    extra_new = ([blk.arguments[0]] if with_i else []) + \
         list(blk.arguments[2:2 + len(cargs)] if name == "Loop" else blk.arguments[:len(cargs)])
     _yield(blk, yielded + extra_new, op.location)
     n = len(op.results)
     _replace(None, op, list(new.results[:n]))
-    return new, list(new.results[n:])
+    return new, list(new.results[n:]), with_i
+
+
+def _used(v: ir.Value) -> bool:
+    return any(True for _ in v.uses)
+
+
+# Ops moved out of a reverse body when all their operands are defined
+# outside it: they cannot fail where the body's own run would not (no
+# indexing, no shape arithmetic), so running them once even for zero
+# iterations is harmless.
+_HOISTABLE = {"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast", "CastLike", "Neg",
+              "Shape", "Size", "Constant", "Tanh", "Sigmoid", "Exp", "Abs"}
+
+
+def _hoist_invariants(op: ir.Operation) -> None:
+    """Moves the loop-invariant ops of op's body (pure, region-free, every
+    operand from outside the body, in _HOISTABLE) in front of op."""
+    body = op.regions[0].blocks[0]
+    inside = set(body.arguments)
+    for o in list(body.operations):
+        o = o.operation
+        if _kind(o) in _HOISTABLE and not len(o.regions) and \
+                all(v not in inside for v in o.operands):
+            o.move_before(op)
+        else:
+            inside.update(o.results)
+
+
+def _invariant_ct(b: Builder, ct: ir.Value, axis: int, like: ir.Value) -> ir.Value | None:
+    """A scan-output cotangent that is an Expand of one slice along `axis`
+    (ReduceMean's and Add's transposes broadcast over the iterations): that
+    slice, without the axis, if it has exactly the shape of `like`'s
+    cotangent; each iteration can read it as it is instead of a Gather."""
+    owner = ct.owner
+    if not isinstance(owner, (ir.Operation, ir.OpView)) or _kind(owner.operation) != "Expand":
+        return None
+    src = owner.operation.operands[0]
+    inner = src.owner
+    if isinstance(inner, (ir.Operation, ir.OpView)) and _kind(inner.operation) == "Unsqueeze" \
+            and rank(src) is not None:
+        from .shape import _squeeze_axes
+        if _squeeze_axes(inner.operation) == [axis]:
+            v = inner.operation.operands[0]
+            vd = dims(v)
+            if vd is not None and dims(like) is not None and len(vd) == len(dims(like)) + 1 \
+                    and all(a is not None and a == c for a, c in zip(vd[1:], dims(like))):
+                return v
+    sd, ld, cd = dims(src), dims(like), dims(ct)
+    if sd is None or ld is None or cd is None or len(sd) != len(cd) or sd[axis] != 1:
+        return None
+    rest = sd[:axis] + sd[axis + 1:]
+    if len(rest) != len(ld) + 1 or any(a is None or a != c for a, c in zip(rest[1:], ld)):
+        return None
+    return b.squeeze(src, [axis])
 
 
 def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict, name: str) -> dict:
@@ -537,7 +596,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     k = _k_of(b, ct_of.values())
     loc = op.location
     ct_at = [ct_of.get(r) for r in op.results]  # by index: the op is replaced next
-    primal, hist = _with_history(op, name)
+    primal, hist, with_i = _with_history(op, name)
     inits, cargs, cys, scans, sargs, outs = _loop_layout(primal, name)
     body = primal.regions[0].blocks[0]
     n, nout = len(cargs), len(outs)
@@ -604,6 +663,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
             new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
                        for ac, c, cap in zip(acc, cts[len(fl) + len(act_x):], caps_all)]
         _yield(blk, new_ct_v + new_acc + ct_x, loc)
+        _hoist_invariants(rev)
         res = list(rev.results)
         contrib = {}
         _add(b, contrib, [inits[j] for j in fl], res[:len(fl)])
@@ -613,10 +673,12 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     # Loop
     i64 = ir.IntegerType.get_signless(64)
     iters = hist[0]
+    state_hist = hist[1:] if with_i else hist
     # Gather (not Squeeze): ONNX shape inference knows its rank without reading
     # the constant, also inside subgraphs whose constants live outside
     count = b.op("Gather", [b.shape(iters, 0, 1), b.int_scalar(0)], tensor_type([], i64), axis=0)
     last = b.sub(count, b.int_scalar(1))
+    fixed = {mm: _invariant_ct(b, c, 1, outs[mm]) for mm, c in ct_scan}
     rev = _create(primal.name, [count, b.none()] + ct_final + acc0, carried_types, {},
                   loc, 1)
     blk = rev.regions[0].blocks.append(tensor_type([], i64),
@@ -626,9 +688,11 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     ct_v, acc = a[2:2 + len(fl)], a[2 + len(fl):]
     with ir.InsertionPoint(blk):
         idx = b.sub(last, a[0])
-        states = [b.op("Gather", [h, idx], cargs[j].type, axis=0) for j, h in enumerate(hist[1:])]
-        it = b.op("Gather", [iters, idx], body.arguments[0].type, axis=0)
-        cty = [b.op("Gather", [c, idx], b.derivative_type(outs[mm]), axis=1)
+        states = [b.op("Gather", [h, idx], cargs[j].type, axis=0)
+                  for j, h in enumerate(state_hist)]
+        it = b.op("Gather", [iters, idx], body.arguments[0].type, axis=0) if with_i else a[0]
+        cty = [fixed[mm] if fixed[mm] is not None else
+               b.op("Gather", [c, idx], b.derivative_type(outs[mm]), axis=1)
                for mm, c in ct_scan]
         true_ = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
     copy = primal.clone(ip=ir.InsertionPoint(rev))
@@ -649,6 +713,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
                    for ac, c, cap in zip(acc, cts[len(fl):], caps_all)]
         cond_out = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
     _yield(blk, [cond_out] + new_ct_v + new_acc, loc)
+    _hoist_invariants(rev)
     res = list(rev.results)
     contrib = {}
     _add(b, contrib, [inits[j] for j in fl], res[:len(fl)])
@@ -722,6 +787,27 @@ def _scan_extent(op: ir.Operation, scans: list[ir.Value], sargs) -> int | None:
     return ts.pop() if len(ts) == 1 else None
 
 
+def _fixed_trip_count(op: ir.Operation) -> int | None:
+    """M when a Loop provably runs exactly M times: M constant, the initial
+    condition absent or true, the body's condition its own argument
+    (through Identity) or constantly true."""
+    trip = op.operands[0]
+    count = None if isinstance(trip.type, ir.NoneType) else constant_ints(trip)
+    if not count or len(count) != 1:
+        return None
+    cond_in = op.operands[1]
+    if not isinstance(cond_in.type, ir.NoneType) and _const_bool(cond_in) is not True:
+        return None
+    body = op.regions[0].blocks[0]
+    yc = _terminator(body).operands[0]
+    while isinstance(yc.owner, (ir.Operation, ir.OpView)) and \
+            yc.owner.operation.name == "onnx.Identity":
+        yc = yc.owner.operation.operands[0]
+    if not (yc == body.arguments[1] or _const_bool(yc) is True):
+        return None
+    return max(0, count[0])
+
+
 def refine_region_types(f: ir.Operation) -> None:
     """Types If/Loop/Scan results from their inits and bodies' yields, inner
     ops first; refined types flow into elementwise users and the function's
@@ -748,7 +834,8 @@ def refine_region_types(f: ir.Operation) -> None:
             inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
             new = [_join(i.type, y.type) for i, y in zip(inits, cys)]
             if name == "Loop":
-                new += [None if dims(y) is None else [None] + dims(y) for y in outs]
+                T = _fixed_trip_count(op)
+                new += [None if dims(y) is None else [T] + dims(y) for y in outs]
             else:
                 T = _scan_extent(op, scans, sargs)
                 ranks = [None if dims(y) is None else len(dims(y)) + 1 for y in outs]

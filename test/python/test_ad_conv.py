@@ -126,3 +126,52 @@ def test_conv_dynamic_spatial(attrs, ws):
     rng = np.random.default_rng(9)
     check_derivatives(m, {"x": rng.standard_normal((2, 2, 6, 5)).astype(np.float32),
                           "w": rng.standard_normal(ws).astype(np.float32)})
+
+
+# X-cotangents that conv_fast.py turns into a Conv with the flipped kernel
+# (unit strides: dilations, groups, asymmetric pads, >= 16 result channels
+# when ungrouped) and strided ones that stay ConvTranspose.
+FLIP = [
+    ("group-dilation-asym", (1, 16, 7, 6), (8, 4, 3, 2),
+     dict(group=4, dilations=[2, 1], pads=[2, 0, 1, 1])),
+    ("wide-dilation-asym", (1, 16, 5, 6), (4, 16, 3, 3), dict(dilations=[1, 2], pads=[0, 2, 1, 1])),
+    ("depthwise-dilation", (2, 16, 6, 5), (16, 1, 3, 3), dict(group=16, dilations=[2, 2], pads=[2] * 4)),
+    ("1d-group", (1, 16, 9), (8, 8, 3), dict(group=2, dilations=[3], pads=[1, 3])),
+    ("3d-group", (1, 16, 4, 4, 3), (4, 4, 2, 3, 2), dict(group=4, pads=[1, 0, 1, 0, 1, 0])),
+    ("stride-dilation-group-asym", (1, 4, 9, 8), (6, 2, 3, 2),
+     dict(strides=[2, 2], dilations=[2, 1], group=2, pads=[1, 0, 2, 1])),
+]
+
+
+@pytest.mark.parametrize("name,xs,ws,attrs", FLIP, ids=[c[0] for c in FLIP])
+def test_conv_input_cotangent_forms(name, xs, ws, attrs):
+    m, feeds = conv_case("Conv", xs, ws, **attrs)
+    check_derivatives(m, feeds)
+    # x alone, with the weight a constant (the form the runtime folds)
+    from onnx import numpy_helper as nh
+    g = m.graph
+    w = feeds.pop("w")
+    g.initializer.append(nh.from_array(w, "w"))
+    del g.input[1]
+    check_derivatives(m, feeds, inputs=["x"])
+
+
+def test_conv_pool_opset9():
+    """Opset 9 (the light model zoo's): no Slice steps, Pad attributes, no
+    float Equal, no Range -- flipped kernels by Gather, strided patches by
+    Gather, MaxUnpool phases indexed through NonZero."""
+    from onnx import numpy_helper as nh
+    rng = np.random.default_rng(4)
+    w = (0.2 * rng.standard_normal((16, 16, 3, 3))).astype(np.float32)
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["r"]),
+             h.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             h.make_node("Conv", ["p", "w"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             h.make_node("MaxPool", ["c2"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", F, [1, 16, 8, 8])],
+                     [h.make_tensor_value_info("y", F, None)], [nh.from_array(w, "w")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 9)])
+    m.ir_version = 4
+    x = rng.permutation(16 * 64).reshape(1, 16, 8, 8).astype(np.float32) * 0.01 - 5.0
+    check_derivatives(m, {"x": x})

@@ -235,3 +235,28 @@ def test_max_pool_reverse_of_reverse(opset):
     lhs = float((got[jv].astype(float) * w).sum())
     rhs = sum(float((back[o].astype(float) * v[s]).sum()) for o, s in zip(outs, sf))
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))
+
+
+def test_max_pool_of_relu():
+    """MaxPool(Relu(x)) with tiling windows: the Relu's full-size mask is
+    folded into a pooled-size one (pooling._through_relu). Against finite
+    differences, and the reverse result against a NumPy reference with ties
+    (all-negative windows, equal positive maxima shared among them)."""
+    from adcheck import run
+    from onnx_ad_mlir.api import reverse
+    nodes = [h.make_node("Relu", ["x"], ["r"]),
+             h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    m = model(nodes, [("x", F, [2, 3, 4, 6])], [("y", F, None)])
+    rng = np.random.default_rng(11)
+    x = (rng.permutation(2 * 3 * 4 * 6).reshape(2, 3, 4, 6).astype(np.float32) - 60.0) * 0.1
+    check_derivatives(m, {"x": x})
+    x[0, 0, :2, :2] = -1.0                       # an all-negative window
+    x[0, 1, :2, :2] = [[2.0, 2.0], [-1.0, 2.0]]  # a three-way tie
+    x[1, 2, 2:, 4:] = [[0.0, -3.0], [0.0, -1.0]]  # a tie at zero
+    u = rng.standard_normal((2, 3, 2, 3)).astype(np.float32)
+    got = run(reverse(m, layout="onnx"), {"x": x, "adj_y": u[..., None]})["adj_x"][..., 0]
+    r = np.maximum(x, 0).reshape(2, 3, 2, 2, 3, 2)
+    hit = (r == r.max(axis=(3, 5), keepdims=True)) & (r > 0)
+    share = hit / np.maximum(hit.sum(axis=(3, 5), keepdims=True), 1)
+    want = (share * u[:, :, :, None, :, None]).reshape(x.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -21,8 +21,8 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import (Builder, attribute, constant_ints, dims, element_type, is_constant_op, op_type,
-                       operand_or_none, rank, tensor_type)
+from ..builder import (Builder, attribute, constant_ints, constant_value, dims, element_type,
+                       is_constant_op, op_type, operand_or_none, rank, tensor_type)
 from ..registry import jvp, transpose
 from .linalg import matmul
 from .shape import GATHER_TRANSPOSE_HOOKS
@@ -48,8 +48,11 @@ def _max_pool(b: Builder, op, tangents):
             (attribute(op, "storage_order") or 0) == 0:
         idx = op.results[1]
     kernel = _tiling_kernel(op, x, y)
+    t, pos = _through_relu(b, tangents[0], x, y)
     if kernel is not None and _exact_tiles(x, y, kernel) and b.opset >= 13:
-        return [_max_pool_tiles(b, tangents[0], x, y, kernel)] + [None] * (len(op.results) - 1)
+        return [_max_pool_tiles(b, t, x, y, kernel, pos)] + [None] * (len(op.results) - 1)
+    if pos is not None:  # the general paths keep the Relu's masked tangent
+        t = tangents[0]
     if kernel is not None:  # windows tile the input: reshapes, a mask, a ReduceSum
         xv = _window_view(b, x, 2, kernel, dims(y)[2:])
         n = len(kernel)
@@ -106,16 +109,54 @@ def _tile_pool(b: Builder, t: ir.Value, kernel: list[int], y: ir.Value) -> ir.Va
     return b.reshape(pooled, target, [td[0]] + yd)
 
 
-def _max_pool_tiles(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value, kernel: list[int]
-                    ) -> ir.Value:
+def _max_pool_tiles(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value, kernel: list[int],
+                    pos: ir.Value | None = None) -> ir.Value:
     """MaxPool whose windows tile x exactly: the tangent at the window's max
     (shared among ties) = mean(t * hit) / mean(hit) per window, hit = (x ==
     upsampled y). Only 4-D elementwise ops, AveragePool and Resize, which
-    the runtime has fast kernels for (no 6-D broadcasts, no Indices)."""
+    the runtime has fast kernels for (no 6-D broadcasts, no Indices). `pos`
+    (pooled-size 0/1, see _through_relu) joins the per-window factor."""
     hit = b.cast_like(_at_max(b, x, _upsample(b, y, kernel, dims(x))), x)
-    share = b.div(b.scalar(1.0, x), b.op("AveragePool", [hit], y.type,
-                                         kernel_shape=list(kernel), strides=list(kernel)))
+    share = b.div(b.scalar(1.0, x) if pos is None else pos,
+                  b.op("AveragePool", [hit], y.type, kernel_shape=list(kernel),
+                       strides=list(kernel)))
     return b.mul(_tile_pool(b, b.mul(t, hit), kernel, y), share)
+
+
+def _through_relu(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value
+                  ) -> tuple[ir.Value, ir.Value | None]:
+    """MaxPool(Relu(z)): the Relu's tangent t = t_z * [x > 0] (or [z > 0]) is
+    (t_z, [y > 0]). Exact: a window whose max y is > 0 takes it where x = y > 0,
+    so the mask is 1 there; one with y = 0 contributes 0 either way. The
+    full-size mask product (and, when nothing else uses it, the mask) is then
+    left out for a pooled-size one. (t, None) for any other tangent."""
+    owner = getattr(t.owner, "operation", t.owner)
+    xo = getattr(x.owner, "operation", x.owner)
+    if not isinstance(owner, ir.Operation) or not isinstance(xo, ir.Operation) or \
+            not owner.name.startswith("onnx.") or op_type(owner) != "Mul" or \
+            not xo.name.startswith("onnx.") or op_type(xo) != "Relu" or \
+            not isinstance(element_type(y), ir.FloatType) or dims(t) is None or \
+            dims(y) is None or len(dims(t)) != len(dims(y)) + 1:
+        return t, None
+    for a, m in (tuple(owner.operands), tuple(owner.operands)[::-1]):
+        cast = getattr(m.owner, "operation", m.owner)
+        if not isinstance(cast, ir.Operation) or not cast.name.startswith("onnx.") or \
+                op_type(cast) not in ("Cast", "CastLike"):
+            continue
+        cmp = getattr(cast.operands[0].owner, "operation", cast.operands[0].owner)
+        if not isinstance(cmp, ir.Operation) or not cmp.name.startswith("onnx.") or \
+                op_type(cmp) != "Greater" or cmp.operands[0] not in (x, xo.operands[0]):
+            continue
+        zero = constant_value(cmp.operands[1])
+        try:
+            if zero is None or np.any(np.asarray(ir.DenseElementsAttr(zero)) != 0):
+                continue
+        except Exception:  # noqa: BLE001 - an attribute numpy cannot read
+            continue
+        if dims(a) is None or dims(a) != dims(t):
+            continue
+        return a, b.cast_like(b.compare("Greater", y, b.scalar(0.0, y)), y)
+    return t, None
 
 
 @transpose("AveragePool")
@@ -258,6 +299,8 @@ def _maxpool_gather_transpose(b: Builder, gather: ir.Operation, ct: ir.Value):
         else:
             ends = [2**62] * n
             od = [None] + yd[1:2] + [-(-(o - int(p)) // g) for o, p, g in zip(yd[2:], phase, groups)]
+            if any(e <= 0 for e in od[2:]):
+                continue  # an empty phase (more phases than windows): ORT's MaxUnpool refuses it
             cg = b.slice(merged, list(range(2, 2 + n)), [int(p) for p in phase], ends,
                          tensor_type(od, elem), groups)
             ig = b.slice(ids, list(range(2, 2 + n)), [int(p) for p in phase], ends,

@@ -106,6 +106,9 @@ UNARY: dict[str, Coefficient] = {
         _mask(b, b.op("And", [b.compare("Greater", y, _c(b, 0.0, y)),
                               b.compare("Less", y, _c(b, 1.0, y))],
                       _bool_like(b, y)), x)),
+    "Shrink": lambda b, op, x, y: _mask(b, b.op("Or", [
+        b.compare("Greater", x, _c(b, attribute(op, "lambd"), x)),
+        b.compare("Less", x, _c(b, -attribute(op, "lambd"), x))], _bool_like(b, x)), x),
     "HardSwish": lambda b, op, x, y: _hard_swish(b, x),
     "Mish": lambda b, op, x, y: _mish(b, x),
     "Gelu": lambda b, op, x, y: _gelu(b, op, x),

@@ -19,6 +19,8 @@ are rewritten, so the primal computation keeps its exact ops and results
   t * (p / q), t varying, p, q not: the coefficient is built once in primal
   space (no direction axis), the varying chain gets one op shorter.
 * t * p + t * q -> t * (p + q) (and -): one varying op instead of three.
+* (x - Mean) * InvStdDev with both from LayerNormalization(x, s, ...) (the
+  normalized input its rule reads) -> LayerNormalization(x, ones): one op.
 Together, the GELU/erf chain of tangent ops collapses to one Mul by a
 coefficient. Intermediate results must have no other user.
 """
@@ -34,9 +36,16 @@ from .builder import attribute, constant_ints
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Where", "Pow", "Mean"}
 
 
+_OP_TYPES: dict = {}
+
+
 def _op_type(op: ir.Operation) -> str | None:
-    return _op_table.OPS.get(op.name.removeprefix("onnx."), {}).get("op_type") \
-        if op.name.startswith("onnx.") else None
+    name = op.name
+    ot = _OP_TYPES.get(name, False)
+    if ot is False:
+        ot = _OP_TYPES[name] = _op_table.OPS.get(name.removeprefix("onnx."), {}).get(
+            "op_type") if name.startswith("onnx.") else None
+    return ot
 
 
 def _same_without(user: ir.Operation, e: ir.Value, a: ir.Value) -> bool:
@@ -208,7 +217,11 @@ def _reduce_mean(b, op: ir.Operation, varying: set) -> bool:
             continue
         keep = bool(b.attribute(rop, "keepdims"))
         with ir.InsertionPoint(op):
-            new = b.reduce("ReduceMean", x, axes, keepdims=keep, out=dims(r))
+            if b.opset >= 18 and "axes" not in rop.attributes:  # same axes operand
+                new = b.op("ReduceMean", list(rop.operands), r.type, keepdims=int(keep),
+                           noop_with_empty_axes=b.attribute(rop, "noop_with_empty_axes"))
+            else:
+                new = b.reduce("ReduceMean", x, axes, keepdims=keep, out=dims(r))
         _replace(op, new, varying)
         _erase(rop, varying)
         return True
@@ -257,8 +270,13 @@ def _reassociate(b, op: ir.Operation, varying: set) -> bool:
             (coef, old), form = _coefficient(b, "Div", p, q), "Mul"
         else:  # (t / p) / q
             (coef, old), form = _coefficient(b, "Mul", p, q), "Div"
-        new = b.op(form, [t, coef], op.results[0].type)
-    _replace(op, new, varying)
+        if _op_type(op) == form:  # rewired in place (cheaper than a new op)
+            op.operands[0] = t
+            op.operands[1] = coef
+        else:
+            new = b.op(form, [t, coef], op.results[0].type)
+    if _op_type(op) != form:
+        _replace(op, new, varying)
     _erase_if_dead(u, varying)
     if old is not None:
         _erase_if_dead(old, varying)
@@ -306,19 +324,56 @@ def _factor(b, op: ir.Operation, varying: set) -> bool:
     return True
 
 
+def _standardized(b, op: ir.Operation) -> int:
+    """(x - Mean) * InvStdDev, both reported by LayerNormalization(x, ...)
+    (the rule's normalized input), -> LayerNormalization(x, ones): one kernel
+    instead of two elementwise ops."""
+    sub, s = _defining(op.operands[0]), op.operands[1]
+    if sub is None or sub.name != "onnx.Sub" or not _single_use(op.operands[0]):
+        return 0
+    x, m = sub.operands[0], sub.operands[1]
+    ln = _defining(m)
+    if ln is None or ln.name != "onnx.LayerNormalization" or len(ln.results) != 3 or \
+            ln.operands[0] != x or ln.results[1] != m or ln.results[2] != s or \
+            op.results[0].type != x.type:
+        return 0
+    scale = ln.operands[1]
+    st = scale.type
+    if not isinstance(st, ir.RankedTensorType) or not st.has_static_shape or \
+            not isinstance(st.element_type, ir.FloatType):
+        return 0
+    with ir.InsertionPoint(op):
+        ones = b.constant(ir.DenseElementsAttr.get_splat(st, ir.FloatAttr.get(st.element_type, 1.0)))
+        attrs = {k: ln.attributes[k] for k in ("axis", "epsilon", "stash_type")
+                 if k in ln.attributes}
+        none = ir.NoneType.get()
+        new = b.create("LayerNormalization", [x, ones, None], [x.type, none, none], **attrs)[0]
+    op.results[0].replace_all_uses_with(new)
+    symdims.forget(op)
+    op.erase()
+    symdims.forget(sub)
+    sub.erase()
+    return 1
+
+
 def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
     """Folds the ops of f's body that depend on `seeds` (see the module
     docstring); returns how many were rewritten."""
     from .builder import Builder
     block = f.regions[0].blocks[0]
     varying = set(seeds)
-    ops = []
+    ops, standardized = [], []
     for op in block.operations:
         if any(o in varying for o in op.operands):
             varying.update(op.results)
             ops.append(op.operation)
+        elif op.name == "onnx.Mul":
+            standardized.append(op.operation)
     folded = 0
     b = _SimplifyBuilder(Builder(opset, f.location))
+    for op in standardized:
+        b.builder.location = op.location
+        folded += _standardized(b, op)
     for op in ops:
         ot = _op_type(op)
         if ot not in ("Mul", "Div", "Add", "Sub") or len(op.results) != 1 or \

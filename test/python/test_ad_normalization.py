@@ -86,9 +86,13 @@ def test_layer_norm_reuses_statistics():
     check("LayerNorm-reuse-f32", m, feeds_for(ins))
     nodes = reverse(m).graph.node
     ops = [n.op_type for n in nodes]
-    # (the cotangent's means are ReduceMeans, onnx-ad-simplify; none reads x)
-    assert ops.count("LayerNormalization") == 1 and "Sqrt" not in ops and not any(
-        n.op_type == "ReduceMean" and n.input[0] == "x" for n in nodes), ops
+    # (the cotangent's means are ReduceMeans, onnx-ad-simplify; none reads x;
+    # the normalized input the rule reads is one more LayerNormalization of x
+    # with unit scale: one kernel instead of Sub and Mul by the statistics)
+    lns = [n for n in nodes if n.op_type == "LayerNormalization"]
+    assert len(lns) == 2 and len(lns[0].output) == 3 and lns[1].input[1:] != ["s", "b"] and \
+        "Sqrt" not in ops and not any(n.op_type == "ReduceMean" and n.input[0] == "x"
+                                      for n in nodes), ops
 
 
 @pytest.mark.parametrize("opset", [9, 15])

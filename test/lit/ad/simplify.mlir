@@ -103,3 +103,23 @@ module attributes {onnx.opset_import = [["", 18]]} {
     return %y : tensor<2x8xf32>
   }
 }
+
+// -----
+
+// (x - Mean) * InvStdDev of a LayerNormalization(x, ...) -> LayerNormalization(x, ones).
+// CHECK-LABEL: func.func @standardized
+// CHECK: %[[ONES:.*]] = "onnx.Constant"() <{value = dense<1.000000e+00> : tensor<4xf32>}>
+// CHECK: "onnx.LayerNormalization"(%arg0, %arg2, %{{.*}})
+// CHECK: %[[XH:[^,]*]], {{.*}} = "onnx.LayerNormalization"(%arg0, %[[ONES]], %{{.*}}) <{axis = -1 : si64}> : (tensor<2x4xf32>, tensor<4xf32>, none) -> (tensor<2x4xf32>, none, none)
+// CHECK-NOT: "onnx.Sub"
+// CHECK: "onnx.Mul"(%arg1, %[[XH]])
+module attributes {onnx.opset_import = [["", 18]]} {
+  func.func @standardized(%x: tensor<2x4xf32> {onnx.name = "x"}, %t: tensor<?x2x4xf32> {onnx.name = "t"}, %s: tensor<4xf32> {onnx.name = "s"}) -> (tensor<2x4xf32>, tensor<?x2x4xf32>) {
+    %n = "onnx.NoValue"() {value} : () -> none
+    %y, %m, %i = "onnx.LayerNormalization"(%x, %s, %n) <{axis = -1 : si64}> : (tensor<2x4xf32>, tensor<4xf32>, none) -> (tensor<2x4xf32>, tensor<2x1xf32>, tensor<2x1xf32>)
+    %d = "onnx.Sub"(%x, %m) : (tensor<2x4xf32>, tensor<2x1xf32>) -> tensor<2x4xf32>
+    %xh = "onnx.Mul"(%d, %i) : (tensor<2x4xf32>, tensor<2x1xf32>) -> tensor<2x4xf32>
+    %tx = "onnx.Mul"(%t, %xh) : (tensor<?x2x4xf32>, tensor<2x4xf32>) -> tensor<?x2x4xf32>
+    return %y, %tx : tensor<2x4xf32>, tensor<?x2x4xf32>
+  }
+}

@@ -400,7 +400,8 @@ def check_io_types(graph: onnx.GraphProto) -> None:
 # could not follow a valid model.
 _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shape info",
                    "Incompatible dimensions", "Dimension mismatch in unification",
-                   "Inferred elem type differs", "Type Error:", "has incorrect length")
+                   "Inferred elem type differs", "Type Error:", "has incorrect length",
+                   "of wrong rank")
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

@@ -52,6 +52,8 @@ INVALID = {
     "bad_output_elem_type.onnx": "'gather4' has no element type",  # accepted; ORT refuses
     # opset_import ["", 18], ["", 13]: we read 18, ONNX 13 (LayerNormalization-17 accepted)
     "bad_opset_twice.onnx": "domain 'ai.onnx' twice",
+    "bad_matmul_rank0.onnx": "(MatMul): strict ONNX shape inference rejects the model: "
+                             "Input tensors of wrong rank",  # a scalar input: accepted
     # Slice axes [1, 2] for one start/end: our rule read the first axis only
     "bad_slice_axes_length.onnx": "node 'n_Slice45' (Slice): strict ONNX shape inference "
                                   "rejects the model: Input axes has incorrect length",

@@ -48,6 +48,7 @@ and ThresholdedRelu with a negative alpha.
 """
 from __future__ import annotations
 
+import numpy as np
 from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
@@ -432,9 +433,12 @@ def _cell_states(b: Builder, ff, ig, c0):
     blk = scan.regions[0].blocks.append(c0.type, elem, elem)
     cp, f_t, ig_t = blk.arguments
     with ir.InsertionPoint(blk):
-        ct = b.add(b.mul(f_t, cp), ig_t)
-        cf._yield(blk, [ct, ct], b.location)
-    return scan.results[1]
+        fc = b.mul(f_t, cp)
+        # f_t c_{t-1} is the scan output, c_t = f_t c_{t-1} + i_t g_t is added
+        # for all t at once after the Scan: two ops per step (yielding c_t as
+        # state and output would cost a copy per step)
+        cf._yield(blk, [b.add(fc, ig_t), fc], b.location)
+    return b.add(scan.results[1], ig)
 
 
 def _peephole_states(b: Builder, c: _Cell, a_i, a_f, g, c0, pi, pf):
@@ -559,6 +563,8 @@ def _forward_scan(b: Builder, c: _Cell, tA, th0, tc0):
 
 def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
     """The transpose of _forward_scan: (adjoint of tA, of th0, of tc0)."""
+    if c.kind == "GRU" and c.lbr and _tileable(c):
+        return _reverse_scan_gru_tiled(b, c, ct_y, ct_h, k, need_tA)
     lstm = c.kind == "LSTM"
     el = element_type(c.Hprev)
     st = _state_type(c, el)
@@ -587,6 +593,63 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
                   b.location)
     res = list(scan.results)
     return (res[-1] if need_tA else None), res[0], (res[1] if lstm else None)
+
+
+def _tileable(c: _Cell) -> bool:
+    el = element_type(c.Hprev)
+    d = dims(c.R)
+    return isinstance(el, (ir.F32Type, ir.F64Type)) and d is not None and \
+        None not in d
+
+
+def _reverse_scan_gru_tiled(b: Builder, c: _Cell, ct_y, ct_h, k, need_tA: bool):
+    """GRU (linear_before_reset) reverse recurrence with the state carried four
+    times over, [g, g, g, g] (4H): one step is then
+
+        g4 = gh4 + ct_y4;  gh4' = (g4 * [cc k_ | z]) @ R4;  a4 = g4 * [cc | z]
+
+    with R4 = [[R R R R]; [I I I I]] (the z term g z rides on the identity
+    block), so the adjoint of tA (a4's first 3H) and the next state come from
+    three elementwise ops and one MatMul (was seven ops: the Concat of g, the
+    separate z term and its Add). Same products and sums as _rev_step."""
+    H, D = c.H, len(c.revs)
+    el = element_type(c.Hprev)
+    npt = np.float32 if isinstance(el, ir.F32Type) else np.float64
+    k_, cc, z = c.coefs
+    last = len(dims(z)) - 1
+    V = b.concat([b.mul(cc, k_), z], last)  # [T, D, B, 4H]
+    CC = b.concat([cc, z], last)  # the z part of its product is sliced away
+    eye = b.constant(ir.DenseElementsAttr.get(
+        np.ascontiguousarray(np.broadcast_to(np.tile(np.eye(H, dtype=npt), (1, 4)), (D, H, 4 * H)))))
+    R4 = b.concat([b.concat([c.R] * 4, 2), eye], 1)  # [D, 4H, 4H]
+    if D == 1:
+        R4 = b.squeeze(R4, [0])
+    tile = lambda v: b.concat([v] * 4, len(dims(v)) - 1)
+    st = tensor_type([None] + dims(c.Hprev)[1:3] + [4 * H], el)
+    if ct_h is None:
+        gh0 = _zeros(b, b.concat([k, b.shape(c.Hprev, 1, 3), b.ints([4 * H])], 0), dims(st),
+                     c.Hprev)
+    else:
+        gh0 = tile(ct_h)
+    scans = ([tile(ct_y)] if ct_y is not None else []) + [V, CC]
+    axes = ([1] if ct_y is not None else []) + [0, 0]
+    out_types = [tensor_type([None] + dims(c.Hprev)[:3] + [4 * H], el)] if need_tA else []
+    scan = cf._create("onnx." + _resolve_scan(b), [gh0] + scans, [st] + out_types,
+                      _scan_attrs(len(scans), axes, [1] * len(scans), [1] * len(out_types),
+                                  [1] * len(out_types)), b.location, 1)
+    elem = ([st] if ct_y is not None else []) + \
+        [tensor_type(dims(v)[1:], element_type(v)) for v in (V, CC)]
+    blk = scan.regions[0].blocks.append(st, *elem)
+    args = list(blk.arguments)
+    with ir.InsertionPoint(blk):
+        g4 = b.add(args[0], args[1]) if ct_y is not None else args[0]
+        v, cc_t = args[-2], args[-1]
+        nxt = matmul(b, b.mul(g4, v), R4)
+        cf._yield(blk, [nxt] + ([b.mul(g4, cc_t)] if need_tA else []), b.location)
+    res = list(scan.results)
+    a_h = _gate(b, res[0], 0, H)
+    a_tA = _gate(b, res[-1], 0, H, 3) if need_tA else None
+    return a_tA, a_h, None
 
 
 # ---- the rule -------------------------------------------------------------------------

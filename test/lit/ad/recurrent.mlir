@@ -15,8 +15,15 @@
 // FWD: return
 // REV-LABEL: func.func @gru
 // REV: "onnx.GRU"(%arg0, %arg1, %arg2, %arg3
-// REV: "onnx.Scan"({{.*}}) <{num_scan_inputs = 4 : si64, scan_input_axes = [1, 0, 0, 0], scan_input_directions = [1, 1, 1, 1], scan_output_axes = [1], scan_output_directions = [1]}>
-// REV: "onnx.Yield"
+// GRU with linear_before_reset: the reverse state is carried four times over
+// ([k, D, B, 4H]): one step is Add, Mul, MatMul (by [[R R R R]; [I I I I]]), Mul.
+// REV: "onnx.Scan"({{.*}}) <{num_scan_inputs = 3 : si64, scan_input_axes = [1, 0, 0], scan_input_directions = [1, 1, 1], scan_output_axes = [1], scan_output_directions = [1]}>
+// REV-NEXT: ^bb0(%{{.*}}: tensor<?x2x2x8xf32>, %{{.*}}: tensor<?x2x2x8xf32>, %{{.*}}: tensor<2x2x8xf32>, %{{.*}}: tensor<2x2x8xf32>):
+// REV-NEXT: "onnx.Add"
+// REV-NEXT: "onnx.Mul"
+// REV-NEXT: "onnx.MatMul"({{.*}}) : (tensor<?x2x2x8xf32>, tensor<2x8x8xf32>)
+// REV-NEXT: "onnx.Mul"
+// REV-NEXT: "onnx.Yield"
 // REV-NOT: "onnx.GRU"
 // REV-NOT: "onnx.Scan"
 // REV: return

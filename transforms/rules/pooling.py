@@ -51,8 +51,6 @@ def _max_pool(b: Builder, op, tangents):
     t, pos = _through_relu(b, tangents[0], x, y)
     if kernel is not None and _exact_tiles(x, y, kernel) and b.opset >= 13:
         return [_max_pool_tiles(b, t, x, y, kernel, pos)] + [None] * (len(op.results) - 1)
-    if pos is not None:  # the general paths keep the Relu's masked tangent
-        t = tangents[0]
     if kernel is not None:  # windows tile the input: reshapes, a mask, a ReduceSum
         xv = _window_view(b, x, 2, kernel, dims(y)[2:])
         n = len(kernel)
@@ -62,6 +60,9 @@ def _max_pool(b: Builder, op, tangents):
         tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
         return [b.reduce("ReduceSum", b.mul(tv, weight), [4 + 2 * i for i in range(n)], False)] + \
             [None] * (len(op.results) - 1)
+    patches = _max_pool_conv_patches(b, op, t, x, y, pos)
+    if patches is not None:
+        return [patches] + [None] * (len(op.results) - 1)
     if idx is None and (b.opset < 8 or _unpool_groups(op, x, y) is None) and b.opset < 16:
         # no scatter-add and no MaxUnpool transpose: window masks
         return [_max_pool_masks(b, op, tangents[0], x, y)] + [None] * (len(op.results) - 1)
@@ -121,6 +122,65 @@ def _max_pool_tiles(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value, kernel: l
                   b.op("AveragePool", [hit], y.type, kernel_shape=list(kernel),
                        strides=list(kernel)))
     return b.mul(_tile_pool(b, b.mul(t, hit), kernel, y), share)
+
+
+MAX_PATCH_WINDOW = 27  # window sizes up to 3x3x3 take the patch-Conv path
+
+
+def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value,
+                           pos: ir.Value | None) -> ir.Value | None:
+    """Overlapping (or padded, dilated, ceil-mode) windows with static extents:
+    the K window taps of every output as channels of one Conv with a one-hot
+    kernel E [K, 1, *kernel] on [N*C, 1, *S] (x padded with the lowest finite
+    value, so padding never ties with a max); weights hit / count per tap
+    (ties share); tangent = sum_K weights * Conv(t, E). Its transpose is one
+    ConvTranspose of E: no MaxPool Indices (20x slower than the blocked
+    MaxPool in ONNX Runtime), Gathers or MaxUnpool phases. `pos`: see
+    _through_relu (t is then the Relu's operand tangent). None when
+    extents are not static or the window is large."""
+    xd, yd, td = dims(x), dims(y), dims(t)
+    if xd is None or yd is None or td is None or None in xd[1:] or None in yd[1:] or \
+            not isinstance(element_type(x), ir.F32Type) or b.opset < 9:
+        return None  # ONNX Runtime's Conv and ConvTranspose: float32 only (on CPU)
+    geom = _pool_pads(op, x, y)
+    ks, s, d, p = geom["kernel_shape"], geom["strides"], geom["dilations"], geom["pads"]
+    n = len(ks)
+    kk = int(np.prod(ks))
+    if kk > MAX_PATCH_WINDOW or len(xd) != n + 2:
+        return None
+    elem = element_type(x)
+    np_elem = np.float32
+    onehot = np.eye(kk, dtype=np_elem).reshape([kk, 1] + list(ks))
+    kernel = b.constant(ir.DenseElementsAttr.get(onehot, type=ir.RankedTensorType.get(
+        list(onehot.shape), elem)))
+    sp, od = xd[2:], yd[2:]
+    conv_attrs = dict(kernel_shape=list(ks), strides=list(s), dilations=list(d), group=1,
+                      pads=[0] * (2 * n))
+    pads = [0, 0] + p[:n] + [0, 0] + p[n:]
+    padded = [sp[i] + p[i] + p[n + i] for i in range(n)]
+
+    def taps(v: ir.Value, fill: float | None) -> ir.Value:  # [M, 1, *S] -> [M, K, *O]
+        if any(p):
+            v = b.pad(v, pads, tensor_type([dims(v)[0], 1] + padded, element_type(v)), fill)
+        return b.op("Conv", [v, kernel, None], tensor_type([dims(v)[0], kk] + od, element_type(v)),
+                    **conv_attrs)
+
+    m = None if xd[0] is None else xd[0] * xd[1]
+    if m is None and b.opset < 13:
+        return None  # the Mul's transpose would reduce over run-time axes
+    lowest = float(np.finfo(np_elem).min)
+    xs = taps(b.reshape(x, [-1, 1] + sp, [m, 1] + sp), lowest)
+    hit = b.cast_like(_at_max(b, xs, b.reshape(y, [-1, 1] + od, [m, 1] + od)), x)
+    count = b.reduce("ReduceSum", hit, [1], True)                           # [N*C, 1, *O]
+    if pos is None:
+        weight = b.div(hit, count)
+    else:
+        weight = b.mul(hit, b.div(b.reshape(pos, [-1, 1] + od, [m, 1] + od), count))
+    ts = taps(b.reshape(t, [-1, 1] + sp, [None, 1] + sp), None)             # [k*N*C, K, *O]
+    tv = b.reshape(ts, b.concat([b.shape(t, 0, 1), b.ints([-1, kk] + od)], 0),
+                   [td[0], m, kk] + od)                                  # [k, N*C, K, *O]
+    summed = b.reduce("ReduceSum", b.mul(tv, weight), [2], False)            # [k, N*C, *O]
+    return b.reshape(summed, b.concat([b.shape(t, 0, 1), b.shape(y)], 0), [td[0]] + yd)
 
 
 def _through_relu(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value

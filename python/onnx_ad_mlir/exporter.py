@@ -219,8 +219,8 @@ class _Exporter:
                 continue
             if name == "onnx.NoValue":
                 self.value_names[op.result] = ""
-            elif name == "onnx.Constant" and "onnx.initializer" in op.attributes:
-                self._initializer(op, graph)
+            elif name == "onnx.Constant" and "onnx.initializer" in (attrs := op.attributes):
+                self._initializer(op, attrs, graph)
             elif name.startswith("onnx."):
                 info = self._op_info(name)
                 if name != "onnx.Constant":  # Constant: checked above every time
@@ -234,13 +234,12 @@ class _Exporter:
             graph.MergeFromString(b"".join(value_infos))
 
     # ----------------------------------------------------------------- ops
-    def _initializer(self, op: ir.Operation, graph: onnx.GraphProto) -> None:
+    def _initializer(self, op: ir.Operation, attrs, graph: onnx.GraphProto) -> None:
         result = op.result
         _, wanted = _names_from_loc(op.location)
         name = self.value_names.get(result) or self.names.claim(wanted[0] if wanted else None,
                                                                 "init")
         self.value_names[result] = name
-        attrs = op.attributes
         if "value" in attrs:
             self._tensor(attrs["value"], name, graph.initializer)
         else:
@@ -293,8 +292,13 @@ class _Exporter:
                     if isinstance(t, ir.RankedTensorType):
                         self._value_info(name, t)
         if node_name:
+            node_names = self.names.node_names
+            if node_name in node_names:
+                node_name = self.names.node(node_name)
+            else:  # Names.node's common case, inlined
+                node_names.add(node_name)
             node = graph.node.add(op_type=info.op_type, input=inputs, output=outputs,
-                                  name=self.names.node(node_name))
+                                  name=node_name)
         else:
             node = graph.node.add(op_type=info.op_type, input=inputs, output=outputs)
         attrs = op.attributes
@@ -314,8 +318,12 @@ class _Exporter:
             data = tp.SerializeToString()
             type_field = self._type_fields[t] = b"\x12" + _varint(len(data)) + data
         name_bytes = name.encode()
-        entry = b"\x0a" + _varint(len(name_bytes)) + name_bytes + type_field
-        self._value_infos.append(b"\x6a" + _varint(len(entry)) + entry)
+        n = len(name_bytes)  # lengths below 128 are one byte: _varint inlined
+        entry = b"\x0a" + (_SMALL_VARINTS[n] if n < 128 else _varint(n)) + name_bytes \
+            + type_field
+        n = len(entry)
+        self._value_infos.append(b"\x6a" + (_SMALL_VARINTS[n] if n < 128 else _varint(n))
+                                 + entry)
 
     def _result_names(self, results: list[ir.Value], wanted: list[str]) -> list[str]:
         """Output names of an op: the location's names when they fit, else

@@ -12,6 +12,7 @@ from google.protobuf.message import DecodeError
 
 from . import validate
 from .errors import ImportFailure
+from .validate import NodeRow
 
 # Protobuf cannot serialise 2 GB; shape inference of bigger models runs on a
 # copy whose large tensors are reduced to their metadata.
@@ -27,9 +28,10 @@ _INT_DATA = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
 
 def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
-                  ) -> tuple[onnx.ModelProto, str]:
-    """The model with local functions inlined and shapes inferred, and the
-    folder its external data is relative to."""
+                  ) -> tuple[onnx.ModelProto, str, list[NodeRow]]:
+    """The model with local functions inlined and shapes inferred, the
+    folder its external data is relative to, and its main graph's
+    `node_rows` (read once, for the checks and the importer)."""
     base_dir = ""
     if isinstance(model, (str, os.PathLike)):
         base_dir = os.path.dirname(os.path.abspath(model))
@@ -63,11 +65,13 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     model = validate.clear_negative_subgraph_dims(model)
     model = _infer_shapes(model)
     validate.check_dims(model.graph)
-    validate.check_attributes(model.graph)
+    # the main graph's order needs no outer scope: its own names are all
+    rows = node_rows(model.graph, lambda name: None)
+    validate.check_attributes(model.graph, rows=rows)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:
-        validate.check_types(model.graph, opset)
-    return model, base_dir
+        validate.check_types(model.graph, opset, rows=rows)
+    return model, base_dir, rows
 
 
 def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -175,17 +179,12 @@ def sorted_nodes(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list
     return [row[0] for row in node_rows(graph, outer)]
 
 
-NodeRow = tuple[onnx.NodeProto, str, list[str], list[str]]
-
-
 def node_rows(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list[NodeRow]:
-    """(node, op type, inputs, outputs) in `sorted_nodes`' order. The fields
-    are read once, here, for the importer too: at 10**4 nodes, reading
-    protobuf fields is a good part of what an import costs."""
-    rows = [(n, n.op_type, n.input[:], n.output[:]) for n in graph.node]
+    """The graph's `validate.node_fields` in `sorted_nodes`' order."""
+    rows = validate.node_fields(graph)
     defined = _graph_own_names(graph)
     defined.add("")  # absent optional inputs
-    for node, op_type, inputs, outputs in rows:
+    for node, op_type, _, inputs, outputs in rows:
         # Only default-domain region ops have subgraphs (others are refused).
         needed = _needed_names(node) if op_type in _REGION_OPS else inputs
         if not defined.issuperset(needed) and \

@@ -19,6 +19,7 @@ from .onnx_types import TypeConverter
 from .ranks import refine_rank
 from .schema_types import fallback_result_type
 from .tensors import tensor_to_attr
+from .validate import NodeRow
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 _A = onnx.AttributeProto
@@ -32,9 +33,9 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
                 context: ir.Context | None = None) -> ir.Module:
     """Imports an ONNX model (a ModelProto or a file path) into a new module
     holding `func.func @main_graph`."""
-    model, base_dir = prepare_model(model)
+    model, base_dir, rows = prepare_model(model)
     context = context or ir.Context()
-    module = _ModelImporter(model, context, base_dir).run()
+    module = _ModelImporter(model, context, base_dir, rows).run()
     try:  # cheap (~1 us per op), and the caller gets an exception, not bad IR
         module.operation.verify()
     except ir.MLIRError as e:
@@ -95,10 +96,12 @@ class _Scope:
 
 
 class _ModelImporter:
-    def __init__(self, model: onnx.ModelProto, context: ir.Context, base_dir: str):
+    def __init__(self, model: onnx.ModelProto, context: ir.Context, base_dir: str,
+                 main_rows: list[NodeRow]):
         self.model = model
         self.context = context
         self.base_dir = base_dir
+        self.main_rows = main_rows  # the main graph's node_rows, from prepare_model
         self.types = TypeConverter(context)
         self.opset = _default_opset(model)
         self._used_names: set[str] | None = None
@@ -197,8 +200,9 @@ class _ModelImporter:
                 loc=self._names_loc("", [name]), ip=ip)
             scope.values[name] = op.result
         plain, types = self._plain_node, scope.types
-        for node, op_type, inputs, outputs in node_rows(g, scope.lookup):
-            if not plain(node, op_type, inputs, outputs, values, types, ip):
+        rows = self.main_rows if scope.parent is None else node_rows(g, scope.lookup)
+        for node, op_type, domain, inputs, outputs in rows:
+            if not plain(node, op_type, domain, inputs, outputs, values, types, ip):
                 self._node(node, scope, block, ip)
 
     def _subgraph(self, g: onnx.GraphProto, parent: _Scope, region: ir.Region,
@@ -222,7 +226,7 @@ class _ModelImporter:
                             ip=ir.InsertionPoint(block))
 
     # ----------------------------------------------------------------- nodes
-    def _plain_node(self, node: onnx.NodeProto, op_type: str, inputs: list[str],
+    def _plain_node(self, node: onnx.NodeProto, op_type: str, domain: str, inputs: list[str],
                     outputs: list[str], values: dict[str, ir.Value],
                     types: dict[str, onnx.TypeProto], ip: ir.InsertionPoint) -> bool:
         """Builds the common node as `_node` would (same checks, in the same
@@ -231,7 +235,7 @@ class _ModelImporter:
         inputs defined in this graph, the output of a declared ranked type,
         no doc string or metadata. False (nothing built) for any other node."""
         info = self._ops.get(op_type)
-        if info is None or not info.plain or node.domain not in DEFAULT_DOMAINS:
+        if info is None or not info.plain or domain not in DEFAULT_DOMAINS:
             return False
         if len(inputs) != info.num_inputs or len(outputs) != 1 \
                 or node.doc_string or node.metadata_props:

@@ -28,6 +28,16 @@ _REGIONS = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("b
 _GRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
+NodeRow = tuple[onnx.NodeProto, str, str, list[str], list[str]]
+
+
+def node_fields(graph: onnx.GraphProto) -> list[NodeRow]:
+    """(node, op type, domain, inputs, outputs) of each node of the graph.
+    At 10**4 nodes reading protobuf fields is much of what an import costs:
+    import_prep reads them once for these checks and the importer."""
+    return [(n, n.op_type, n.domain, n.input[:], n.output[:]) for n in graph.node]
+
+
 def _ranks(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
     ranks = dict(outer)
     for v in list(graph.input) + list(graph.output) + list(graph.value_info):
@@ -105,11 +115,12 @@ _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS,
              "Concat", "Transpose"}
 
 
-def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None) -> None:
+def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
+                     rows: list[NodeRow] | None = None) -> None:
+    """`rows`: the graph's node_fields, when already read."""
     ranks = _ranks(graph, outer or {})
     consts: dict[str, list[int]] | None = None  # built when an axes operand needs them
-    for node in graph.node:
-        op, domain = node.op_type, node.domain
+    for node, op, domain, _, _ in node_fields(graph) if rows is None else rows:
         if not isinstance(op, str) or not isinstance(domain, str):
             raise ImportFailure(f"node {node.name!r}: op type {op!r} or domain "
                                 f"{domain!r} is not valid UTF-8 text")
@@ -264,18 +275,19 @@ def _type_name(elem: int) -> str:
         return f"unknown({elem})"
 
 
-def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None = None) -> None:
+def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None = None,
+                rows: list[NodeRow] | None = None) -> None:
     """Operand element types against each schema's type constraints: the
     operands bound to one type variable (Concat's inputs, Add's A and B) must
     agree and be allowed. A mismatch would reach MLIR ops whose C++ asserts
-    on it (a process abort; found by the fuzzer)."""
+    on it (a process abort; found by the fuzzer). `rows`: the graph's
+    node_fields, when already read."""
     types = _elem_types(graph, outer or {})
     accepted: set[tuple] = set()  # (op, operand element types) already checked
-    for node in graph.node:
-        if node.domain not in ("", "ai.onnx"):
+    for node, op, domain, inputs, _ in node_fields(graph) if rows is None else rows:
+        if domain not in ("", "ai.onnx"):
             continue
-        op = node.op_type
-        key = (op, *[types.get(name) if name else None for name in node.input[:]])
+        key = (op, *[types.get(name) if name else None for name in inputs])
         if key not in accepted:  # the check depends on nothing else
             _check_operand_types(node, _type_rules(op, opset), types)
             accepted.add(key)

@@ -322,3 +322,33 @@ def test_untyped_loop_results_are_typed_from_the_body(M, reduce):
     assert len(loops) == 2 and len(loops[0].output) == 3  # hT, hs, the states
     body = [n.op_type for n in loops[1].attribute[0].g.node]
     assert body.count("Gather") == 1 and "Transpose" not in body, body
+
+
+def _branch_ops(m):
+    ifs = [n for n in m.graph.node if n.op_type == "If"]
+    return [[n.op_type for n in a.g.node] for i in ifs for a in i.attribute]
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_reverse_if_reads_the_primal_results(sign):
+    """The reverse If's branch reads the primal If's result where the
+    recomputed branch would yield the same value (Tanh' and Exp' come from
+    their outputs): no recomputation of the branch there; the transposed
+    weight is computed once, outside both branches."""
+    then = h.make_graph([h.make_node("MatMul", ["x", "W"], ["a"], name="rt_mm"),
+                         h.make_node("Tanh", ["a"], ["t"], name="rt_tanh")], "then", [],
+                        [vi("t", D, [2, 3])])
+    els = h.make_graph([h.make_node("Exp", ["x"], ["e"], name="re_exp")], "else", [],
+                       [vi("e", D, [2, 3])])
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="r_sum"), const("zero", 0.0),
+             h.make_node("Greater", ["s", "zero"], ["c"], name="r_gt"),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="r_if")]
+    m = model(nodes, [("x", D, [2, 3]), ("W", D, [3, 3])], [("y", D, [2, 3])])
+    feeds = {"x": sign * np.abs(_r(2, 3)), "W": _r(3, 3)}
+    errors = check_derivatives(m, feeds)
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    rev = reverse(m, inputs=["x"], layout="onnx")
+    primal_branches, reverse_branches = _branch_ops(rev)[:2], _branch_ops(rev)[2:]
+    assert primal_branches == [["MatMul", "Tanh"], ["Exp"]]
+    assert not {"Tanh", "Exp", "Transpose"} & {t for b in reverse_branches for t in b}, \
+        reverse_branches

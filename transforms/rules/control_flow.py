@@ -496,12 +496,63 @@ def _rev_if(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict) -
         blk = new.regions[side].blocks.append()
         ys = _move_body(copy.regions[side].blocks[0], blk, {})
         seeds = [(y, ct_of[r]) for y, r in zip(ys, op.results) if ct_of.get(r) is not None]
+        _mark_yields(blk, ys)
         cts = _reverse_block(blk, new, inputs, seeds, b.opset)
+        # the primal If took this branch: what the recomputed branch yields is
+        # its result (coefficients read it there; the recomputation may die)
+        _reuse_marked(blk, list(op.results))
         with ir.InsertionPoint(blk):
             outs = [_zeros(b, x, k) if ct is None else b.fit(ct, x) for x, ct in zip(inputs, cts)]
         _yield(blk, outs, op.location)
     copy.erase()
+    _hoist_invariants(new)
     return dict(zip(inputs, new.results))
+
+
+YIELD_OF = "onnx_ad.yield_of"
+
+
+def _mark_yields(blk: ir.Block, ys: list[ir.Value]) -> None:
+    """Tags the ops of blk (no regions: rules do not rebuild those) that
+    compute yield j with [result number, j] pairs, read by _reuse_marked
+    after the block's reversal (a Value could dangle by then, an op tagged
+    and later replaced just loses the tag)."""
+    i64 = ir.IntegerType.get_signless(64)
+    for j, y in enumerate(ys):
+        owner = y.owner
+        if not isinstance(owner, (ir.Operation, ir.OpView)):
+            continue
+        o = owner.operation
+        if o.block != blk or len(o.regions):
+            continue
+        old = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(o.attributes[YIELD_OF])] \
+            if YIELD_OF in o.attributes else []
+        o.attributes[YIELD_OF] = ir.ArrayAttr.get(
+            [ir.IntegerAttr.get(i64, v) for v in old + [ir.OpResult(y).result_number, j]])
+
+
+def _reuse_marked(blk: ir.Block, results: list[ir.Value]) -> None:
+    """Uses inside blk of a tagged op's result read the primal result
+    instead (the same value: same branch, same inputs)."""
+    for o in list(blk.operations):
+        o = o.operation
+        if YIELD_OF not in o.attributes:
+            continue
+        tags = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(o.attributes[YIELD_OF])]
+        del o.attributes[YIELD_OF]
+        for rn, j in zip(tags[::2], tags[1::2]):
+            y, r = o.results[rn], results[j]
+            if y.type != r.type:
+                continue
+            for use in list(y.uses):
+                user = use.owner
+                user = user.operation if isinstance(user, ir.OpView) else user
+                inner = user
+                while inner is not None and inner.block != blk:  # nested in blk?
+                    inner = inner.parent
+                    inner = inner.operation if inner is not None else None
+                if inner is not None:
+                    user.operands[use.operand_number] = r
 
 
 def _with_history(op: ir.Operation, name: str) -> tuple[ir.Operation, list[ir.Value]]:
@@ -549,17 +600,20 @@ _HOISTABLE = {"Transpose", "Unsqueeze", "Squeeze", "Identity", "Cast", "CastLike
 
 
 def _hoist_invariants(op: ir.Operation) -> None:
-    """Moves the loop-invariant ops of op's body (pure, region-free, every
-    operand from outside the body, in _HOISTABLE) in front of op."""
-    body = op.regions[0].blocks[0]
-    inside = set(body.arguments)
-    for o in list(body.operations):
-        o = o.operation
-        if _kind(o) in _HOISTABLE and not len(o.regions) and \
-                all(v not in inside for v in o.operands):
-            o.move_before(op)
-        else:
-            inside.update(o.results)
+    """Moves the invariant ops of op's bodies (pure, region-free, every
+    operand from outside the body, in _HOISTABLE) in front of op: a reverse
+    Loop/Scan runs them once, not per iteration; a reverse If's branches
+    share them (cse) and ONNX Runtime folds those of constants."""
+    for region in op.regions:
+        body = region.blocks[0]
+        inside = set(body.arguments)
+        for o in list(body.operations):
+            o = o.operation
+            if _kind(o) in _HOISTABLE and not len(o.regions) and \
+                    all(v not in inside for v in o.operands):
+                o.move_before(op)
+            else:
+                inside.update(o.results)
 
 
 def _invariant_ct(b: Builder, ct: ir.Value, axis: int, like: ir.Value) -> ir.Value | None:

@@ -22,12 +22,27 @@ DYN = ir.ShapedType.get_dynamic_size()
 Dims = list  # list[int | None]; None is an unknown extent
 
 
+# type -> static dims, for one context at a time (types are uniqued per
+# context and compare by address: entries must not outlive their context)
+_DIMS: dict = {}
+_DIMS_CONTEXT: list = [None]
+
+
 def dims(value_or_type: ir.Value | ir.Type) -> Dims | None:
     """Static dims (None where unknown), or None for an unranked tensor."""
     t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
+    ctx = t.context
+    if ctx is not _DIMS_CONTEXT[0] or len(_DIMS) > 4096:
+        _DIMS.clear()
+        _DIMS_CONTEXT[0] = ctx
+    hit = _DIMS.get(t)
+    if hit is not None:
+        return list(hit)
     if not isinstance(t, ir.RankedTensorType):
         return None
-    return [None if d == DYN else d for d in t.shape]
+    d = tuple(None if e == DYN else e for e in t.shape)
+    _DIMS[t] = d
+    return list(d)
 
 
 def rank(value: ir.Value) -> int | None:
@@ -55,6 +70,8 @@ def broadcast_dims(*shapes: Dims | None) -> Dims | None:
     """ONNX multidirectional broadcasting of static dims (None = unknown)."""
     if any(s is None for s in shapes):
         return None
+    if len(shapes) == 2 and shapes[0] == shapes[1]:
+        return list(shapes[0])
     out: Dims = []
     for i in range(max(len(s) for s in shapes)):
         ext = [s[len(s) - 1 - i] for s in shapes if i < len(s)]
@@ -110,8 +127,19 @@ def op_type(op: ir.Operation) -> str:
     return _op_table.OPS[op.name.removeprefix("onnx.")]["op_type"]
 
 
+_RESOLVED: dict = {}
+
+
 def resolve(op_type_: str, opset: int) -> str:
     """The MLIR op name implementing `op_type_` at `opset`."""
+    hit = _RESOLVED.get((op_type_, opset))
+    if hit is not None:
+        return hit
+    _RESOLVED[(op_type_, opset)] = name = _resolve(op_type_, opset)
+    return name
+
+
+def _resolve(op_type_: str, opset: int) -> str:
     chosen = None
     for since, name in _op_table.VERSIONS[op_type_]:
         if since <= opset:

@@ -176,7 +176,7 @@ def _of(v: ir.Value) -> list | None:
     if DYN not in shape:
         return shape
     hit = _cache.get(v)
-    return list(hit[1]) if hit is not None else None
+    return hit[1] if hit is not None else None  # read-only: rules build new lists
 
 
 def _fill(out: list | None, v: ir.Value) -> list:
@@ -238,23 +238,46 @@ def _attr(op, name, default=None):
 
 
 def broadcast(*shapes: list) -> list | None:
-    if any(s is None for s in shapes):
+    """Multidirectional broadcasting of symbolic extents, folded pairwise:
+    per dim, the one non-1 extent; between two different ones, the static one
+    when exactly one is static (a valid model needs the other to be it or
+    1), else None (unknown)."""
+    if not shapes:
+        return []
+    out = shapes[0]
+    if out is None:
         return None
-    out = []
-    for i in range(max(len(s) for s in shapes)):
-        ext = [s[len(s) - 1 - i] for s in shapes if i < len(s)]
-        non1 = []
-        for e in ext:
-            if e != 1 and e not in non1:
-                non1.append(e)
-        if not non1:
-            out.append(1)
-        elif len(non1) == 1:
-            out.append(non1[0])
-        else:
-            statics = [e for e in non1 if isinstance(e, (int, np.integer))]
-            out.append(statics[0] if len(statics) == 1 else None)
-    return out[::-1]
+    out = list(out)
+    for s in shapes[1:]:
+        if s is None:
+            return None
+        if s == out:
+            continue
+        n, m = len(out), len(s)
+        if m > n:
+            out = list(s[:m - n]) + out
+            n = m
+        off = n - m
+        for i, e in enumerate(s):
+            j = off + i
+            c = out[j]
+            if c is _CONFLICT or e == c or e == 1:
+                continue
+            if c == 1:
+                out[j] = e
+                continue
+            ce, ee = isinstance(c, _INTS), isinstance(e, _INTS)
+            if ce and ee:
+                out[j] = _CONFLICT  # two different static extents: unknown for good
+            elif ee:
+                out[j] = e
+            elif not ce:
+                out[j] = None
+    return [None if e is _CONFLICT else e for e in out] if _CONFLICT in out else out
+
+
+_INTS = (int, np.integer)
+_CONFLICT = object()
 
 
 def _shape_value(v: ir.Value) -> list | None:

@@ -64,13 +64,14 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     validate.check_dims(model.graph)
     model = validate.clear_negative_subgraph_dims(model)
     model = _infer_shapes(model)
-    validate.check_dims(model.graph)
+    declared = validate.declared_types(model.graph)  # read once for three checks
+    validate.check_dims(model.graph, declared=declared)
     # the main graph's order needs no outer scope: its own names are all
     rows = node_rows(model.graph, lambda name: None)
-    validate.check_attributes(model.graph, rows=rows)
+    validate.check_attributes(model.graph, rows=rows, declared=declared)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:
-        validate.check_types(model.graph, opset, rows=rows)
+        validate.check_types(model.graph, opset, rows=rows, declared=declared)
     return model, base_dir, rows
 
 

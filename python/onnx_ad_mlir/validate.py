@@ -38,12 +38,37 @@ def node_fields(graph: onnx.GraphProto) -> list[NodeRow]:
     return [(n, n.op_type, n.domain, n.input[:], n.output[:]) for n in graph.node]
 
 
-def _ranks(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
+Declared = list[tuple[str, str, bytes]]
+
+
+def declared_types(graph: onnx.GraphProto) -> Declared:
+    """(kind, name, serialized TypeProto) of the graph's inputs, outputs and
+    value_info entries, in that order. Serialized once for the checks, which
+    read types through caches by these bytes: thousands of values share a
+    few types, and reading each one's fields costs more than this."""
+    return [(kind, v.name, v.type.SerializeToString())
+            for kind, values in (("input", graph.input), ("output", graph.output),
+                                 ("value_info", graph.value_info)) for v in values]
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_facts(type_bytes: bytes) -> tuple[int | None, int]:
+    """(rank or None, element type or 0) of a serialized TypeProto's tensor
+    type; (None, 0) for other types."""
+    tp = onnx.TypeProto.FromString(type_bytes)
+    if not tp.HasField("tensor_type"):
+        return None, 0
+    t = tp.tensor_type
+    return (len(t.shape.dim) if t.HasField("shape") else None), t.elem_type
+
+
+def _ranks(graph: onnx.GraphProto, outer: dict[str, int],
+           declared: Declared | None = None) -> dict[str, int]:
     ranks = dict(outer)
-    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
-        t = v.type.tensor_type if v.type.HasField("tensor_type") else None
-        if t is not None and t.HasField("shape"):
-            ranks[v.name] = len(t.shape.dim)
+    for _, name, type_bytes in declared_types(graph) if declared is None else declared:
+        rank = _type_facts(type_bytes)[0]
+        if rank is not None:
+            ranks[name] = rank
     for t in graph.initializer:
         ranks[t.name] = len(t.dims)
     return ranks
@@ -116,9 +141,11 @@ _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS,
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
-                     rows: list[NodeRow] | None = None) -> None:
-    """`rows`: the graph's node_fields, when already read."""
-    ranks = _ranks(graph, outer or {})
+                     rows: list[NodeRow] | None = None,
+                     declared: Declared | None = None) -> None:
+    """`rows`, `declared`: the graph's node_fields and declared_types, when
+    already read."""
+    ranks = _ranks(graph, outer or {}, declared)
     consts: dict[str, list[int]] | None = None  # built when an axes operand needs them
     for node, op, domain, _, _ in node_fields(graph) if rows is None else rows:
         if not isinstance(op, str) or not isinstance(domain, str):
@@ -175,19 +202,19 @@ def _check_node_attributes(node: onnx.NodeProto, ranks: dict[str, int],
 MAX_DIM = 2**53  # extents beyond this overflow int64 in any product of two
 
 
-def check_dims(graph: onnx.GraphProto, nested: bool = False) -> None:
+def check_dims(graph: onnx.GraphProto, nested: bool = False,
+               declared: Declared | None = None) -> None:
     """Graph inputs, outputs and value infos with negative or absurd extents
     (products of them overflow int64 when types are built) are malformed.
     Subgraph declarations are only hints (their values are typed from the
     outer graph): a negative extent there, which ONNX's own test models carry
-    (-1 for "unknown"), is cleared by `clear_negative_subgraph_dims` instead."""
-    for kind, values in (("input", graph.input), ("output", graph.output),
-                         ("value_info", graph.value_info)):
-        for v in values:
-            bad = _bad_dim(v.type.SerializeToString(), nested)
-            if bad is not None:
-                raise ImportFailure(f"graph {kind} '{v.name}': dimension {bad[0]} is "
-                                    f"{bad[1]}, outside [0, 2**53]")
+    (-1 for "unknown"), is cleared by `clear_negative_subgraph_dims` instead.
+    `declared`: the graph's declared_types, when already read."""
+    for kind, name, type_bytes in declared_types(graph) if declared is None else declared:
+        bad = _bad_dim(type_bytes, nested)
+        if bad is not None:
+            raise ImportFailure(f"graph {kind} '{name}': dimension {bad[0]} is "
+                                f"{bad[1]}, outside [0, 2**53]")
     for g in _subgraphs(graph):
         check_dims(g, nested=True)
 
@@ -254,17 +281,19 @@ def check_opsets(model: onnx.ModelProto) -> None:
                                 f"'{o.domain or 'ai.onnx'}' is not a valid opset")
 
 
-def _elem_types(graph: onnx.GraphProto, outer: dict[str, int]) -> dict[str, int]:
+def _elem_types(graph: onnx.GraphProto, outer: dict[str, int], declared: Declared | None,
+                rows: list[NodeRow]) -> dict[str, int]:
     types = dict(outer)
-    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
-        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type:
-            types[v.name] = v.type.tensor_type.elem_type
+    for _, name, type_bytes in declared_types(graph) if declared is None else declared:
+        elem = _type_facts(type_bytes)[1]
+        if elem:
+            types[name] = elem
     for init in graph.initializer:
         types[init.name] = init.data_type
-    for n in graph.node:  # Constant outputs: the type of their value
-        if n.op_type == "Constant" and n.output and n.attribute \
+    for n, op, _, _, outputs in rows:  # Constant outputs: the type of their value
+        if op == "Constant" and outputs and n.attribute \
                 and n.attribute[0].type == onnx.AttributeProto.TENSOR:
-            types.setdefault(n.output[0], n.attribute[0].t.data_type)
+            types.setdefault(outputs[0], n.attribute[0].t.data_type)
     return types
 
 
@@ -276,15 +305,16 @@ def _type_name(elem: int) -> str:
 
 
 def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None = None,
-                rows: list[NodeRow] | None = None) -> None:
+                rows: list[NodeRow] | None = None, declared: Declared | None = None) -> None:
     """Operand element types against each schema's type constraints: the
     operands bound to one type variable (Concat's inputs, Add's A and B) must
     agree and be allowed. A mismatch would reach MLIR ops whose C++ asserts
-    on it (a process abort; found by the fuzzer). `rows`: the graph's
-    node_fields, when already read."""
-    types = _elem_types(graph, outer or {})
+    on it (a process abort; found by the fuzzer). `rows`, `declared`: the
+    graph's node_fields and declared_types, when already read."""
+    rows = node_fields(graph) if rows is None else rows
+    types = _elem_types(graph, outer or {}, declared, rows)
     accepted: set[tuple] = set()  # (op, operand element types) already checked
-    for node, op, domain, inputs, _ in node_fields(graph) if rows is None else rows:
+    for node, op, domain, inputs, _ in rows:
         if domain not in ("", "ai.onnx"):
             continue
         key = (op, *[types.get(name) if name else None for name in inputs])

@@ -384,6 +384,7 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     c.r = r
     if c.lbr:
         cr = b.mul(b.mul(ch, dr), hr_h)
+        c.gru_parts = (cz, cr, ch, r, z)  # the tiled reverse step builds from these
         ones = b.expand(b.scalar(1.0, z), b.shape(zr), dims(zr))
         c.coefs = [b.concat([ones, r], 3), b.concat([cz, cr, ch], 3), z]
     else:
@@ -617,8 +618,14 @@ def _reverse_scan_gru_tiled(b: Builder, c: _Cell, ct_y, ct_h, k, need_tA: bool):
     npt = np.float32 if isinstance(el, ir.F32Type) else np.float64
     k_, cc, z = c.coefs
     last = len(dims(z)) - 1
-    V = b.concat([b.mul(cc, k_), z], last)  # [T, D, B, 4H]
-    CC = b.concat([cc, z], last)  # the z part of its product is sliced away
+    parts = getattr(c, "gru_parts", None)
+    if c.mask is None and parts is not None:  # the same values, fewer ops
+        cz, cr, ch, r, z = parts
+        V = b.concat([cz, cr, b.mul(ch, r), z], last)  # [T, D, B, 4H]
+        CC = b.concat([cz, cr, ch, z], last)  # the z part of its product is sliced away
+    else:
+        V = b.concat([b.mul(cc, k_), z], last)
+        CC = b.concat([cc, z], last)
     eye = b.constant(ir.DenseElementsAttr.get(
         np.ascontiguousarray(np.broadcast_to(np.tile(np.eye(H, dtype=npt), (1, 4)), (D, H, 4 * H)))))
     R4 = b.concat([b.concat([c.R] * 4, 2), eye], 1)  # [D, 4H, 4H]

@@ -545,8 +545,18 @@ class Builder:
                             [-1], [None])
         summed = self.reduce("ReduceSum", ct, axes, keepdims=True,
                              out=None if cr is None else [None] * cr)
-        return self.reshape(summed, self.like_shape(ct, target),
-                            None if tr is None else [None] + (dims(target)[1:]))
+        return self.reshape_to(summed, self.like_shape(ct, target),
+                               None if tr is None else [None] + (dims(target)[1:]))
+
+    def reshape_to(self, x: ir.Value, shape: ir.Value, out: Dims | None) -> ir.Value:
+        """Reshape to a shape read at run time (like_shape, Shape slices):
+        every entry is an extent. A 0 there (a real 0 extent, possibly folded
+        into a literal) needs allowzero, else it copies x's extent at that
+        position (a wrong shape; ONNX Runtime's Reshape fusion then even
+        turns the leading Shape slice into -1 and fails on 0 elements)."""
+        zero = out is None or any(e is None or e == 0 for e in out[1:])
+        allow = {"allowzero": 1} if self.opset >= 14 and zero else {}
+        return self.op("Reshape", [x, shape], tensor_type(out, element_type(x)), **allow)
 
     def like_shape(self, ct: ir.Value, target: ir.Value) -> ir.Value:
         """[k of ct] + shape(target)[1:]: the run-time shape of a cotangent for

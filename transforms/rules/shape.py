@@ -352,7 +352,7 @@ def _t_slice_by_positions(b: Builder, op, ct: ir.Value) -> ir.Value:
     idx = b.expand(b.reshape(kept, [1, -1], [1, None]), b.shape(rows), [None, None])
     zeros = _zeros(b, b.concat([k, b.reshape(size, [1], [1])], 0), [None, None], ct)
     placed = b.op("ScatterElements", [zeros, idx, rows], zeros.type, axis=1)
-    return b.reshape(placed, b.like_shape(ct, x), None if d is None else [None] + d[1:])
+    return b.reshape_to(placed, b.like_shape(ct, x), None if d is None else [None] + d[1:])
 
 
 def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: int,

@@ -58,6 +58,8 @@ INVALID = {
     "bad_opset_twice.onnx": "domain 'ai.onnx' twice",
     "bad_matmul_rank0.onnx": "(MatMul): strict ONNX shape inference rejects the model: "
                              "Input tensors of wrong rank",  # a scalar input: accepted
+    "bad_gemm_rank3.onnx": "(Gemm): strict ONNX shape inference rejects the model: "
+                           "Input 0 expected to have rank 2",  # accepted
     # Slice axes [1, 2] for one start/end: our rule read the first axis only
     "bad_slice_axes_length.onnx": "node 'n_Slice45' (Slice): strict ONNX shape inference "
                                   "rejects the model: Input axes has incorrect length",

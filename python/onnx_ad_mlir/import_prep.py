@@ -57,17 +57,18 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
             raise ImportFailure(f"cannot inline the model's local functions: {e}") from e
     validate.check_opsets(model)
     validate.check_versions(model)
-    validate.check_text(model.graph)
+    rows = validate.node_fields(model.graph)  # read once: see node_rows
+    validate.check_text(model.graph, rows)
     validate.check_io_types(model.graph)
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
     validate.check_dims(model.graph)
     model = validate.clear_negative_subgraph_dims(model)
-    model = _infer_shapes(model)
+    model = _infer_shapes(model, rows)
     declared = validate.declared_types(model.graph)  # read once for three checks
     validate.check_dims(model.graph, declared=declared)
     # the main graph's order needs no outer scope: its own names are all
-    rows = node_rows(model.graph, lambda name: None)
+    rows = node_rows(model.graph, lambda name: None, _inferred_rows(model.graph, rows))
     validate.check_attributes(model.graph, rows=rows, declared=declared)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:
@@ -75,15 +76,16 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     return model, base_dir, rows
 
 
-def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow]) -> onnx.ModelProto:
     """Types and shapes for every value ONNX can infer; a model inference
-    rejects is imported as is (the importer derives missing types itself)."""
+    rejects is imported as is (the importer derives missing types itself).
+    `rows`: the main graph's node_fields."""
     big = sum(t.ByteSize() for t in model.graph.initializer) > _PROTO_LIMIT
     skeleton = _without_big_data(model) if big else model
     try:
         # strict: a model contradicting its own declared shapes is refused
         inferred = validate.infer_shapes(skeleton, data_prop=False)
-        if _propagates_data(model.graph) and not _long_vectors(inferred.graph):
+        if _propagates_data(model.graph, rows) and not _long_vectors(inferred.graph):
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
     except ImportFailure:
         raise
@@ -95,7 +97,18 @@ def _infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return inferred
 
 
-def _propagates_data(graph: onnx.GraphProto) -> bool:
+def _inferred_rows(graph: onnx.GraphProto, rows: list[NodeRow]) -> list[NodeRow]:
+    """node_fields of the graph shape inference returned, from those of the
+    graph it was given: inference adds types, in value_info and in subgraphs,
+    and leaves the nodes and their order alone. The node messages are the
+    new ones (their subgraphs carry the types)."""
+    nodes = graph.node[:]
+    if len(nodes) != len(rows):  # not the same graph: read again
+        return validate.node_fields(graph)
+    return [(node, *row[1:]) for node, row in zip(nodes, rows)]
+
+
+def _propagates_data(graph: onnx.GraphProto, rows: list[NodeRow]) -> bool:
     """Whether ONNX data propagation could infer more than plain inference.
     Values it computes start at Shape/Size, or at integer constants that a
     propagating op reads (plain inference reads constants only as direct
@@ -104,27 +117,29 @@ def _propagates_data(graph: onnx.GraphProto) -> bool:
     arithmetic) skips the second inference."""
     constants: set[str] = set()
     reads: list = []  # inputs of propagating ops
-    if _data_sources(graph, constants, reads):
+    if _data_sources(graph, constants, reads, rows):
         return True
     return bool(constants) and any(name in constants for names in reads for name in names)
 
 
-def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list) -> bool:
+def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list,
+                  rows: list[NodeRow] | None = None) -> bool:
     """True on a Shape/Size node; else collects integer constant names and
-    the inputs of propagating ops, subgraphs included."""
+    the inputs of propagating ops, subgraphs included. `rows`: the graph's
+    node_fields, when already read."""
     for t in graph.initializer:
         if t.data_type in _INT_DATA and len(t.dims) <= 1:
             constants.add(t.name)
     constants.update(t.values.name for t in graph.sparse_initializer)
-    for node in graph.node:
-        op = node.op_type
+    for node, op, domain, inputs, outputs in validate.node_fields(graph) if rows is None \
+            else rows:
         if op in _PROPAGATING:
-            reads.append(node.input)
+            reads.append(inputs)
         elif op == "Constant":
-            constants.update(node.output)
+            constants.update(outputs)
         elif op in _SHAPE_SOURCES:
             return True
-        elif op in _REGION_OPS or node.domain not in ("", "ai.onnx"):
+        elif op in _REGION_OPS or domain not in ("", "ai.onnx"):
             for a in node.attribute:
                 graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs
                 if any(_data_sources(g, constants, reads) for g in graphs):
@@ -180,9 +195,11 @@ def sorted_nodes(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list
     return [row[0] for row in node_rows(graph, outer)]
 
 
-def node_rows(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list[NodeRow]:
-    """The graph's `validate.node_fields` in `sorted_nodes`' order."""
-    rows = validate.node_fields(graph)
+def node_rows(graph: onnx.GraphProto, outer: Callable[[str], object],
+              rows: list[NodeRow] | None = None) -> list[NodeRow]:
+    """The graph's `validate.node_fields` (`rows`, when already read) in
+    `sorted_nodes`' order."""
+    rows = validate.node_fields(graph) if rows is None else rows
     defined = _graph_own_names(graph)
     defined.add("")  # absent optional inputs
     for node, op_type, _, inputs, outputs in rows:

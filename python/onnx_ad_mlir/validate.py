@@ -374,9 +374,10 @@ def _check_operand_types(node: onnx.NodeProto, rules: tuple | None,
         bound.setdefault(var, (name, elem))
 
 
-def check_text(graph: onnx.GraphProto) -> None:
+def check_text(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> None:
     """Names must be text: protobuf hands back invalid UTF-8 as bytes, which
-    MLIR locations and attributes cannot hold."""
+    MLIR locations and attributes cannot hold. `rows`: the graph's
+    node_fields, when already read."""
     def bad(what: str, value) -> None:
         raise ImportFailure(f"{what} {value!r} is not valid UTF-8 text")
     if not isinstance(graph.name, str):
@@ -387,9 +388,9 @@ def check_text(graph: onnx.GraphProto) -> None:
     for init in graph.initializer:
         if not isinstance(init.name, str):
             bad("initializer name", init.name)
-    for node in graph.node:
-        strings = node.input[:] + node.output[:]  # slices: cheaper than iterating
-        strings += (node.name, node.op_type, node.domain)
+    for node, op, domain, inputs, outputs in node_fields(graph) if rows is None else rows:
+        strings = inputs + outputs
+        strings += (node.name, op, domain)
         try:
             "".join(strings)  # raises on bytes, in C: the loop below finds which
         except TypeError:

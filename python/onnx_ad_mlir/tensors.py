@@ -47,7 +47,7 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str = "") -> ir.Attribute:
     """The ElementsAttr holding `tensor`'s data (type = its MLIR tensor type)."""
     elem = tensor.data_type
-    dims = tuple(tensor.dims)
+    dims = tuple(tensor.dims[:])  # a slice: cheaper than iterating the field
     ttype = types.tensor(elem, dims)
     if elem == onnx.TensorProto.STRING:
         return _string_attr(tensor, ttype, types.context)

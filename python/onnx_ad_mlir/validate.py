@@ -7,6 +7,7 @@ the node, op and attribute."""
 from __future__ import annotations
 
 import functools
+import re
 
 import onnx
 import onnx.numpy_helper
@@ -459,7 +460,8 @@ def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelP
         return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=data_prop)
     except Exception as e:  # noqa: BLE001 - InferenceError and friends
         msg = " ".join(str(e).split())
-        if any(c in msg for c in _CONTRADICTIONS):
+        if any(c in msg for c in _CONTRADICTIONS) and \
+                _contradiction(msg)[0] not in _WRONG_INFERENCE:
             # an attribute of the wrong type is the likelier cause: say so
             opset = next((o.version for o in model.opset_import
                           if o.domain in ("", "ai.onnx")), None)
@@ -493,21 +495,31 @@ def check_attribute_types(graph: onnx.GraphProto, opset: int) -> None:
                 check_attribute_types(a.g, opset)
 
 
+# Ops whose ONNX shape inference is wrong on valid models: a contradiction
+# there is ONNX's, not the model's.
+_WRONG_INFERENCE = {"STFT"}  # ignores the default onesided=1 (infers all bins)
+
+
 def _inference_message(msg: str) -> str:
     """'node 'n' (Op): <ONNX's words>' from ONNX's nested inference report
     '[ShapeInferenceError] Inference error(s): (op_type:Op, node name: n): ...':
     the node whose own clause holds the contradiction (outer ones hold the
     subgraph that holds it)."""
-    import re
+    op, name, text = _contradiction(msg)
+    text = re.sub(r"\[(Shape|Type)InferenceError\]\s*|Inference error\(s\):\s*", "", text)
+    text = " ".join(text.split())[:300]
+    if op is None:
+        return f"strict ONNX shape inference rejects the model: {text}"
+    return f"node '{name}' ({op}): strict ONNX shape inference rejects the model: {text}"
+
+
+def _contradiction(msg: str) -> tuple[str | None, str | None, str]:
+    """(op type, node name, clause) of the innermost node whose clause of
+    ONNX's report holds the contradiction."""
     marks = list(re.finditer(r"\(op_type:([^,)]*)(?:, node name: ([^)]*))?\):", msg))
     clauses = [(m.group(1), m.group(2) or "", msg[m.end():marks[j + 1].start()
                                                    if j + 1 < len(marks) else len(msg)])
                for j, m in enumerate(marks)]
     hit = next(((op, name, text) for op, name, text in clauses
                 if any(c in text for c in _CONTRADICTIONS)), None)
-    op, name, text = hit or (clauses[-1] if clauses else (None, None, msg))
-    text = re.sub(r"\[(Shape|Type)InferenceError\]\s*|Inference error\(s\):\s*", "", text)
-    text = " ".join(text.split())[:300]
-    if op is None:
-        return f"strict ONNX shape inference rejects the model: {text}"
-    return f"node '{name}' ({op}): strict ONNX shape inference rejects the model: {text}"
+    return hit or (clauses[-1] if clauses else (None, None, msg))

@@ -80,10 +80,7 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow]) -> onnx.ModelProt
     """Types and shapes for every value ONNX can infer; a model inference
     rejects is imported as is (the importer derives missing types itself).
     `rows`: the main graph's node_fields."""
-    # the whole model's size (one call) bounds its initializers': most models
-    # are far below the limit and need no sum over thousands of tensors
-    big = model.ByteSize() > _PROTO_LIMIT and \
-        sum(t.ByteSize() for t in model.graph.initializer) > _PROTO_LIMIT
+    big = sum(t.ByteSize() for t in model.graph.initializer) > _PROTO_LIMIT
     skeleton = _without_big_data(model) if big else model
     try:
         # strict: a model contradicting its own declared shapes is refused

@@ -399,6 +399,11 @@ class _Exporter:
 
     # ----------------------------------------------------------------- data
     def _tensor(self, attr: ir.Attribute, name: str, into=None) -> onnx.TensorProto:
+        raw = self.reader.raw_and_element(attr)
+        if raw is not None:  # the common case, without a numpy array
+            data, dims, elem = raw
+            make = onnx.TensorProto if into is None else into.add
+            return make(name=name, data_type=elem, dims=dims, raw_data=data)
         array, elem = self.reader.array_and_element(attr)
         return array_to_tensor(array, elem, name, into)
 

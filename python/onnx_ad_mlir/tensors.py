@@ -172,14 +172,29 @@ class ResourceReader:
 
     def array_and_element(self, attr: ir.Attribute) -> tuple[np.ndarray, int]:
         """The data of `attr` and its ONNX element type."""
-        ttype = attr.type
+        elem, shape, dtype = self._type_info(attr.type)
+        return self._array(attr, elem, shape, dtype), elem
+
+    def raw_and_element(self, attr: ir.Attribute) -> tuple[bytes, list[int], int] | None:
+        """The common constant's data as TensorProto.raw_data holds it
+        (little-endian bytes), its shape and ONNX element type, without a
+        numpy array in between; None unless `attr` is a dense, non-splat
+        attribute of a numpy-native element type other than bool (packed
+        differently) on a little-endian host."""
+        if not _LITTLE_ENDIAN or not isinstance(attr, ir.DenseElementsAttr) or attr.is_splat:
+            return None
+        elem, shape, _ = self._type_info(attr.type)
+        if elem not in _BUFFER_ELEMENTS or elem == onnx.TensorProto.BOOL:
+            return None
+        return bytes(memoryview(attr)), shape, elem
+
+    def _type_info(self, ttype: ir.Type) -> tuple[int, list[int], np.dtype]:
         info = self._types.get(ttype)
         if info is None:
             elem = element_of(ttype.element_type)
             info = self._types[ttype] = (elem, list(ttype.shape),
                                          helper.tensor_dtype_to_np_dtype(elem))
-        elem, shape, dtype = info
-        return self._array(attr, elem, shape, dtype), elem
+        return info
 
     def _array(self, attr: ir.Attribute, elem: int, shape: list[int], dtype: np.dtype
                ) -> np.ndarray:

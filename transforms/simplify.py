@@ -188,14 +188,16 @@ def _erase_if_dead(v: ir.Value, varying: set) -> None:
         _erase(op, varying)
 
 
-def _reduce_mean(b, op: ir.Operation, varying: set) -> bool:
+def _reduce_mean(b, op: ir.Operation, varying: set, operands: list) -> bool:
     """Mul(ReduceSum(t), 1/N) -> ReduceMean(t)."""
     from .builder import dims
     from .rules.reduction import reduce_axes
     for i in (0, 1):
-        r, c = op.operands[i], op.operands[1 - i]
+        r, c = operands[i], operands[1 - i]
+        if r not in varying or c in varying:
+            continue
         rop = _defining(r)
-        if rop is None or _op_type(rop) != "ReduceSum" or r not in varying or \
+        if rop is None or _op_type(rop) != "ReduceSum" or \
                 not _single_use(r) or r.type != op.results[0].type:
             continue
         value = _scalar(c)
@@ -232,26 +234,27 @@ def _split(v: ir.Value, varying: set):
     """(t, p, kind) for v = t * p, p * t ("mul") or t / p ("div"), t varying,
     p not; None otherwise."""
     op = _defining(v)
-    if op is None:
-        return None
-    ot = _op_type(op)
+    return None if op is None else _split_op(op, varying)
+
+
+def _split_op(op: ir.Operation, varying: set, ot: str | None = None, operands=None):
+    ot = ot or _op_type(op)
     if ot == "Mul":
-        a, c = op.operands[0], op.operands[1]
+        a, c = operands or op.operands
         if a in varying and c not in varying:
             return a, c, "mul"
         if c in varying and a not in varying:
             return c, a, "mul"
     elif ot == "Div":
-        a, c = op.operands[0], op.operands[1]
+        a, c = operands or op.operands
         if a in varying and c not in varying:
             return a, c, "div"
     return None
 
 
-def _reassociate(b, op: ir.Operation, varying: set) -> bool:
+def _reassociate(b, op: ir.Operation, varying: set, ot: str, operands: list) -> bool:
     """(t op1 p) op2 q -> t * coefficient, op1, op2 in {*, /}."""
-    ot = _op_type(op)
-    outer = _split(op.results[0], varying)
+    outer = _split_op(op, varying, ot, operands)
     if outer is None:
         return False
     u, q, kind2 = outer
@@ -376,13 +379,18 @@ def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
         folded += _standardized(b, op)
     for op in ops:
         ot = _op_type(op)
-        if ot not in ("Mul", "Div", "Add", "Sub") or len(op.results) != 1 or \
-                not isinstance(op.results[0].type, ir.RankedTensorType):
+        if ot not in ("Mul", "Div", "Add", "Sub") or len(op.results) != 1:
             continue
+        rt = op.results[0].type
+        if not isinstance(rt, ir.RankedTensorType) or not isinstance(rt.element_type, ir.FloatType):
+            continue  # integer arithmetic (shapes) does not reassociate
         b.builder.location = op.location
-        if ot == "Mul" and _reduce_mean(b, op, varying):
+        operands = list(op.operands)
+        if len(operands) != 2:
+            continue
+        if ot == "Mul" and _reduce_mean(b, op, varying, operands):
             folded += 1
-        elif ot in ("Mul", "Div") and _reassociate(b, op, varying):
+        elif ot in ("Mul", "Div") and _reassociate(b, op, varying, ot, operands):
             folded += 1
         elif ot in ("Add", "Sub") and _factor(b, op, varying):
             folded += 1

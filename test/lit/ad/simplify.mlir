@@ -123,3 +123,19 @@ module attributes {onnx.opset_import = [["", 18]]} {
     return %y, %tx : tensor<2x4xf32>, tensor<?x2x4xf32>
   }
 }
+
+// -----
+
+// Integer arithmetic (shape computations) is never reassociated: (t / 4) * 2 != t / 2.
+// CHECK-LABEL: func.func @integers
+// CHECK: "onnx.Div"(%arg1,
+// CHECK: "onnx.Mul"
+module attributes {onnx.opset_import = [["", 18]]} {
+  func.func @integers(%x: tensor<2xf32> {onnx.name = "x"}, %t: tensor<2xi64> {onnx.name = "t"}) -> (tensor<2xf32>, tensor<2xi64>) {
+    %two = "onnx.Constant"() <{value = dense<2> : tensor<i64>}> : () -> tensor<i64>
+    %four = "onnx.Constant"() <{value = dense<4> : tensor<i64>}> : () -> tensor<i64>
+    %t1 = "onnx.Div"(%t, %four) : (tensor<2xi64>, tensor<i64>) -> tensor<2xi64>
+    %t2 = "onnx.Mul"(%t1, %two) : (tensor<2xi64>, tensor<i64>) -> tensor<2xi64>
+    return %x, %t2 : tensor<2xf32>, tensor<2xi64>
+  }
+}

@@ -60,6 +60,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     rows = validate.node_fields(model.graph)  # read once: see node_rows
     validate.check_text(model.graph, rows)
     validate.check_io_types(model.graph)
+    validate.check_tensor_dims(model.graph)
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
     validate.check_dims(model.graph)

@@ -523,3 +523,23 @@ def _contradiction(msg: str) -> tuple[str | None, str | None, str]:
     hit = next(((op, name, text) for op, name, text in clauses
                 if any(c in text for c in _CONTRADICTIONS)), None)
     return hit or (clauses[-1] if clauses else (None, None, msg))
+
+
+def check_tensor_dims(graph: onnx.GraphProto) -> None:
+    """Initializers and Constant values with a negative extent: ONNX shape
+    inference aborts the process on them (std::clamp assertion in Slice's
+    inference after a Gather of such indices; found by the fuzzer)."""
+    for t in graph.initializer:
+        if any(d < 0 for d in t.dims):
+            raise ImportFailure(f"initializer '{t.name}' has a negative extent "
+                                f"(dims {list(t.dims)})")
+    for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and any(d < 0 for d in a.t.dims):
+                raise ImportFailure(f"{_label(node)}: attribute '{a.name}' is a tensor with "
+                                    f"a negative extent (dims {list(a.t.dims)})")
+            if a.type == onnx.AttributeProto.GRAPH:
+                check_tensor_dims(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    check_tensor_dims(g)

@@ -28,10 +28,11 @@ _INT_DATA = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
 
 def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
-                  ) -> tuple[onnx.ModelProto, str, list[NodeRow]]:
+                  ) -> tuple[onnx.ModelProto, str, list[NodeRow], validate.Declared]:
     """The model with local functions inlined and shapes inferred, the
     folder its external data is relative to, and its main graph's
-    `node_rows` (read once, for the checks and the importer)."""
+    `node_rows` and `validate.declared_types` (read once, for the checks and
+    the importer)."""
     base_dir = ""
     if isinstance(model, (str, os.PathLike)):
         base_dir = os.path.dirname(os.path.abspath(model))
@@ -74,7 +75,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:
         validate.check_types(model.graph, opset, rows=rows, declared=declared)
-    return model, base_dir, rows
+    return model, base_dir, rows, declared
 
 
 def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow]) -> onnx.ModelProto:

@@ -7,7 +7,9 @@ Everything that could trip an MLIR assertion is validated in Python first.
 """
 from __future__ import annotations
 
+import functools
 import os
+from typing import Callable
 
 import onnx
 from mlir import ir
@@ -19,7 +21,7 @@ from .onnx_types import TypeConverter
 from .ranks import refine_rank
 from .schema_types import fallback_result_type
 from .tensors import tensor_to_attr
-from .validate import NodeRow
+from .validate import Declared, NodeRow
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 _A = onnx.AttributeProto
@@ -33,9 +35,9 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
                 context: ir.Context | None = None) -> ir.Module:
     """Imports an ONNX model (a ModelProto or a file path) into a new module
     holding `func.func @main_graph`."""
-    model, base_dir, rows = prepare_model(model)
+    model, base_dir, rows, declared = prepare_model(model)
     context = context or ir.Context()
-    module = _ModelImporter(model, context, base_dir, rows).run()
+    module = _ModelImporter(model, context, base_dir, rows, declared).run()
     try:  # cheap (~1 us per op), and the caller gets an exception, not bad IR
         module.operation.verify()
     except ir.MLIRError as e:
@@ -79,11 +81,17 @@ class _Scope:
     """Names visible in one graph; subgraph scopes chain to their parent so
     inner names shadow outer ones."""
 
-    def __init__(self, parent: _Scope | None, types: dict[str, onnx.TypeProto]):
+    def __init__(self, parent: _Scope | None, graph: onnx.GraphProto):
         self.parent = parent
+        self.graph = graph
         self.values: dict[str, ir.Value] = {}
-        self.types = types  # declared/inferred types of this graph's names
         self.no_value: ir.Value | None = None
+
+    @functools.cached_property
+    def types(self) -> dict[str, onnx.TypeProto]:
+        """Declared/inferred types of this graph's names. Built on first use:
+        the main graph's nodes read theirs from serialized types instead."""
+        return _declared_types(self.graph)
 
     def lookup(self, name: str) -> ir.Value | None:
         scope = self
@@ -97,11 +105,13 @@ class _Scope:
 
 class _ModelImporter:
     def __init__(self, model: onnx.ModelProto, context: ir.Context, base_dir: str,
-                 main_rows: list[NodeRow]):
+                 main_rows: list[NodeRow], declared: Declared):
         self.model = model
         self.context = context
         self.base_dir = base_dir
         self.main_rows = main_rows  # the main graph's node_rows, from prepare_model
+        # serialized types of the main graph's names, as _declared_types picks them
+        self.main_types = _type_bytes(declared)
         self.types = TypeConverter(context)
         self.opset = _default_opset(model)
         self._used_names: set[str] | None = None
@@ -137,7 +147,7 @@ class _ModelImporter:
         return module
 
     def _main_graph(self, g: onnx.GraphProto, module: ir.Module) -> None:
-        scope = _Scope(None, _declared_types(g))
+        scope = _Scope(None, g)
         initializers = {t.name: t for t in g.initializer}
         if len({vi.name for vi in g.input}) != len(g.input):
             raise ImportFailure(f"graph '{g.name}' has duplicate input names")
@@ -199,15 +209,19 @@ class _ModelImporter:
                 attributes={"sparse_value": value, "onnx.initializer": self._unit},
                 loc=self._names_loc("", [name]), ip=ip)
             scope.values[name] = op.result
-        plain, types = self._plain_node, scope.types
-        rows = self.main_rows if scope.parent is None else node_rows(g, scope.lookup)
+        plain = self._plain_node
+        if scope.parent is None:
+            rows, types, convert = self.main_rows, self.main_types, self.types.from_type_bytes
+        else:
+            rows, types = node_rows(g, scope.lookup), scope.types
+            convert = self.types.from_type_proto
         for node, op_type, domain, inputs, outputs in rows:
-            if not plain(node, op_type, domain, inputs, outputs, values, types, ip):
+            if not plain(node, op_type, domain, inputs, outputs, values, types, convert, ip):
                 self._node(node, scope, block, ip)
 
     def _subgraph(self, g: onnx.GraphProto, parent: _Scope, region: ir.Region,
                   op_type: str, operands: list[ir.Value], node: onnx.NodeProto) -> None:
-        scope = _Scope(parent, _declared_types(g))
+        scope = _Scope(parent, g)
         arg_types = []
         for i, vi in enumerate(g.input):
             if vi.type.WhichOneof("value") is None:
@@ -227,8 +241,8 @@ class _ModelImporter:
 
     # ----------------------------------------------------------------- nodes
     def _plain_node(self, node: onnx.NodeProto, op_type: str, domain: str, inputs: list[str],
-                    outputs: list[str], values: dict[str, ir.Value],
-                    types: dict[str, onnx.TypeProto], ip: ir.InsertionPoint) -> bool:
+                    outputs: list[str], values: dict[str, ir.Value], types: dict,
+                    convert: Callable, ip: ir.InsertionPoint) -> bool:
         """Builds the common node as `_node` would (same checks, in the same
         order), at a fraction of its cost, which counts at 10**4 nodes: a
         known op without regions whose inputs and one output are single, the
@@ -250,7 +264,7 @@ class _ModelImporter:
             return False
         attributes = self._attributes(node, info)[0] if info.required or node.attribute \
             else None
-        t = self.types.from_type_proto(tp, name)[0]
+        t = convert(tp, name)[0]
         if t is None or isinstance(t, ir.UnrankedTensorType):  # _node may refine its rank
             return False
         loc = _name_loc(node.name, _name_loc(name))
@@ -598,6 +612,17 @@ def _declared_types(g: onnx.GraphProto) -> dict[str, onnx.TypeProto]:
     for vi in g.output:
         if _has_shape(vi.type) or vi.name not in types:
             types[vi.name] = vi.type
+    return types
+
+
+def _type_bytes(declared: Declared) -> dict[str, bytes]:
+    """_declared_types' choices, as serialized TypeProtos, from the main
+    graph's validate.declared_types (inputs, outputs, value_info)."""
+    types = {name: b for kind, name, b in declared if kind == "value_info"}
+    for kind, name, b in declared:
+        if kind == "input" or (kind == "output" and
+                               (name not in types or _has_shape(onnx.TypeProto.FromString(b)))):
+            types[name] = b
     return types
 
 

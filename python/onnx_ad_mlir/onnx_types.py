@@ -73,6 +73,13 @@ class TypeConverter:
             self._protos[key] = cached
         return cached
 
+    def from_type_bytes(self, key: bytes, name: str) -> tuple[ir.Type | None, list[str] | None]:
+        """from_type_proto of a serialized TypeProto."""
+        cached = self._protos.get(key)
+        if cached is None:
+            cached = self.from_type_proto(onnx.TypeProto.FromString(key), name)
+        return cached
+
     def _convert(self, tp: onnx.TypeProto, what: str) -> tuple[ir.Type, list[str] | None]:
         kind = tp.WhichOneof("value")
         if kind == "tensor_type":

@@ -25,8 +25,14 @@ def export_onnx(module: ir.Module) -> onnx.ModelProto:
     func = _main_function(module)
     exporter = _Exporter(module)
     model = onnx.ModelProto()
-    exporter.main_graph(func, model.graph)
-    _restore_model_fields(module.operation.attributes, model, exporter.op_names)
+    try:
+        exporter.main_graph(func, model.graph)
+        _restore_model_fields(module.operation.attributes, model, exporter.op_names)
+    except RuntimeError as e:  # the bindings cannot make a str of non-UTF-8 bytes
+        if "str_from_cstr" not in str(e):
+            raise
+        raise ExportFailure("a string attribute or location name in the module is not "
+                            "valid UTF-8 text (e.g. a \\EF escape in onnx.producer_name)") from None
     return model
 
 

@@ -543,3 +543,42 @@ def check_tensor_dims(graph: onnx.GraphProto) -> None:
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
                     check_tensor_dims(g)
+
+
+def check_doc_text(model: onnx.ModelProto) -> None:
+    """The free-text fields the importer keeps as MLIR string attributes
+    (producer, domain, doc strings, metadata) must be text too: protobuf
+    hands back invalid UTF-8 as bytes, and the exporter could not turn them
+    back into strings (a RuntimeError from the bindings; fuzzer)."""
+    def bad(what: str, value) -> None:
+        raise ImportFailure(f"{what} {value!r} is not valid UTF-8 text")
+
+    def props(owner: str, entries) -> None:
+        for p in entries:
+            if not isinstance(p.key, str) or not isinstance(p.value, str):
+                bad(f"{owner} metadata_props entry", p.key)
+
+    for field in ("producer_name", "producer_version", "domain", "doc_string"):
+        if not isinstance(getattr(model, field), str):
+            bad(f"model {field}", getattr(model, field))
+    props("model", model.metadata_props)
+
+    def graph(g: onnx.GraphProto) -> None:
+        if not isinstance(g.doc_string, str):
+            bad(f"graph {g.name!r} doc_string", g.doc_string)
+        props(f"graph {g.name!r}", g.metadata_props)
+        for v in list(g.input) + list(g.output):
+            if not isinstance(v.doc_string, str):
+                bad(f"doc_string of {v.name!r}", v.doc_string)
+        for node in g.node:
+            if not isinstance(node.doc_string, str):
+                bad(f"{_label(node)}: doc_string", node.doc_string)
+            if node.metadata_props:
+                props(_label(node), node.metadata_props)
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graph(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for sub in a.graphs:
+                        graph(sub)
+    graph(model.graph)

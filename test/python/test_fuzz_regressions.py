@@ -64,6 +64,8 @@ INVALID = {
     # aborted the process (std::clamp assertion; fuzz seed 11 case 2205)
     "bad_constant_negative_dim.onnx": "'n_const3' (Constant): attribute 'value' is a tensor "
                                       "with a negative extent",
+    # a bit-flipped producer_name (bytes): RuntimeError in export (fuzz seed 12 case 657)
+    "bad_producer_utf8.onnx": "model producer_name b'\\xefnnx-ad-mlir-fuzz' is not valid UTF-8",
     # Slice axes [1, 2] for one start/end: our rule read the first axis only
     "bad_slice_axes_length.onnx": "node 'n_Slice45' (Slice): strict ONNX shape inference "
                                   "rejects the model: Input axes has incorrect length",
@@ -172,3 +174,27 @@ def test_slice_transpose_of_unranked_cotangent():
     want = np.zeros((3, 3, 4))
     want[2:0:-1] = w * (np.cos(np.sin(u)) * np.cos(u))[..., None]
     np.testing.assert_allclose(got["adj_x"], want, rtol=1e-12, atol=1e-12)
+
+
+def test_export_of_non_utf8_string_attribute_is_a_clean_failure():
+    """A module whose onnx.producer_name holds bytes that are not UTF-8 (MLIR
+    text allows \\EF escapes; a bit-flipped model's producer_name reached
+    export the same way): ExportFailure, not the bindings' RuntimeError."""
+    from mlir import ir
+    from onnx_ad_mlir.errors import ExportFailure
+    from onnx_ad_mlir.exporter import export_onnx
+    text = _BAD_STRING_MODULE
+    with ir.Context():
+        module = ir.Module.parse(text)
+        with pytest.raises(ExportFailure, match="not valid UTF-8"):
+            export_onnx(module)
+
+
+_BAD_STRING_MODULE = r"""
+module attributes {onnx.ir_version = 10 : i64, onnx.opset_import = [["", 19]], onnx.producer_name = "\EFnnx"} {
+  func.func @main_graph(%arg0: tensor<2xf32> {onnx.name = "x"}) -> (tensor<2xf32> {onnx.name = "y"}) {
+    %0 = "onnx.Neg"(%arg0) : (tensor<2xf32>) -> tensor<2xf32>
+    return %0 : tensor<2xf32>
+  }
+}
+"""

@@ -41,14 +41,25 @@ def _entry(f: func.FuncOp) -> tuple[ir.Block, ir.Operation]:
     return block, block.operations[len(block.operations) - 1]
 
 
+def _has_regions(f: func.FuncOp) -> bool:
+    """Whether an op of f's body holds regions (If, Loop, Scan, the rules'
+    recurrences): nested Ifs/Scans can only be inside one. The passes that
+    rewrite region ops are skipped without (each walks every op)."""
+    for op in f.regions[0].blocks[0].operations:
+        if len(op.regions):
+            return True
+    return False
+
+
 def _prepare(f: func.FuncOp, opset: int, inputs: list[str] | None,
              outputs: list[str] | None, prefix: str, kind: str, checkpoint: int):
     """What both modes do first: rewrite ops the rules do not see (function
     bodies, lowerings, constant Ifs, bool Where, checkpointed loops), then
     choose the differentiated inputs/outputs and the CasADi prefix."""
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
-    inline_constant_ifs(f)
-    refine_region_types(f)  # results ONNX inference left untyped (rules emit less plumbing)
+    if _has_regions(f):  # (each of these walks the whole function)
+        inline_constant_ifs(f)
+        refine_region_types(f)  # results ONNX inference left untyped (rules emit less plumbing)
     bool_where(f, opset)  # ONNX Runtime has no bool Where (legalize.py)
     if checkpoint > 1:
         segment_loops(f, opset, checkpoint)
@@ -89,7 +100,8 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         (prefix + out_names[i], sig.boundary_dim_params(
             ret.operands[i], sig.dim_params(f, "res_attrs", i), dim)[layout]) for i in ys])
     simplify(f, opset, seeds)
-    scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
+    if _has_regions(f):
+        scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
 
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
@@ -127,7 +139,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
     drop_redundant_expands(f)
     simplify(f, opset, seeds)
-    scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
+    if _has_regions(f):
+        scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
 
 
 def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],

@@ -248,8 +248,10 @@ class _ModelImporter:
         known op without regions whose inputs and one output are single, the
         inputs defined in this graph, the output of a declared ranked type,
         no doc string or metadata. False (nothing built) for any other node."""
-        info = self._ops.get(op_type)
-        if info is None or not info.plain or domain not in DEFAULT_DOMAINS:
+        info = self._ops.get(op_type) if domain in DEFAULT_DOMAINS else None
+        if info is None:  # first of its type: as in _node (which raises the same)
+            info = self._op_info(node)
+        if not info.plain:
             return False
         if len(inputs) != info.num_inputs or len(outputs) != 1 \
                 or node.doc_string or node.metadata_props:

@@ -530,11 +530,13 @@ def check_tensor_dims(graph: onnx.GraphProto) -> None:
     inference aborts the process on them (std::clamp assertion in Slice's
     inference after a Gather of such indices; found by the fuzzer)."""
     for t in graph.initializer:
-        if any(d < 0 for d in t.dims):
+        dims = t.dims[:]  # a slice and min(): cheaper than a generator per tensor
+        if dims and min(dims) < 0:
             raise ImportFailure(f"initializer '{t.name}' has a negative extent "
                                 f"(dims {list(t.dims)})")
     for node in graph.node:
-        for a in node.attribute:
+        attributes = node.attribute
+        for a in attributes if attributes else ():  # most nodes have none
             if a.type == onnx.AttributeProto.TENSOR and any(d < 0 for d in a.t.dims):
                 raise ImportFailure(f"{_label(node)}: attribute '{a.name}' is a tensor with "
                                     f"a negative extent (dims {list(a.t.dims)})")
@@ -575,7 +577,8 @@ def check_doc_text(model: onnx.ModelProto) -> None:
                 bad(f"{_label(node)}: doc_string", node.doc_string)
             if node.metadata_props:
                 props(_label(node), node.metadata_props)
-            for a in node.attribute:
+            attributes = node.attribute
+            for a in attributes if attributes else ():  # most nodes have none
                 if a.type == onnx.AttributeProto.GRAPH:
                     graph(a.g)
                 elif a.type == onnx.AttributeProto.GRAPHS:

@@ -109,16 +109,16 @@ def _signature(v: ir.Value):
 
 def dims(v: ir.Value) -> list | None:
     """Per dim: an int (static) or a symbol; None for an unranked value."""
+    _same_context()
+    hit = _cache.get(v)  # only values with a `?` are cached
+    if hit is not None and hit[0] == _signature(v):
+        return list(hit[1])
     t = v.type
     if not isinstance(t, ir.RankedTensorType):
         return None
     shape = t.shape
     if DYN not in shape:
         return shape
-    _same_context()
-    hit = _cache.get(v)
-    if hit is not None and hit[0] == _signature(v):
-        return list(hit[1])
     # Iterative post-order over the unresolved operands (chains are long).
     # Each value's owner and signature are read once per call (binding
     # calls dominate the cost).
@@ -160,11 +160,11 @@ def dims(v: ir.Value) -> list | None:
 
 
 def _needs(v: ir.Value) -> bool:
-    t = v.type
-    if not isinstance(t, ir.RankedTensorType) or DYN not in t.shape:
+    hit = _cache.get(v)  # only values with a `?` are cached
+    if hit is not None and hit[0] == _signature(v):
         return False
-    hit = _cache.get(v)
-    return hit is None or hit[0] != _signature(v)
+    t = v.type
+    return isinstance(t, ir.RankedTensorType) and DYN in t.shape
 
 
 def _of(v: ir.Value) -> list | None:

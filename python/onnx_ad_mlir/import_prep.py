@@ -65,13 +65,13 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     validate.check_doc_text(model)
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
-    validate.check_dims(model.graph)
-    model = validate.clear_negative_subgraph_dims(model)
+    validate.check_dims(model.graph, rows=rows)
+    model = validate.clear_negative_subgraph_dims(model, rows)
     model = _infer_shapes(model, rows)
     declared = validate.declared_types(model.graph)  # read once for three checks
-    validate.check_dims(model.graph, declared=declared)
     # the main graph's order needs no outer scope: its own names are all
     rows = node_rows(model.graph, lambda name: None, _inferred_rows(model.graph, rows))
+    validate.check_dims(model.graph, declared=declared, rows=rows)
     validate.check_attributes(model.graph, rows=rows, declared=declared)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:

@@ -204,19 +204,20 @@ MAX_DIM = 2**53  # extents beyond this overflow int64 in any product of two
 
 
 def check_dims(graph: onnx.GraphProto, nested: bool = False,
-               declared: Declared | None = None) -> None:
+               declared: Declared | None = None, rows: list[NodeRow] | None = None) -> None:
     """Graph inputs, outputs and value infos with negative or absurd extents
     (products of them overflow int64 when types are built) are malformed.
     Subgraph declarations are only hints (their values are typed from the
     outer graph): a negative extent there, which ONNX's own test models carry
     (-1 for "unknown"), is cleared by `clear_negative_subgraph_dims` instead.
-    `declared`: the graph's declared_types, when already read."""
+    `declared`, `rows`: the graph's declared_types and node_fields, when
+    already read."""
     for kind, name, type_bytes in declared_types(graph) if declared is None else declared:
         bad = _bad_dim(type_bytes, nested)
         if bad is not None:
             raise ImportFailure(f"graph {kind} '{name}': dimension {bad[0]} is "
                                 f"{bad[1]}, outside [0, 2**53]")
-    for g in _subgraphs(graph):
+    for g in _subgraphs(graph, rows):
         check_dims(g, nested=True)
 
 
@@ -233,16 +234,18 @@ def _bad_dim(type_bytes: bytes, nested: bool) -> tuple[int, int] | None:
     return None
 
 
-def clear_negative_subgraph_dims(model: onnx.ModelProto) -> onnx.ModelProto:
+def clear_negative_subgraph_dims(model: onnx.ModelProto,
+                                 rows: list[NodeRow] | None = None) -> onnx.ModelProto:
     """The model with negative extents declared in subgraphs made unknown
-    (a copy when there are any: the caller's model is never modified)."""
-    def negatives(graph: onnx.GraphProto) -> list:
-        subgraphs = _subgraphs(graph)
+    (a copy when there are any: the caller's model is never modified).
+    `rows`: the main graph's node_fields, when already read."""
+    def negatives(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> list:
+        subgraphs = _subgraphs(graph, rows)
         found = [d for g in subgraphs for v in list(g.input) + list(g.output)
                  + list(g.value_info) for d in _dims(v)
                  if d.HasField("dim_value") and d.dim_value < 0]
         return found + [d for g in subgraphs for d in negatives(g)]
-    if not negatives(model.graph):
+    if not negatives(model.graph, rows):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -258,11 +261,13 @@ def _dims(v: onnx.ValueInfoProto) -> list:
     return []
 
 
-def _subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+def _subgraphs(graph: onnx.GraphProto, rows: list[NodeRow] | None = None
+               ) -> list[onnx.GraphProto]:
     """The graph attributes of the graph's If/Loop/Scan/SequenceMap nodes
-    (see _GRAPH_OPS)."""
-    return [g for node in graph.node if node.op_type in _GRAPH_OPS
-            for g in _node_subgraphs(node)]
+    (see _GRAPH_OPS). `rows`: the graph's node_fields, when already read."""
+    ops = ((n, n.op_type) for n in graph.node) if rows is None else \
+        ((row[0], row[1]) for row in rows)
+    return [g for node, op in ops if op in _GRAPH_OPS for g in _node_subgraphs(node)]
 
 
 def _node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:

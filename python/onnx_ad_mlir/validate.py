@@ -176,6 +176,14 @@ def _check_node_attributes(node: onnx.NodeProto, ranks: dict[str, int],
                                 f"rank-{r} input '{inputs[0]}'")
     if op.startswith("Reduce") or op in _AXES_OPS:
         _check_axes(node, attrs, r, consts)
+    if op == "Slice" and len(inputs) >= 3:
+        # constant starts/ends/axes/steps of different lengths (ONNX cannot
+        # tell when the data's shape is unknown; the rules read them zipped)
+        known = [(role, consts[n]) for role, n in zip(("starts", "ends", "axes", "steps"),
+                                                      inputs[1:5]) if n in consts]
+        if len({len(v) for _, v in known}) > 1:
+            raise ImportFailure(f"{_label(node)}: " + ", ".join(
+                f"{role} has {len(v)}" for role, v in known) + " entries (must be equal)")
     for flag in ("keepdims", "noop_with_empty_axes"):
         if op.startswith("Reduce") and flag in attrs and \
                 attrs[flag].type == onnx.AttributeProto.INT and attrs[flag].i not in (0, 1):

@@ -64,6 +64,9 @@ INVALID = {
     # aborted the process (std::clamp assertion; fuzz seed 11 case 2205)
     "bad_constant_negative_dim.onnx": "'n_const3' (Constant): attribute 'value' is a tensor "
                                       "with a negative extent",
+    # Slice of a Loop result (shape unknown to ONNX) with 4 starts and 2 ends:
+    # IndexError in the Slice transpose rule (fuzz seed 12 case 1405)
+    "bad_slice_ends_length_of_loop_result.onnx": "starts has 4, ends has 2",
     # a bit-flipped producer_name (bytes): RuntimeError in export (fuzz seed 12 case 657)
     "bad_producer_utf8.onnx": "model producer_name b'\\xefnnx-ad-mlir-fuzz' is not valid UTF-8",
     # Slice axes [1, 2] for one start/end: our rule read the first axis only

@@ -13,18 +13,19 @@ from mlir import ir
 from .builder import Builder, broadcast_dims, dims, element_type, tensor_type
 
 
-def _walk(op: ir.Operation, out: list) -> None:
+def _walk(op: ir.Operation, name: str, out: list) -> None:
+    """The ops named `name` under `op`, innermost first."""
     for r in op.regions:
         for blk in r.blocks:
             for child in blk.operations:
-                _walk(child.operation, out)
-    if op.name == "onnx.Where":
+                _walk(child.operation, name, out)
+    if op.name == name:
         out.append(op)
 
 
 def bool_where(f: ir.Operation, opset: int) -> int:
     found: list[ir.Operation] = []
-    _walk(f, found)
+    _walk(f, "onnx.Where", found)
     i1 = ir.IntegerType.get_signless(1)
     n = 0
     for op in found:
@@ -44,15 +45,6 @@ def bool_where(f: ir.Operation, opset: int) -> int:
         op.erase()
         n += 1
     return n
-
-
-def _walk_scans(op: ir.Operation, out: list) -> None:
-    for r in op.regions:
-        for blk in r.blocks:
-            for child in blk.operations:
-                _walk_scans(child.operation, out)
-    if op.name == "onnx.Scan":
-        out.append(op)
 
 
 def _i64s(values) -> ir.ArrayAttr:
@@ -82,7 +74,7 @@ def scan_axes_zero(f: ir.Operation, opset: int) -> int:
     unknown rank, or whose extents after the axis are known and non-zero,
     keep their axis. Returns the number of Scans changed."""
     scans: list[ir.Operation] = []
-    _walk_scans(f, scans)
+    _walk(f, "onnx.Scan", scans)
     changed = 0
     for op in scans:
         m = ir.IntegerAttr(op.attributes["num_scan_inputs"]).value

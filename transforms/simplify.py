@@ -31,7 +31,7 @@ from mlir import ir
 from onnx_ad_mlir import _op_table
 
 from . import symdims
-from .builder import attribute, constant_ints
+from .builder import attribute
 
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Where", "Pow", "Mean"}
 
@@ -71,37 +71,12 @@ def _local_dims(v: ir.Value) -> list | None:
     return [("local", v, i) if d == symdims.DYN else d for i, d in enumerate(t.shape)]
 
 
-def _local_shape_value(s: ir.Value) -> list | None:
-    """The extents a shape operand holds, with `?` extents read by Shape ops
-    named by _local_dims: constants, Shape(x)[start:end] and Concats of them
-    (what Builder.like_shape and Builder.fit emit)."""
-    c = constant_ints(s)
-    if c is not None:
-        return c
-    owner = s.owner
-    if isinstance(owner, ir.Block):
-        return None
-    op = owner.operation if isinstance(owner, ir.OpView) else owner
-    ot = _op_type(op)
-    if ot == "Concat":
-        parts = [_local_shape_value(o) for o in op.operands]
-        return None if any(p is None for p in parts) else [x for p in parts for x in p]
-    if ot == "Shape" and len(op.operands) == 1:
-        d = _local_dims(op.operands[0])
-        if d is None:
-            return None
-        start = attribute(op, "start") or 0
-        end = attribute(op, "end")
-        return d[start:end]
-    return None
-
-
 def _locally_same_without(user: ir.Operation, e: ir.Value, a: ir.Value) -> bool:
     """_same_without decided from types and the Expand's target alone (no
     walk through the function): true only when provably the same."""
     if _op_type(user) == "Pow" and user.operands[0] == e:
         return False
-    da, target = _local_dims(a), _local_shape_value(e.owner.operands[1])
+    da, target = _local_dims(a), symdims.shape_value(e.owner.operands[1], _local_dims)
     if da is None or target is None:
         return False
     de = symdims.broadcast(da, target)
@@ -406,7 +381,4 @@ class _SimplifyBuilder:
     def __getattr__(self, name):
         return getattr(self.builder, name)
 
-    @staticmethod
-    def attribute(op, name):
-        from .builder import attribute
-        return attribute(op, name)
+    attribute = staticmethod(attribute)

@@ -18,6 +18,7 @@ was rebuilt (ops are erased and created during the passes).
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 
 import numpy as np
 from mlir import ir
@@ -280,9 +281,12 @@ _INTS = (int, np.integer)
 _CONFLICT = object()
 
 
-def _shape_value(v: ir.Value) -> list | None:
+def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None = None
+                ) -> list | None:
     """The extents a 1-D i64 shape operand holds: constants, or Concat of
-    constants and Shape(x)[start:end] slices."""
+    constants and Shape(x)[start:end] slices, x's extents by `dims_of`
+    (default: symbolic `dims`)."""
+    dims_of = dims_of or dims
     c = _ints(v)
     if c is not None:
         return c
@@ -292,23 +296,23 @@ def _shape_value(v: ir.Value) -> list | None:
     op = owner.operation if isinstance(owner, ir.OpView) else owner
     ot = _op_table.OPS.get(op.name.removeprefix("onnx."), {}).get("op_type")
     if ot == "Concat":
-        parts = [_shape_value(o) for o in op.operands]
+        parts = [shape_value(o, dims_of) for o in op.operands]
         return None if any(p is None for p in parts) else [x for p in parts for x in p]
     if ot == "Shape":
-        d = dims(op.operands[0])
+        d = dims_of(op.operands[0])
         if d is None:
             return None
         start, end = _attr(op, "start", 0), _attr(op, "end", None)
         return d[start:end]
     if ot in ("Unsqueeze", "Squeeze", "Cast", "Identity", "CastLike"):
-        return _shape_value(op.operands[0])  # 0-D and 1-D pieces alike
+        return shape_value(op.operands[0], dims_of)  # 0-D and 1-D pieces alike
     if ot == "Gather":
-        src, idx = _shape_value(op.operands[0]), _ints(op.operands[1])
+        src, idx = shape_value(op.operands[0], dims_of), _ints(op.operands[1])
         if src is None or idx is None or _attr(op, "axis", 0) != 0:
             return None
         return [src[i] for i in idx]
     if ot == "Slice" and len(op.operands) >= 3:
-        src = _shape_value(op.operands[0])
+        src = shape_value(op.operands[0], dims_of)
         starts, ends = _ints(op.operands[1]), _ints(op.operands[2])
         extra = [_ints(o) for o in op.operands[3:] if not isinstance(o.type, ir.NoneType)]
         if src is None or starts is None or ends is None or any(e is None for e in extra):
@@ -317,7 +321,7 @@ def _shape_value(v: ir.Value) -> list | None:
             return None
         return src[starts[0]:ends[0]]
     if ot in ("Mul", "Div", "Add", "Sub"):
-        a, b = _shape_value(op.operands[0]), _shape_value(op.operands[1])
+        a, b = shape_value(op.operands[0], dims_of), shape_value(op.operands[1], dims_of)
         if a is None or b is None or len(a) != len(b) or not all(
                 isinstance(e, (int, np.integer)) for e in a + b):
             return None
@@ -395,10 +399,10 @@ def _rule(ot, op, idx, ins) -> list | None:
         norm = {x % len(a) for x in axes}
         return [e for i, e in enumerate(a) if i not in norm]
     if ot == "Expand":
-        a, s = _of(ins[0]), _shape_value(ins[1])
+        a, s = _of(ins[0]), shape_value(ins[1])
         return None if a is None or s is None else broadcast(a, s)
     if ot == "Reshape":
-        a, s = _of(ins[0]), _shape_value(ins[1])
+        a, s = _of(ins[0]), shape_value(ins[1])
         if a is None or s is None or _attr(op, "allowzero", 0):
             return None
         out = [a[i] if e == 0 and i < len(a) else e for i, e in enumerate(s)]
@@ -459,7 +463,7 @@ def _rule(ot, op, idx, ins) -> list | None:
             return [b, t, None, None] if layout else [t, None, b, None]
         return [b, None, None] if layout else [None, b, None]
     if ot == "ConstantOfShape":
-        return _shape_value(ins[0])
+        return shape_value(ins[0])
     if ot == "Slice" and len(ins) >= 3:
         a = _of(ins[0])
         starts, ends = _ints(ins[1]), _ints(ins[2])

@@ -780,10 +780,8 @@ def _evaluate(node: onnx.NodeProto, consts: dict[str, np.ndarray], opset: int) -
 @register_pass("onnx-ad-expand", "Replace ops defined by an ONNX function body or a "
                "lowering (LRN, GridSample, DeformConv, STFT, TensorScatter) by primitives")
 def expand_pass(module: ir.Operation, options: dict[str, str]) -> None:
-    from .passes import PassOptionError, module_opset, target_function
-    unknown = set(options) - {"func", "all"}
-    if unknown:
-        raise PassOptionError(f"unknown option(s) {sorted(unknown)}")
+    from .passes import check_options, module_opset, target_function
+    check_options(options, {"func", "all"})
     f = target_function(module, options.get("func"))
     keep = () if options.get("all", "false") in ("true", "1") else None
     with module.context, module.location:

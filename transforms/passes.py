@@ -57,6 +57,12 @@ def target_function(module: ir.Operation, name: str | None) -> func.FuncOp:
     raise PassOptionError("the module has several functions; choose one with func=<name>")
 
 
+def check_options(options: dict[str, str], allowed: set[str]) -> None:
+    unknown = set(options) - allowed
+    if unknown:
+        raise PassOptionError(f"unknown option(s) {sorted(unknown)}")
+
+
 def _names(options: dict[str, str], key: str) -> list[str] | None:
     text = options.get(key)
     if text is None:
@@ -72,15 +78,13 @@ def _run(mode, module: ir.Operation, options: dict[str, str]) -> None:
         if not text.isdigit() or int(text) < 1:
             raise PassOptionError(f"checkpoint={text}: expected a positive integer")
         extra["checkpoint"] = int(text)
-    unknown = set(options) - {"inputs", "outputs", "layout", "prefix", "func"}
-    if unknown:
-        raise PassOptionError(f"unknown option(s) {sorted(unknown)}")
+    check_options(options, {"inputs", "outputs", "layout", "prefix", "func"})
     layout = options.get("layout", "casadi")
     if layout not in LAYOUTS:
         raise PassOptionError(f"layout={layout}: expected one of {LAYOUTS}")
     f = target_function(module, options.get("func"))
     with module.context, module.location:
-            mode(f, module_opset(module), _names(options, "inputs"), _names(options, "outputs"),
+        mode(f, module_opset(module), _names(options, "inputs"), _names(options, "outputs"),
              layout, options.get("prefix"), **extra)
 
 
@@ -98,8 +102,7 @@ def reverse_pass(module: ir.Operation, options: dict[str, str]) -> None:
                "Flatten Scan/Loop with constant trip counts; inline If on constant conditions")
 def unroll_pass(module: ir.Operation, options: dict[str, str]) -> None:
     from .rules.control_flow import unroll
-    if options:
-        raise PassOptionError(f"unknown option(s) {sorted(options)}")
+    check_options(options, set())
     with module.context, module.location:
         for op in module.regions[0].blocks[0].operations:
             if op.operation.name == "func.func":
@@ -112,9 +115,7 @@ def unroll_pass(module: ir.Operation, options: dict[str, str]) -> None:
 def simplify_pass(module: ir.Operation, options: dict[str, str]) -> None:
     from .signature import arg_names
     from .simplify import simplify
-    unknown = set(options) - {"seeds", "func"}
-    if unknown:
-        raise PassOptionError(f"unknown option(s) {sorted(unknown)}")
+    check_options(options, {"seeds", "func"})
     f = target_function(module, options.get("func"))
     names = arg_names(f)
     wanted = _names(options, "seeds")

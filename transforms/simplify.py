@@ -21,6 +21,11 @@ are rewritten, so the primal computation keeps its exact ops and results
 * t * p + t * q -> t * (p + q) (and -): one varying op instead of three.
 * (x - Mean) * InvStdDev with both from LayerNormalization(x, s, ...) (the
   normalized input its rule reads) -> LayerNormalization(x, ones): one op.
+* Shape(t, 0, 1) of derivatives whose leading extent is the same symbol
+  (the direction count k, read by every rule that merges k into a batch:
+  Conv) -> the first such Shape in the block; the Reshape targets built
+  from it then become identical and CSE merges them (resnet forward: one
+  Shape and three Concats instead of eight and ten).
 Together, the GELU/erf chain of tangent ops collapses to one Mul by a
 coefficient. Intermediate results must have no other user.
 """
@@ -347,8 +352,13 @@ def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
             ops.append(op.operation)
         elif op.name == "onnx.Mul":
             standardized.append(op.operation)
-    folded = 0
     b = _SimplifyBuilder(Builder(opset, f.location))
+    ops, folded = _share_leading_shapes(ops, varying)
+    # Shape Concats: program order, so a fold erases only the op at hand or
+    # an earlier one; none of them is in `ops` below.
+    ops = [op for op in ops if op.name != "onnx.Concat"]
+    for op in [op.operation for op in block.operations if op.name == "onnx.Concat"]:
+        folded += _flatten_concat(b.builder, op, varying) is not None
     for op in standardized:
         b.builder.location = op.location
         folded += _standardized(b, op)
@@ -370,6 +380,54 @@ def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
         elif ot in ("Add", "Sub") and _factor(b, op, varying):
             folded += 1
     return folded
+
+
+def _share_leading_shapes(ops: list, varying: set) -> tuple[list, int]:
+    """Shape(v, start=0, end=1) with the same symbolic extent as an earlier
+    one in the same block -> that one (it dominates: same block, earlier).
+    Returns the ops left and how many were shared."""
+    first, kept = {}, []
+    for op in ops:
+        if op.name == "onnx.Shape" and len(op.operands) == 1 and \
+                (attribute(op, "start") or 0) == 0 and attribute(op, "end") == 1:
+            d = symdims.dims(op.operands[0])
+            if d and isinstance(d[0], tuple):
+                hit = first.get(d[0])
+                if hit is None:
+                    first[d[0]] = op.results[0]
+                else:
+                    op.results[0].replace_all_uses_with(hit)
+                    _erase(op, varying)
+                    continue
+        kept.append(op)
+    return kept, len(ops) - len(kept)
+
+
+def _flatten_concat(b, op: ir.Operation, varying: set) -> ir.Operation | None:
+    """Concat(a, Concat(b, c)) of 1-D shapes -> Concat(a, b, c) when the inner
+    Concat has no other user (the Reshape targets built above: one op each)."""
+    t = op.results[0].type
+    if attribute(op, "axis") != 0 or not isinstance(t, ir.RankedTensorType) or t.rank != 1 or \
+            t.element_type != ir.IntegerType.get_signless(64):
+        return None
+    for i, v in enumerate(op.operands):
+        inner = _defining(v)
+        if inner is None or inner.name != "onnx.Concat" or attribute(inner, "axis") != 0 or \
+                not _single_use(v) or inner.parent != op.parent:
+            continue
+        operands = list(op.operands)
+        operands[i:i + 1] = list(inner.operands)
+        b.location = op.location
+        with ir.InsertionPoint(op):
+            new = b.op("Concat", operands, op.results[0].type, axis=0)
+        if op.results[0] in varying or v in varying:
+            varying.add(new)
+        op.results[0].replace_all_uses_with(new)
+        _erase(op, varying)
+        _erase(inner, varying)
+        new_op = _defining(new)
+        return _flatten_concat(b, new_op, varying) or new_op
+    return None
 
 
 class _SimplifyBuilder:

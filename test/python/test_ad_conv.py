@@ -88,6 +88,29 @@ def test_conv_dynamic_batch_forward_and_reverse():
                           "w": 0.3 * rng.standard_normal((3, 2, 3, 3)).astype(np.float32)})
 
 
+def test_conv_chain_dynamic_batch_shares_shape_reads():
+    """Each tangent Conv merges k into the batch and splits it again by a
+    run-time shape [k, N, ...]: the simplify pass reads k once (one Shape of
+    a derivative) and builds each distinct target by one Concat (CSE merges
+    the equal ones), instead of a Shape and two Concats per Conv."""
+    import onnx_ad_mlir
+    nodes = [h.make_node("Conv", ["x", "w"], ["c1"], pads=[1, 1, 1, 1]),
+             h.make_node("Tanh", ["c1"], ["t1"]),
+             h.make_node("Conv", ["t1", "w"], ["c2"], pads=[1, 1, 1, 1]),
+             h.make_node("Tanh", ["c2"], ["t2"]),
+             h.make_node("Conv", ["t2", "w"], ["y"], pads=[1, 1, 1, 1])]
+    m = model(nodes, [("x", F, ["n", 3, 4, 4]), ("w", F, [3, 3, 3, 3])],
+              [("y", F, ["n", 3, 4, 4])])
+    rng = np.random.default_rng(5)
+    feeds = {"x": rng.standard_normal((2, 3, 4, 4)).astype(np.float32),
+             "w": 0.2 * rng.standard_normal((3, 3, 3, 3)).astype(np.float32)}
+    check_derivatives(m, feeds, inputs=["x"])
+    fwd = onnx_ad_mlir.forward(m, inputs=["x"], outputs=["y"], layout="onnx")
+    ops = [n.op_type for n in fwd.graph.node]
+    assert ops.count("Conv") == 6, ops
+    assert ops.count("Shape") <= 2 and ops.count("Concat") <= 1, ops
+
+
 @pytest.mark.parametrize("kind,xs,ws,attrs", [
     ("Conv", (1, 4, 5, 5), (4, 2, 3, 3), dict(group=2, strides=[2, 1], pads=[1, 1, 0, 1])),
     ("ConvTranspose", (1, 4, 3, 3), (4, 1, 2, 3), dict(group=2, strides=[2, 1]))])

@@ -200,12 +200,13 @@ def _check_node_attributes(node: onnx.NodeProto, ranks: dict[str, int],
                                 f"{', '.join(f'{n!r} ({k})' for n, k in known)}")
     if op in _WINDOW_OPS and r is not None:
         _check_window(node, attrs, r)
-    if op == "Transpose" and "perm" in attrs and r is not None \
+    if op == "Transpose" and "perm" in attrs \
             and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
         perm = list(attrs["perm"].ints)
-        if sorted(perm) != list(range(r)):
+        n = r if r is not None else len(perm)  # rank unknown (a Loop result): perm's own
+        if sorted(perm) != list(range(n)):
             raise ImportFailure(f"{_label(node)}: perm {perm} is not a permutation of "
-                                f"the {r} axes of input '{inputs[0]}'")
+                                f"the {n} axes of input '{inputs[0]}'")
 
 
 MAX_DIM = 2**53  # extents beyond this overflow int64 in any product of two
@@ -458,7 +459,7 @@ def check_io_types(graph: onnx.GraphProto) -> None:
 _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shape info",
                    "Incompatible dimensions", "Dimension mismatch in unification",
                    "Inferred elem type differs", "Type Error:", "has incorrect length",
-                   "of wrong rank", "expected to have rank")
+                   "of wrong rank", "expected to have rank", "incompatible shapes")
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

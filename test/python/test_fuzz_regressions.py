@@ -67,6 +67,13 @@ INVALID = {
     # Slice of a Loop result (shape unknown to ONNX) with 4 starts and 2 ends:
     # IndexError in the Slice transpose rule (fuzz seed 12 case 1405)
     "bad_slice_ends_length_of_loop_result.onnx": "starts has 4, ends has 2",
+    # Transpose perm [-5, 3] of a Loop result (rank unknown): IndexError in
+    # its rule (fuzz seed 13 case 1038)
+    "bad_perm_of_loop_result.onnx": "perm [-5, 3] is not a permutation of the 2 axes",
+    # Reshape of a [3, 2, 1] input to a target whose -1 cannot be inferred
+    # (fuzz seed 13 case 1815, accepted)
+    "bad_reshape_incompatible.onnx": "(Reshape): strict ONNX shape inference rejects the "
+                                     "model: Dimension could not be inferred",
     # a bit-flipped producer_name (bytes): RuntimeError in export (fuzz seed 12 case 657)
     "bad_producer_utf8.onnx": "model producer_name b'\\xefnnx-ad-mlir-fuzz' is not valid UTF-8",
     # Slice axes [1, 2] for one start/end: our rule read the first axis only

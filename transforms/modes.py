@@ -28,6 +28,7 @@ from . import symdims
 from .builder import Builder, dims, is_float
 from .checkpoint import segment_loops
 from .legalize import bool_where, scan_axes_zero
+from .merge_scans import merge_scans
 from .expand import expand_function
 from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
@@ -102,6 +103,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     simplify(f, opset, seeds)
     if _has_regions(f):
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
+        merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
 
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
@@ -141,6 +143,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     simplify(f, opset, seeds)
     if _has_regions(f):
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
+        merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
 
 
 def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],

@@ -352,3 +352,40 @@ def test_reverse_if_reads_the_primal_results(sign):
     assert primal_branches == [["MatMul", "Tanh"], ["Exp"]]
     assert not {"Tanh", "Exp", "Transpose"} & {t for b in reverse_branches for t in b}, \
         reverse_branches
+
+
+def sibling_scans(T=4):
+    """Two independent Scans of T steps (the second backwards along axis 1,
+    with its own captured weight) with an op reading the first between them:
+    onnx-ad-merge-scans makes one Scan of the primal pair and one of the
+    reverse pair (merge_scans.py)."""
+    b2 = h.make_graph([h.make_node("MatMul", ["h", "V"], ["hv"], name="b_mm"),
+                       h.make_node("Mul", ["hv", "xt"], ["pre"], name="b_mul"),
+                       h.make_node("Sigmoid", ["pre"], ["hn"], name="b_sig"),
+                       h.make_node("Identity", ["hn"], ["yo"], name="b_id")],
+                      "body2", [vi("h", D, [1, 3]), vi("xt", D, [1, 3])],
+                      [vi("hn", D, [1, 3]), vi("yo", D, [1, 3])])
+    nodes = [h.make_node("Scan", ["h0", "X"], ["hT", "Y"], body=rnn_body("a_"), name="scan1",
+                         num_scan_inputs=1),
+             h.make_node("Sin", ["hT"], ["s"], name="sin"),
+             h.make_node("Scan", ["h0", "Z"], ["gT", "G"], body=b2, name="scan2",
+                         num_scan_inputs=1, scan_input_axes=[1], scan_input_directions=[1],
+                         scan_output_axes=[1], scan_output_directions=[1]),
+             h.make_node("Mul", ["s", "gT"], ["out"], name="mul")]
+    return model(nodes, [("h0", D, [1, 3]), ("X", D, [T, 1, 3]), ("Z", D, [1, T, 3]),
+                         ("W", D, [3, 3]), ("V", D, [3, 3])],
+                 [("out", D, [1, 3]), ("Y", D, [T, 1, 3]), ("G", D, [1, T, 3])])
+
+
+def test_sibling_scans_merge_exactly():
+    m = sibling_scans()
+    feeds = {"h0": _r(1, 3), "X": _r(4, 1, 3), "Z": _r(1, 4, 3), "W": _r(3, 3), "V": _r(3, 3)}
+    produced: list = []
+    errors = check_derivatives(m, feeds, outputs=_outputs(m), produced=produced)
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    fwd, rev = produced[:2]
+    scans = lambda d: sum(n.op_type == "Scan" for n in d.graph.node)
+    assert scans(fwd) == 1  # the primal pair with its tangents
+    assert scans(rev) == 2  # the primal pair, then the reverse pair
+    for d in (fwd, rev):
+        assert_unique_node_names(d)

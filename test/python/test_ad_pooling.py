@@ -260,3 +260,37 @@ def test_max_pool_of_relu():
     share = hit / np.maximum(hit.sum(axis=(3, 5), keepdims=True), 1)
     want = (share * u[:, :, :, None, :, None]).reshape(x.shape)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_max_pool_of_relu_dynamic_batch_ties():
+    """The tie mask upsamples the pooled value through a Reshape to its own
+    extents ([-1, C, ...]: ONNX Runtime then upsamples in NCHW instead of
+    converting the full-size result out of its blocked layout); with a
+    dynamic batch the derivatives stay exact at ties, in both modes."""
+    from adcheck import run
+    from onnx_ad_mlir.api import forward, reverse
+    nodes = [h.make_node("Relu", ["x"], ["r"]),
+             h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    m = model(nodes, [("x", F, ["n", 8, 4, 6])], [("y", F, ["n", 8, 2, 3])])
+    rng = np.random.default_rng(12)
+    x = (rng.permutation(2 * 8 * 4 * 6).reshape(2, 8, 4, 6).astype(np.float32) - 190.0) * 0.1
+    check_derivatives(m, {"x": x})
+    x[0, 0, :2, :2] = -1.0
+    x[0, 1, :2, :2] = [[2.0, 2.0], [-1.0, 2.0]]
+    x[1, 7, 2:, 4:] = [[0.0, -3.0], [0.0, -1.0]]
+    r = np.maximum(x, 0).reshape(2, 8, 2, 2, 3, 2)
+    hit = (r == r.max(axis=(3, 5), keepdims=True)) & (r > 0)
+    share = hit / np.maximum(hit.sum(axis=(3, 5), keepdims=True), 1)
+    u = rng.standard_normal((2, 8, 2, 3)).astype(np.float32)
+    rev = reverse(m, layout="onnx")
+    got = run(rev, {"x": x, "adj_y": u[..., None]})["adj_x"][..., 0]
+    np.testing.assert_allclose(got, (share * u[:, :, :, None, :, None]).reshape(x.shape),
+                               rtol=1e-6, atol=1e-6)
+    v = rng.standard_normal(x.shape).astype(np.float32)
+    jv = run(forward(m, layout="onnx"), {"x": x, "fwd_x": v[..., None]})["fwd_y"][..., 0]
+    want = (share * v.reshape(share.shape)).sum(axis=(3, 5))
+    np.testing.assert_allclose(jv, want, rtol=1e-6, atol=1e-6)
+    producer = {o: n for n in rev.graph.node for o in n.output}
+    reads = [producer.get(n.input[0]) for n in rev.graph.node if n.op_type == "Resize"]
+    assert any(p is not None and p.op_type == "Reshape" and p.input[0] == "y" for p in reads), \
+        [p.op_type if p else None for p in reads]

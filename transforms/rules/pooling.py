@@ -110,6 +110,19 @@ def _tile_pool(b: Builder, t: ir.Value, kernel: list[int], y: ir.Value) -> ir.Va
     return b.reshape(pooled, target, [td[0]] + yd)
 
 
+def _plain_layout(b: Builder, y: ir.Value) -> ir.Value:
+    """y through a Reshape to its own extents ([-1] + static trailing ones).
+    ONNX Runtime runs a Resize of a pooled value in its blocked layout
+    (NCHWc) and then converts the full-size result back for the Equal; the
+    Reshape (which it keeps) makes it convert the pooled value, 1/K the
+    size, and upsample in NCHW: 144 -> 117 us at [8, 16, 32, 32] (ORT 1.32,
+    1 thread)."""
+    yd = dims(y)
+    if yd is None or None in yd[1:] or 0 in yd[1:]:
+        return y
+    return b.reshape(y, [-1] + yd[1:], yd)
+
+
 def _max_pool_tiles(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value, kernel: list[int],
                     pos: ir.Value | None = None) -> ir.Value:
     """MaxPool whose windows tile x exactly: the tangent at the window's max
@@ -117,7 +130,7 @@ def _max_pool_tiles(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value, kernel: l
     upsampled y). Only 4-D elementwise ops, AveragePool and Resize, which
     the runtime has fast kernels for (no 6-D broadcasts, no Indices). `pos`
     (pooled-size 0/1, see _through_relu) joins the per-window factor."""
-    hit = b.cast_like(_at_max(b, x, _upsample(b, y, kernel, dims(x))), x)
+    hit = b.cast_like(_at_max(b, x, _upsample(b, _plain_layout(b, y), kernel, dims(x))), x)
     share = b.div(b.scalar(1.0, x) if pos is None else pos,
                   b.op("AveragePool", [hit], y.type, kernel_shape=list(kernel),
                        strides=list(kernel)))

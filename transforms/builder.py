@@ -87,6 +87,12 @@ def broadcast_dims(*shapes: Dims | None) -> Dims | None:
     return out[::-1]
 
 
+def ints_attr(values: Iterable[int]) -> ir.ArrayAttr:
+    """An INTS attribute (ArrayAttr of i64 IntegerAttr), as the importer makes them."""
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, int(v)) for v in values])
+
+
 def _attr(value: object) -> ir.Attribute:
     if isinstance(value, ir.Attribute):
         return value
@@ -98,8 +104,7 @@ def _attr(value: object) -> ir.Attribute:
         return ir.StringAttr.get(value)
     if isinstance(value, (list, tuple)):
         if all(isinstance(v, (int, np.integer)) for v in value):
-            i64 = ir.IntegerType.get_signless(64)
-            return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, int(v)) for v in value])
+            return ints_attr(value)
         if all(isinstance(v, float) for v in value):
             return ir.ArrayAttr.get([ir.FloatAttr.get_f32(v) for v in value])
     raise TypeError(f"no attribute kind for {value!r}")

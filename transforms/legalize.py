@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from .builder import Builder, broadcast_dims, dims, element_type, tensor_type
+from .builder import Builder, broadcast_dims, dims, element_type, ints_attr, tensor_type
 
 
 def _walk(op: ir.Operation, name: str, out: list) -> None:
@@ -47,12 +47,7 @@ def bool_where(f: ir.Operation, opset: int) -> int:
     return n
 
 
-def _i64s(values) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
-
-
-def _axes(op: ir.Operation, name: str, n: int) -> list[int]:
+def scan_axes(op: ir.Operation, name: str, n: int) -> list[int]:
     if name not in op.attributes:
         return [0] * n
     return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[name])]
@@ -82,7 +77,7 @@ def scan_axes_zero(f: ir.Operation, opset: int) -> int:
         yields = list(body.operations[len(body.operations) - 1].operands)
         n = len(op.operands) - m
         nout = len(op.results) - n
-        ia, oa = _axes(op, "scan_input_axes", m), _axes(op, "scan_output_axes", nout)
+        ia, oa = scan_axes(op, "scan_input_axes", m), scan_axes(op, "scan_output_axes", nout)
         if len(ia) != m or len(oa) != nout:
             continue  # the verifier's business
         b = Builder(opset, op.location)
@@ -122,7 +117,7 @@ def scan_axes_zero(f: ir.Operation, opset: int) -> int:
             r.replace_all_uses_except(t, t.owner.operation)
             new_oa[mm] = 0
         if new_ia != ia or new_oa != oa:
-            op.attributes["scan_input_axes"] = _i64s(new_ia)
-            op.attributes["scan_output_axes"] = _i64s(new_oa)
+            op.attributes["scan_input_axes"] = ints_attr(new_ia)
+            op.attributes["scan_output_axes"] = ints_attr(new_oa)
             changed += 1
     return changed

@@ -1,5 +1,5 @@
-"""onnx-ad-merge-scans: independent Scans of one block with the same trip
-count become one Scan.
+"""Scan merging (both AD modes run it last): independent Scans of one block
+with the same trip count become one Scan.
 
 ONNX Runtime pays a cost per Scan iteration besides the body's ops (about
 1 us a step measured with ORT 1.32, 1 thread, on a one-op body). Derivatives
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from mlir import ir
 
-from .builder import dims
-from .legalize import _axes, _i64s
+from .builder import dims, ints_attr
+from .legalize import scan_axes
 
 
 def _counts(op: ir.Operation) -> tuple[int, int, int]:
@@ -37,7 +37,7 @@ def _trip(op: ir.Operation) -> int | None:
     """The trip count: the known extent of a scan input along its axis (ONNX
     requires every scan input to have the same one)."""
     n, m, _ = _counts(op)
-    ia = _axes(op, "scan_input_axes", m)
+    ia = scan_axes(op, "scan_input_axes", m)
     if m < 1 or len(ia) != m:
         return None
     for x, a in zip(list(op.operands)[n:], ia):
@@ -83,7 +83,7 @@ def _try_merge(s1: ir.Operation, s2: ir.Operation, window: list) -> tuple | None
     operands = ops1[:n1] + ops2[:n2] + ops1[n1:] + ops2[n2:]
     r1, r2 = [r.type for r in s1.results], [r.type for r in s2.results]
     results = r1[:n1] + r2[:n2] + r1[n1:] + r2[n2:]
-    cat = lambda name, k1, k2: _i64s(_axes(s1, name, k1) + _axes(s2, name, k2))
+    cat = lambda name, k1, k2: ints_attr(scan_axes(s1, name, k1) + scan_axes(s2, name, k2))
     attrs = {"num_scan_inputs": ir.IntegerAttr.get(
         ir.IntegerAttr(s1.attributes["num_scan_inputs"]).type, m1 + m2),
         "scan_input_axes": cat("scan_input_axes", m1, m2),

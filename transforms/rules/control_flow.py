@@ -52,7 +52,7 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import Builder, attribute, constant_ints, constant_value, dims, element_type, \
-    is_float, op_type, rank, tensor_type
+    ints_attr, is_float, op_type, rank, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import JVP, TRANSPOSE, jvp, mlir_names
 
@@ -163,11 +163,6 @@ def _ints(op: ir.Operation, name: str, n: int, ranks: list[int | None]) -> list[
 def _create(name: str, operands, result_types, attrs, loc, nregions: int) -> ir.Operation:
     return ir.Operation.create(name, results=list(result_types), operands=list(operands),
                                attributes=attrs, regions=nregions, loc=loc)
-
-
-def _i64s(values: list[int]) -> ir.ArrayAttr:
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
 
 
 def _replace(rewriter, old: ir.Operation, new_values: list[ir.Value]) -> None:
@@ -330,10 +325,10 @@ def _fwd_loop(op: ir.Operation, rewriter, state: Tangents, name: str) -> bool:
         oa = _ints(op, "scan_output_axes", len(outs), out_ranks)
         odr = _ints(op, "scan_output_directions", len(outs), out_ranks)
         attrs["num_scan_inputs"] = ir.IntegerAttr.get(ir.IntegerType.get_signed(64), m + len(scanned))
-        attrs["scan_input_axes"] = _i64s(ia + [ia[i] + 1 for i in scanned])
-        attrs["scan_input_directions"] = _i64s(idr + [idr[i] for i in scanned])
-        attrs["scan_output_axes"] = _i64s(oa + [oa[mm] + 1 for mm, _ in t_outs])
-        attrs["scan_output_directions"] = _i64s(odr + [odr[mm] for mm, _ in t_outs])
+        attrs["scan_input_axes"] = ints_attr(ia + [ia[i] + 1 for i in scanned])
+        attrs["scan_input_directions"] = ints_attr(idr + [idr[i] for i in scanned])
+        attrs["scan_output_axes"] = ints_attr(oa + [oa[mm] + 1 for mm, _ in t_outs])
+        attrs["scan_output_directions"] = ints_attr(odr + [odr[mm] for mm, _ in t_outs])
         operands = inits + t_inits + scans + t_scans
         out_types = [r.type for r in res[:n]] + [b.derivative_type(res[j]) for j in carried] + \
             [r.type for r in res[n:]] + [_scan_out_type(res[n + mm], oa[mm]) for mm, _ in t_outs]
@@ -568,8 +563,8 @@ def _with_history(op: ir.Operation, name: str) -> tuple[ir.Operation, list[ir.Va
     if name == "Scan":
         n_out = len(outs)
         ranks = [None if dims(r) is None else len(dims(r)) for r in op.results[len(cargs):]]
-        attrs["scan_output_axes"] = _i64s(_ints(op, "scan_output_axes", n_out, ranks) + [0] * len(extra))
-        attrs["scan_output_directions"] = _i64s(
+        attrs["scan_output_axes"] = ints_attr(_ints(op, "scan_output_axes", n_out, ranks) + [0] * len(extra))
+        attrs["scan_output_directions"] = ints_attr(
             _ints(op, "scan_output_directions", n_out, ranks) + [0] * len(extra))
         if "scan_input_axes" not in attrs:
             pass
@@ -683,11 +678,11 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         scan_in = hist + scans + [c for _, c in ct_scan]
         attrs = {
             "num_scan_inputs": ir.IntegerAttr.get(ir.IntegerType.get_signed(64), len(scan_in)),
-            "scan_input_axes": _i64s([0] * len(hist) + ia + [oa[mm] + 1 for mm, _ in ct_scan]),
-            "scan_input_directions": _i64s([1] * len(hist) + [flip(d) for d in idr] +
+            "scan_input_axes": ints_attr([0] * len(hist) + ia + [oa[mm] + 1 for mm, _ in ct_scan]),
+            "scan_input_directions": ints_attr([1] * len(hist) + [flip(d) for d in idr] +
                                            [flip(odr[mm]) for mm, _ in ct_scan]),
-            "scan_output_axes": _i64s([ia[i] + 1 for i in act_x]),
-            "scan_output_directions": _i64s([flip(idr[i]) for i in act_x]),
+            "scan_output_axes": ints_attr([ia[i] + 1 for i in act_x]),
+            "scan_output_directions": ints_attr([flip(idr[i]) for i in act_x]),
         }
         out_types = carried_types + [b.derivative_type(scans[i]) for i in act_x]
         rev = _create(primal.name, ct_final + acc0 + scan_in, out_types, attrs, loc, 1)

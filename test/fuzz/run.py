@@ -269,6 +269,23 @@ def _to_float64(model):
     return m
 
 
+def _checks_with(model, feeds, i, reference=None, **patched) -> bool:
+    """adcheck.check_derivatives passes, with the adcheck attributes named in
+    `patched` (session, _tol) replaced for the call."""
+    import adcheck
+    saved = {name: getattr(adcheck, name) for name in patched}
+    for name, value in patched.items():
+        setattr(adcheck, name, value)
+    try:
+        adcheck.check_derivatives(model, feeds, seed=i, reference=reference)
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+    finally:
+        for name, value in saved.items():
+            setattr(adcheck, name, value)
+
+
 def _agrees_in_float64(model, feeds, i) -> bool:
     """A float32 model's derivatives against float64 finite differences of
     the same model (float32 tolerances): float32 differences with step 1e-2
@@ -279,11 +296,8 @@ def _agrees_in_float64(model, feeds, i) -> bool:
     if not any(v.type.tensor_type.elem_type == TP.FLOAT for v in model.graph.input):
         return False
     ref = _to_float64(model)
-    try:
-        adcheck.check_derivatives(model, feeds, seed=i, reference=ref)
+    if _checks_with(model, feeds, i, ref):
         return True
-    except Exception:  # noqa: BLE001
-        pass
     # ORT lacks float64 kernels for some ops (Conv, Softplus...): the float64
     # primal runs in onnx's reference evaluator instead (derivatives in ORT)
     plain = adcheck.session
@@ -299,14 +313,8 @@ def _agrees_in_float64(model, feeds, i) -> bool:
         def run(self, names, feeds):
             return self.ev.run(names, feeds)
 
-    adcheck.session = lambda m: Evaluator(m) if m is ref else plain(m)
-    try:
-        adcheck.check_derivatives(model, feeds, seed=i, reference=ref)
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-    finally:
-        adcheck.session = plain
+    return _checks_with(model, feeds, i, ref,
+                        session=lambda m: Evaluator(m) if m is ref else plain(m))
 
 
 def _agrees_at_smaller_step(model, feeds, i) -> bool:
@@ -319,37 +327,22 @@ def _agrees_at_smaller_step(model, feeds, i) -> bool:
     if not any(f.dtype == np.float32 for f in feeds.values()):
         return False
     plain = adcheck._tol
-    adcheck._tol = lambda dtype: (1e-3, 2e-2, 2e-3) if dtype == np.float32 else plain(dtype)
-    try:
-        adcheck.check_derivatives(model, feeds, seed=i)
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-    finally:
-        adcheck._tol = plain
+    return _checks_with(model, feeds, i, _tol=lambda dtype: (1e-3, 2e-2, 2e-3)
+                        if dtype == np.float32 else plain(dtype))
 
 
 def _agrees_without_ort_fusions(model, feeds, i) -> bool:
     """ONNX Runtime 1.32's ORT_ENABLE_ALL fusions miscompute some primal models
     (e.g. MatMul(Transpose(Sigmoid(x)), vector) beside a Slice of the Sigmoid):
     the finite differences are then wrong, not the derivative."""
-    import adcheck
     import onnxruntime as ort
-    plain = adcheck.session
 
     def basic(m):
         o = ort.SessionOptions()
         o.intra_op_num_threads = o.inter_op_num_threads = 1
         o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         return ort.InferenceSession(m.SerializeToString(), o, providers=["CPUExecutionProvider"])
-    adcheck.session = basic
-    try:
-        adcheck.check_derivatives(model, feeds, seed=i)
-        return True
-    except Exception:  # noqa: BLE001
-        return False
-    finally:
-        adcheck.session = plain
+    return _checks_with(model, feeds, i, session=basic)
 
 
 def _declared_feeds(m, feeds):

@@ -109,14 +109,19 @@ class _Names:
 
 class _OpInfo:
     """What the exporter needs per onnx op name, derived once from `_op_table`."""
-    __slots__ = ("mlir_name", "op_type", "kinds", "regions", "single_output")
+    __slots__ = ("mlir_name", "op_type", "op_type_field", "kinds", "regions", "single_output",
+                 "attribute_fields")
 
     def __init__(self, mlir_name: str, spec: dict):
         self.mlir_name = mlir_name
         self.op_type = spec["op_type"]
+        self.op_type_field = _string_field(b"\x22", self.op_type)  # NodeProto.op_type
         self.kinds = spec["attributes"]
         self.regions = spec["regions"]
         self.single_output = [kind for _, kind in spec["outputs"]] == ["single"]
+        # (name, attribute) -> serialized NodeProto.attribute entry: attributes
+        # are uniqued, and the same few values recur on many ops
+        self.attribute_fields: dict[tuple[str, ir.Attribute], bytes] = {}
 
 
 class _Exporter:
@@ -129,7 +134,8 @@ class _Exporter:
         self.op_names: set[str] = set()  # MLIR op names present, for opsets
         self._none = ir.NoneType.get(module.context)
         self._type_fields: dict[ir.Type, bytes] = {}
-        self._value_infos: list[bytes] = []  # of the block being exported
+        self._fields: list[bytes] = []  # serialized GraphProto fields of the current block
+        self._encoded = _Encoded()
 
     # ----------------------------------------------------------------- graphs
     def main_graph(self, func: ir.Operation, graph: onnx.GraphProto) -> None:
@@ -208,12 +214,13 @@ class _Exporter:
         value is unknown, so without these a re-imported model loses ranks
         that the MLIR types knew.
 
-        The value_info entries are collected as serialized ValueInfoProtos
-        and parsed into `graph` at once: adding messages one by one costs
-        several times more."""
+        Nodes, initializers and value_info entries are collected as
+        serialized GraphProto fields and parsed into `graph` at once (in
+        order within each field): adding messages one by one costs several
+        times more."""
         infos = self._infos
-        outer_value_infos = self._value_infos
-        self._value_infos = value_infos = []
+        outer_fields = self._fields
+        self._fields = fields = []
         for opview in block.operations:
             op = opview.operation
             name = op.name
@@ -235,9 +242,9 @@ class _Exporter:
             else:
                 raise ExportFailure(f"op '{name}' is not an onnx dialect op and has no "
                                     "ONNX equivalent")
-        self._value_infos = outer_value_infos
-        if value_infos:
-            graph.MergeFromString(b"".join(value_infos))
+        self._fields = outer_fields
+        if fields:
+            graph.MergeFromString(b"".join(fields))
 
     # ----------------------------------------------------------------- ops
     def _initializer(self, op: ir.Operation, attrs, graph: onnx.GraphProto) -> None:
@@ -247,7 +254,11 @@ class _Exporter:
                                                                 "init")
         self.value_names[result] = name
         if "value" in attrs:
-            self._tensor(attrs["value"], name, graph.initializer)
+            raw = self.reader.raw_and_element(attrs["value"])
+            if raw is not None:  # the common case: queued as bytes, like nodes
+                self._fields.append(_message_field(b"\x2a", _raw_tensor(name, *raw)))
+            else:
+                self._tensor(attrs["value"], name, graph.initializer)
         else:
             sparse = self._sparse(attrs["sparse_value"])
             sparse.values.name = name
@@ -303,17 +314,54 @@ class _Exporter:
                 node_name = self.names.node(node_name)
             else:  # Names.node's common case, inlined
                 node_names.add(node_name)
-            node = graph.node.add(op_type=info.op_type, input=inputs, output=outputs,
-                                  name=node_name)
-        else:
-            node = graph.node.add(op_type=info.op_type, input=inputs, output=outputs)
         attrs = op.attributes
-        if len(attrs):
+        attribute_fields = self._attribute_fields(attrs, info) if len(attrs) else b""
+        if attribute_fields is None or info.regions:  # built as a message
+            node = onnx.NodeProto(op_type=info.op_type, input=inputs, output=outputs)
+            if node_name:
+                node.name = node_name
             self._attributes(node, attrs, info.kinds, info.mlir_name)
-        if info.regions:
             for region_name, region in zip(info.regions, op.regions):
                 a = node.attribute.add(name=region_name, type=_A.GRAPH)
                 self._region(region, a.g)
+            data = node.SerializeToString()
+        else:  # NodeProto fields 1-5 (input, output, name, op_type, attribute)
+            encoded = self._encoded
+            parts = [b"\x0a" + encoded[n] for n in inputs]
+            parts += [b"\x12" + encoded[n] for n in outputs]
+            if node_name:
+                parts.append(_string_field(b"\x1a", node_name))
+            parts.append(info.op_type_field)
+            parts.append(attribute_fields)
+            data = b"".join(parts)
+        self._fields.append(_message_field(b"\x0a", data))  # GraphProto.node
+
+    def _attribute_fields(self, attrs, info: _OpInfo) -> bytes | None:
+        """The serialized NodeProto.attribute entries of an op's attributes;
+        None when the node must be built as a message (a doc string or
+        metadata to restore), or to let `_attributes` report an attribute
+        that is not in the schema."""
+        cache = info.attribute_fields
+        kinds = info.kinds
+        parts = []
+        for attr_name, attr in attrs.items():
+            if "." in attr_name:  # discardable: our own metadata or a pass's
+                if attr_name in ("onnx.doc_string", "onnx.metadata_props"):
+                    return None
+                continue
+            key = (attr_name, attr)
+            field = cache.get(key)
+            if field is None:
+                kind = kinds.get(attr_name)
+                if kind is None:
+                    return None
+                a = onnx.AttributeProto(name=attr_name)
+                self._attribute(a, kind[0], attr)
+                field = _message_field(b"\x2a", a.SerializeToString())
+                if kind[0] not in ("tensor", "sparse_tensor"):  # data: not kept twice
+                    cache[key] = field
+            parts.append(field)
+        return b"".join(parts)
 
     def _value_info(self, name: str, t: ir.Type) -> None:
         """Queues the value_info entry (GraphProto field 13) of a block value."""
@@ -323,13 +371,7 @@ class _Exporter:
             fill_type_proto(tp, t)
             data = tp.SerializeToString()
             type_field = self._type_fields[t] = b"\x12" + _varint(len(data)) + data
-        name_bytes = name.encode()
-        n = len(name_bytes)  # lengths below 128 are one byte: _varint inlined
-        entry = b"\x0a" + (_SMALL_VARINTS[n] if n < 128 else _varint(n)) + name_bytes \
-            + type_field
-        n = len(entry)
-        self._value_infos.append(b"\x6a" + (_SMALL_VARINTS[n] if n < 128 else _varint(n))
-                                 + entry)
+        self._fields.append(_message_field(b"\x6a", b"\x0a" + self._encoded[name] + type_field))
 
     def _result_names(self, results: list[ir.Value], wanted: list[str]) -> list[str]:
         """Output names of an op: the location's names when they fit, else
@@ -445,6 +487,37 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+class _Encoded(dict):
+    """Value name -> its length-prefixed UTF-8 bytes, the payload of a string
+    field: each name is written as an output, a value_info and inputs."""
+
+    def __missing__(self, name: str) -> bytes:
+        data = name.encode()
+        n = len(data)
+        value = self[name] = (_SMALL_VARINTS[n] if n < 128 else _varint(n)) + data
+        return value
+
+
+def _message_field(tag: bytes, data: bytes) -> bytes:
+    """A length-delimited protobuf field: `tag`, then the length, then `data`."""
+    n = len(data)  # lengths below 128 are one byte: _varint inlined
+    return tag + (_SMALL_VARINTS[n] if n < 128 else _varint(n)) + data
+
+
+def _string_field(tag: bytes, text: str) -> bytes:
+    return _message_field(tag, text.encode())
+
+
+def _raw_tensor(name: str, data: bytes, dims: list[int], elem: int) -> bytes:
+    """A serialized TensorProto: dims (field 1), data_type (2), name (8),
+    raw_data (9)."""
+    parts = [b"\x08" + _varint(d) for d in dims]
+    parts.append(b"\x10" + _varint(elem))
+    parts.append(_string_field(b"\x42", name))
+    parts.append(_message_field(b"\x4a", data))
+    return b"".join(parts)
 
 
 def _dicts(attrs, key: str, count: int) -> list:

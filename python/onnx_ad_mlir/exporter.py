@@ -11,6 +11,7 @@ import onnx
 from mlir import ir
 
 from . import _op_table
+from ._gc import gc_paused
 from .errors import ExportFailure
 from .export_opset import model_versions
 from .onnx_types import fill_type_proto
@@ -26,8 +27,9 @@ def export_onnx(module: ir.Module) -> onnx.ModelProto:
     exporter = _Exporter(module)
     model = onnx.ModelProto()
     try:
-        exporter.main_graph(func, model.graph)
-        _restore_model_fields(module.operation.attributes, model, exporter.op_names)
+        with gc_paused():
+            exporter.main_graph(func, model.graph)
+            _restore_model_fields(module.operation.attributes, model, exporter.op_names)
     except RuntimeError as e:  # the bindings cannot make a str of non-UTF-8 bytes
         if "str_from_cstr" not in str(e):
             raise

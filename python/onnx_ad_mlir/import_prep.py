@@ -61,8 +61,8 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     rows = validate.node_fields(model.graph)  # read once: see node_rows
     validate.check_text(model.graph, rows)
     validate.check_io_types(model.graph)
-    validate.check_tensor_dims(model.graph)
-    validate.check_doc_text(model)
+    validate.check_tensor_dims(model.graph, rows)
+    validate.check_doc_text(model, rows)
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
     validate.check_dims(model.graph, rows=rows)
@@ -103,12 +103,12 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow]) -> onnx.ModelProt
 def _inferred_rows(graph: onnx.GraphProto, rows: list[NodeRow]) -> list[NodeRow]:
     """node_fields of the graph shape inference returned, from those of the
     graph it was given: inference adds types, in value_info and in subgraphs,
-    and leaves the nodes and their order alone. The node messages are the
-    new ones (their subgraphs carry the types)."""
-    nodes = graph.node[:]
-    if len(nodes) != len(rows):  # not the same graph: read again
+    and leaves the nodes and their order alone. So without subgraphs the
+    given rows (and their node messages) stand; with some, the new messages
+    are read (their subgraphs carry the types)."""
+    if any(row[1] in _REGION_OPS for row in rows) or len(graph.node) != len(rows):
         return validate.node_fields(graph)
-    return [(node, *row[1:]) for node, row in zip(nodes, rows)]
+    return rows
 
 
 def _propagates_data(graph: onnx.GraphProto, rows: list[NodeRow]) -> bool:
@@ -134,8 +134,8 @@ def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list,
         if t.data_type in _INT_DATA and len(t.dims) <= 1:
             constants.add(t.name)
     constants.update(t.values.name for t in graph.sparse_initializer)
-    for node, op, domain, inputs, outputs in validate.node_fields(graph) if rows is None \
-            else rows:
+    for node, op, domain, inputs, outputs, _, _, attributes, _ in \
+            validate.node_fields(graph) if rows is None else rows:
         if op in _PROPAGATING:
             reads.append(inputs)
         elif op == "Constant":
@@ -143,7 +143,7 @@ def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list,
         elif op in _SHAPE_SOURCES:
             return True
         elif op in _REGION_OPS or domain not in ("", "ai.onnx"):
-            for a in node.attribute:
+            for a in attributes:
                 graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs
                 if any(_data_sources(g, constants, reads) for g in graphs):
                     return True
@@ -205,7 +205,7 @@ def node_rows(graph: onnx.GraphProto, outer: Callable[[str], object],
     rows = validate.node_fields(graph) if rows is None else rows
     defined = _graph_own_names(graph)
     defined.add("")  # absent optional inputs
-    for node, op_type, _, inputs, outputs in rows:
+    for node, op_type, _, inputs, outputs, _, _, _, _ in rows:
         # Only default-domain region ops have subgraphs (others are refused).
         needed = _needed_names(node) if op_type in _REGION_OPS else inputs
         if not defined.issuperset(needed) and \

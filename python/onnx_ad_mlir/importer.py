@@ -15,6 +15,7 @@ import onnx
 from mlir import ir
 
 from . import _op_table
+from ._gc import gc_paused
 from .errors import ImportFailure, UnsupportedOp
 from .import_prep import node_rows, prepare_model
 from .onnx_types import TypeConverter
@@ -35,9 +36,10 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
                 context: ir.Context | None = None) -> ir.Module:
     """Imports an ONNX model (a ModelProto or a file path) into a new module
     holding `func.func @main_graph`."""
-    model, base_dir, rows, declared = prepare_model(model)
-    context = context or ir.Context()
-    module = _ModelImporter(model, context, base_dir, rows, declared).run()
+    with gc_paused():
+        model, base_dir, rows, declared = prepare_model(model)
+        context = context or ir.Context()
+        module = _ModelImporter(model, context, base_dir, rows, declared).run()
     try:  # cheap (~1 us per op), and the caller gets an exception, not bad IR
         module.operation.verify()
     except ir.MLIRError as e:
@@ -215,9 +217,9 @@ class _ModelImporter:
         else:
             rows, types = node_rows(g, scope.lookup), scope.types
             convert = self.types.from_type_proto
-        for node, op_type, domain, inputs, outputs in rows:
-            if not plain(node, op_type, domain, inputs, outputs, values, types, convert, ip):
-                self._node(node, scope, block, ip)
+        for row in rows:
+            if not plain(row, values, types, convert, ip):
+                self._node(row, scope, block, ip)
 
     def _subgraph(self, g: onnx.GraphProto, parent: _Scope, region: ir.Region,
                   op_type: str, operands: list[ir.Value], node: onnx.NodeProto) -> None:
@@ -240,21 +242,20 @@ class _ModelImporter:
                             ip=ir.InsertionPoint(block))
 
     # ----------------------------------------------------------------- nodes
-    def _plain_node(self, node: onnx.NodeProto, op_type: str, domain: str, inputs: list[str],
-                    outputs: list[str], values: dict[str, ir.Value], types: dict,
+    def _plain_node(self, row: NodeRow, values: dict[str, ir.Value], types: dict,
                     convert: Callable, ip: ir.InsertionPoint) -> bool:
         """Builds the common node as `_node` would (same checks, in the same
         order), at a fraction of its cost, which counts at 10**4 nodes: a
         known op without regions whose inputs and one output are single, the
         inputs defined in this graph, the output of a declared ranked type,
         no doc string or metadata. False (nothing built) for any other node."""
+        node, op_type, domain, inputs, outputs, node_name, doc, attributes, metadata = row
         info = self._ops.get(op_type) if domain in DEFAULT_DOMAINS else None
         if info is None:  # first of its type: as in _node (which raises the same)
             info = self._op_info(node)
         if not info.plain:
             return False
-        if len(inputs) != info.num_inputs or len(outputs) != 1 \
-                or node.doc_string or node.metadata_props:
+        if len(inputs) != info.num_inputs or len(outputs) != 1 or doc or metadata:
             return False
         name = outputs[0]
         tp = types.get(name)
@@ -264,33 +265,33 @@ class _ModelImporter:
             operands = [values[n] for n in inputs]
         except KeyError:  # absent, outer-scope or undefined
             return False
-        attributes = self._attributes(node, info)[0] if info.required or node.attribute \
-            else None
+        attrs = self._attributes(node, info, attributes, doc, metadata)[0] \
+            if info.required or attributes else None
         t = convert(tp, name)[0]
         if t is None or isinstance(t, ir.UnrankedTensorType):  # _node may refine its rank
             return False
-        loc = _name_loc(node.name, _name_loc(name))
-        if attributes:  # keyword arguments cost in the bindings: only those set
+        loc = _name_loc(node_name, _name_loc(name))
+        if attrs:  # keyword arguments cost in the bindings: only those set
             op = ir.Operation.create(info.op_name, results=[t], operands=operands,
-                                     attributes=attributes, loc=loc, ip=ip)
+                                     attributes=attrs, loc=loc, ip=ip)
         else:
             op = ir.Operation.create(info.op_name, results=[t], operands=operands,
                                      loc=loc, ip=ip)
         values[name] = op.result
         return True
 
-    def _node(self, node: onnx.NodeProto, scope: _Scope, block: ir.Block,
+    def _node(self, row: NodeRow, scope: _Scope, block: ir.Block,
               ip: ir.InsertionPoint) -> None:
-        info = self._ops.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        node, op_type, domain, inputs, outputs, node_name, doc, node_attributes, metadata = row
+        info = self._ops.get(op_type) if domain in DEFAULT_DOMAINS else None
         if info is None:
             info = self._op_info(node)
-        # Repeated fields as lists: slicing costs less than iterating them.
-        operands = self._operands(node, node.input[:], info, scope, block)
-        if info.required or node.attribute or node.doc_string or node.metadata_props:
-            attributes, graphs = self._attributes(node, info)
+        operands = self._operands(node, inputs, info, scope, block)
+        if info.required or node_attributes or doc or metadata:
+            attributes, graphs = self._attributes(node, info, node_attributes, doc, metadata)
         else:
             attributes, graphs = {}, {}
-        outputs = node.output[:]
+        outputs = outputs[:]  # _result_types blanks names in it
         if len(outputs) != info.num_outputs or info.variadic_output:
             outputs = _padded_outputs(outputs, info.spec)
             if outputs is None:
@@ -298,9 +299,9 @@ class _ModelImporter:
                                     f"has {len(info.spec['outputs'])}")
         result_types, produced = self._result_types(node, outputs, info, scope, operands)
         if len(produced) == 1:  # the common case of _names_loc, inlined
-            loc = _name_loc(node.name, _name_loc(produced[0]))
+            loc = _name_loc(node_name, _name_loc(produced[0]))
         else:
-            loc = self._names_loc(node.name, produced)
+            loc = self._names_loc(node_name, produced)
         # Keyword arguments cost in the bindings: pass only those that are set.
         if info.regions:
             op = ir.Operation.create(
@@ -314,7 +315,7 @@ class _ModelImporter:
                                      loc=loc, ip=ip)
         if info.regions:
             for region, region_name in zip(op.regions, info.regions):
-                self._subgraph(graphs[region_name], scope, region, node.op_type, operands, node)
+                self._subgraph(graphs[region_name], scope, region, op_type, operands, node)
         values = scope.values
         if len(outputs) == 1:  # the common case; op.results costs more
             if outputs[0]:
@@ -407,12 +408,16 @@ class _ModelImporter:
             produced.append(name)
         return types, produced
 
-    def _attributes(self, node: onnx.NodeProto, info: _OpInfo
+    def _attributes(self, node: onnx.NodeProto, info: _OpInfo,
+                    attributes: list[onnx.AttributeProto], doc: str,
+                    metadata: list[onnx.StringStringEntryProto]
                     ) -> tuple[dict[str, ir.Attribute], dict[str, onnx.GraphProto]]:
+        """MLIR attributes and graph attributes of a node from its
+        node_fields `attributes`, `doc` and `metadata`."""
         attrs: dict[str, ir.Attribute] = {}
         graphs: dict[str, onnx.GraphProto] = {}
         kinds = info.spec["attributes"]
-        for a in node.attribute:
+        for a in attributes:
             if a.ref_attr_name:
                 raise ImportFailure(f"{_what(node)}: attribute '{a.name}' refers to a "
                                     "function attribute outside a function")
@@ -436,10 +441,10 @@ class _ModelImporter:
         for region in info.regions:
             if region not in graphs:
                 raise ImportFailure(f"{_what(node)}: graph attribute '{region}' is missing")
-        if node.doc_string:
-            attrs["onnx.doc_string"] = self._str(node.doc_string)
-        if node.metadata_props:
-            attrs["onnx.metadata_props"] = self._props(node.metadata_props)
+        if doc:
+            attrs["onnx.doc_string"] = self._str(doc)
+        if metadata:
+            attrs["onnx.metadata_props"] = self._props(metadata)
         return attrs, graphs
 
     def _attribute(self, a: onnx.AttributeProto, kind: str, node: onnx.NodeProto

@@ -29,14 +29,18 @@ _REGIONS = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("b
 _GRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 
-NodeRow = tuple[onnx.NodeProto, str, str, list[str], list[str]]
+# (node, op type, domain, inputs, outputs, name, doc_string, attributes, metadata_props)
+NodeRow = tuple[onnx.NodeProto, str, str, list[str], list[str], str, str,
+                list[onnx.AttributeProto], list[onnx.StringStringEntryProto]]
 
 
 def node_fields(graph: onnx.GraphProto) -> list[NodeRow]:
-    """(node, op type, domain, inputs, outputs) of each node of the graph.
-    At 10**4 nodes reading protobuf fields is much of what an import costs:
-    import_prep reads them once for these checks and the importer."""
-    return [(n, n.op_type, n.domain, n.input[:], n.output[:]) for n in graph.node]
+    """The NodeRow of each node of the graph. At 10**4 nodes reading protobuf
+    fields is much of what an import costs: import_prep reads them once for
+    these checks and the importer. Strings are as protobuf hands them back
+    (bytes when not valid UTF-8: see check_text)."""
+    return [(n, n.op_type, n.domain, n.input[:], n.output[:], n.name, n.doc_string,
+             n.attribute[:], n.metadata_props[:]) for n in graph.node]
 
 
 Declared = list[tuple[str, str, bytes]]
@@ -148,24 +152,26 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
     already read."""
     ranks = _ranks(graph, outer or {}, declared)
     consts: dict[str, list[int]] | None = None  # built when an axes operand needs them
-    for node, op, domain, _, _ in node_fields(graph) if rows is None else rows:
+    for node, op, domain, inputs, _, _, _, attributes, _ in \
+            node_fields(graph) if rows is None else rows:
         if not isinstance(op, str) or not isinstance(domain, str):
             raise ImportFailure(f"node {node.name!r}: op type {op!r} or domain "
                                 f"{domain!r} is not valid UTF-8 text")
         if domain in ("", "ai.onnx") and (op in _ATTR_OPS or op.startswith("Reduce")):
             if consts is None and (op in _AXES_OPS or op.startswith("Reduce")):
                 consts = _constants(graph)
-            _check_node_attributes(node, ranks, consts or {})
+            _check_node_attributes(node, op, inputs, attributes, ranks, consts or {})
         if op in _GRAPH_OPS:
             for g in _node_subgraphs(node):
                 check_attributes(g, ranks)
 
 
-def _check_node_attributes(node: onnx.NodeProto, ranks: dict[str, int],
+def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
+                           attributes: list[onnx.AttributeProto], ranks: dict[str, int],
                            consts: dict[str, list[int]]) -> None:
-    """A default-domain node's attributes against its operands' ranks."""
-    attrs = {a.name: a for a in node.attribute}
-    op, inputs = node.op_type, node.input[:]  # read once: each read costs
+    """A default-domain node's attributes against its operands' ranks
+    (`op`, `inputs`, `attributes`: its node_fields)."""
+    attrs = {a.name: a for a in attributes}
     r = ranks.get(inputs[0]) if inputs and inputs[0] else None
     if r is not None and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT \
             and (op in _AXIS_OPS or op in _AXIS_INCLUSIVE):
@@ -305,10 +311,11 @@ def _elem_types(graph: onnx.GraphProto, outer: dict[str, int], declared: Declare
             types[name] = elem
     for init in graph.initializer:
         types[init.name] = init.data_type
-    for n, op, _, _, outputs in rows:  # Constant outputs: the type of their value
-        if op == "Constant" and outputs and n.attribute \
-                and n.attribute[0].type == onnx.AttributeProto.TENSOR:
-            types.setdefault(outputs[0], n.attribute[0].t.data_type)
+    for _, op, _, _, outputs, _, _, attributes, _ in rows:
+        # Constant outputs: the type of their value
+        if op == "Constant" and outputs and attributes \
+                and attributes[0].type == onnx.AttributeProto.TENSOR:
+            types.setdefault(outputs[0], attributes[0].t.data_type)
     return types
 
 
@@ -329,7 +336,7 @@ def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None
     rows = node_fields(graph) if rows is None else rows
     types = _elem_types(graph, outer or {}, declared, rows)
     accepted: set[tuple] = set()  # (op, operand element types) already checked
-    for node, op, domain, inputs, _ in rows:
+    for node, op, domain, inputs, _, _, _, _, _ in rows:
         if domain not in ("", "ai.onnx"):
             continue
         key = (op, *[types.get(name) if name else None for name in inputs])
@@ -403,20 +410,20 @@ def check_text(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> Non
     for init in graph.initializer:
         if not isinstance(init.name, str):
             bad("initializer name", init.name)
-    for node, op, domain, inputs, outputs in node_fields(graph) if rows is None else rows:
+    for _, op, domain, inputs, outputs, name, _, attributes, _ in \
+            node_fields(graph) if rows is None else rows:
         strings = inputs + outputs
-        strings += (node.name, op, domain)
+        strings += (name, op, domain)
         try:
             "".join(strings)  # raises on bytes, in C: the loop below finds which
         except TypeError:
             for s in strings:
                 if not isinstance(s, str):
-                    bad(f"in node {node.name!r}: name", s)
-        attributes = node.attribute
-        for a in attributes if attributes else ():
+                    bad(f"in node {name!r}: name", s)
+        for a in attributes:
             if not isinstance(a.name, str) or (a.type == onnx.AttributeProto.STRING and
                                                not isinstance(a.s, bytes)):
-                bad(f"in node {node.name!r}: attribute", a.name)
+                bad(f"in node {name!r}: attribute", a.name)
             if a.type == onnx.AttributeProto.GRAPH:
                 check_text(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
@@ -539,18 +546,18 @@ def _contradiction(msg: str) -> tuple[str | None, str | None, str]:
     return hit or (clauses[-1] if clauses else (None, None, msg))
 
 
-def check_tensor_dims(graph: onnx.GraphProto) -> None:
+def check_tensor_dims(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> None:
     """Initializers and Constant values with a negative extent: ONNX shape
     inference aborts the process on them (std::clamp assertion in Slice's
-    inference after a Gather of such indices; found by the fuzzer)."""
+    inference after a Gather of such indices; found by the fuzzer). `rows`:
+    the graph's node_fields, when already read."""
     for t in graph.initializer:
         dims = t.dims[:]  # a slice and min(): cheaper than a generator per tensor
         if dims and min(dims) < 0:
             raise ImportFailure(f"initializer '{t.name}' has a negative extent "
                                 f"(dims {list(t.dims)})")
-    for node in graph.node:
-        attributes = node.attribute
-        for a in attributes if attributes else ():  # most nodes have none
+    for node, _, _, _, _, _, _, attributes, _ in node_fields(graph) if rows is None else rows:
+        for a in attributes:
             if a.type == onnx.AttributeProto.TENSOR and any(d < 0 for d in a.t.dims):
                 raise ImportFailure(f"{_label(node)}: attribute '{a.name}' is a tensor with "
                                     f"a negative extent (dims {list(a.t.dims)})")
@@ -561,11 +568,12 @@ def check_tensor_dims(graph: onnx.GraphProto) -> None:
                     check_tensor_dims(g)
 
 
-def check_doc_text(model: onnx.ModelProto) -> None:
+def check_doc_text(model: onnx.ModelProto, rows: list[NodeRow] | None = None) -> None:
     """The free-text fields the importer keeps as MLIR string attributes
     (producer, domain, doc strings, metadata) must be text too: protobuf
     hands back invalid UTF-8 as bytes, and the exporter could not turn them
-    back into strings (a RuntimeError from the bindings; fuzzer)."""
+    back into strings (a RuntimeError from the bindings; fuzzer). `rows`:
+    the main graph's node_fields, when already read."""
     def bad(what: str, value) -> None:
         raise ImportFailure(f"{what} {value!r} is not valid UTF-8 text")
 
@@ -579,23 +587,23 @@ def check_doc_text(model: onnx.ModelProto) -> None:
             bad(f"model {field}", getattr(model, field))
     props("model", model.metadata_props)
 
-    def graph(g: onnx.GraphProto) -> None:
+    def graph(g: onnx.GraphProto, rows: list[NodeRow] | None = None) -> None:
         if not isinstance(g.doc_string, str):
             bad(f"graph {g.name!r} doc_string", g.doc_string)
         props(f"graph {g.name!r}", g.metadata_props)
         for v in list(g.input) + list(g.output):
             if not isinstance(v.doc_string, str):
                 bad(f"doc_string of {v.name!r}", v.doc_string)
-        for node in g.node:
-            if not isinstance(node.doc_string, str):
-                bad(f"{_label(node)}: doc_string", node.doc_string)
-            if node.metadata_props:
-                props(_label(node), node.metadata_props)
-            attributes = node.attribute
-            for a in attributes if attributes else ():  # most nodes have none
+        for node, _, _, _, _, _, doc, attributes, metadata in \
+                node_fields(g) if rows is None else rows:
+            if not isinstance(doc, str):
+                bad(f"{_label(node)}: doc_string", doc)
+            if metadata:
+                props(_label(node), metadata)
+            for a in attributes:
                 if a.type == onnx.AttributeProto.GRAPH:
                     graph(a.g)
                 elif a.type == onnx.AttributeProto.GRAPHS:
                     for sub in a.graphs:
                         graph(sub)
-    graph(model.graph)
+    graph(model.graph, rows)

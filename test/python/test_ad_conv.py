@@ -198,3 +198,65 @@ def test_conv_pool_opset9():
     m.ir_version = 4
     x = rng.permutation(16 * 64).reshape(1, 16, 8, 8).astype(np.float32) * 0.01 - 5.0
     check_derivatives(m, {"x": x})
+
+
+def _bn_relu_conv(extra_use: bool = False, affine: bool = True, relu: bool = True, group: int = 1):
+    """x -> BatchNormalization (eval) [-> Mul, Add per channel: Caffe2's
+    affine] [-> Relu] -> Conv, dynamic batch; `extra_use`: the Conv's input
+    also feeds a later Add (a second reader of its tangent)."""
+    from onnx import numpy_helper as nh
+    rng = np.random.default_rng(11)
+    c = 16
+    inits = [nh.from_array(a.astype(np.float32), n) for n, a in [
+        ("scale", rng.uniform(0.5, 2.0, c)), ("bias", rng.standard_normal(c)),
+        ("mean", rng.standard_normal(c)), ("var", rng.uniform(0.5, 2.0, c)),
+        ("aw", rng.uniform(0.5, 2.0, (c, 1, 1))), ("ab", rng.standard_normal((c, 1, 1))),
+        ("w", 0.2 * rng.standard_normal((c, c // group, 3, 3)))]]
+    nodes = [h.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["bn"])]
+    last = "bn"
+    if affine:
+        nodes += [h.make_node("Mul", ["bn", "aw"], ["bw"]), h.make_node("Add", ["bw", "ab"], ["bb"])]
+        last = "bb"
+    if relu:
+        nodes.append(h.make_node("Relu", [last], ["r"]))
+        last = "r"
+    nodes.append(h.make_node("Conv", [last, "w"], ["y"], pads=[1, 1, 1, 1], group=group))
+    if extra_use:
+        nodes[-1].output[0] = "cv"
+        nodes.append(h.make_node("Add", ["cv", last], ["y"]))
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", F, ["n", c, 5, 5])],
+                     [h.make_tensor_value_info("y", F, ["n", c, 5, 5])], inits)
+    # x such that the Relu's input is >= 0.3 away from its kink (differences step over none)
+    target = rng.choice([-1.0, 1.0], (2, c, 5, 5)) * rng.uniform(0.3, 2.0, (2, c, 5, 5))
+    arr = {t.name: nh.to_array(t).astype(np.float64) for t in inits}
+    gain = arr["scale"] / np.sqrt(arr["var"] + 1e-5)
+    pre = (target - arr["ab"].reshape(c, 1, 1)) / arr["aw"].reshape(c, 1, 1) if affine else target
+    x = (pre - arr["bias"].reshape(c, 1, 1)) / gain.reshape(c, 1, 1) + arr["mean"].reshape(c, 1, 1)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 18)]), {"x": x.astype(np.float32)}
+
+
+@pytest.mark.parametrize("extra_use,affine,relu,group,folded", [
+    (False, True, True, 1, True), (False, False, True, 1, True), (False, False, False, 1, True),
+    (True, True, True, 1, False), (False, True, True, 2, False)],
+    ids=["bn-affine-relu", "bn-relu", "bn", "second-reader", "grouped"])
+def test_channel_scale_into_conv_weights(extra_use, affine, relu, group, folded):
+    """BatchNormalization's per-channel gains (and a Caffe2 affine Mul's)
+    move into the next Conv's weights through a Relu mask: the tangent Conv
+    reads the masked tangent directly (no pass multiplying it by the gains).
+    Not when the Conv's input has another reader, nor for grouped Convs.
+    Derivatives checked by finite differences in both modes."""
+    import onnx_ad_mlir
+    m, feeds = _bn_relu_conv(extra_use, affine, relu, group)
+    check_derivatives(m, feeds)
+    fwd = onnx_ad_mlir.forward(m, inputs=["x"], outputs=["y"], layout="onnx")
+    convs = [n for n in fwd.graph.node if n.op_type == "Conv"]
+    assert len(convs) == 2 and (convs[1].input[1] != "w") == folded
+    # full-size products (reading x or the seed): the affine's and the
+    # tangent's Relu mask; one more (the gains times the tangent or mask) unfolded
+    data = {i.name for i in fwd.graph.input}
+    muls = 0
+    for n in fwd.graph.node:
+        if data & set(n.input):
+            data |= set(n.output)
+            muls += n.op_type == "Mul"
+    assert muls == int(affine) + int(relu) + (not folded), muls

@@ -8,8 +8,8 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import (Builder, attribute, broadcast_dims, dims, element_type, operand_or_none,
-                       rank, tensor_type)
+from ..builder import (Builder, attribute, broadcast_dims, dims, element_type, is_float,
+                       op_type, operand_or_none, rank, tensor_type)
 from ..registry import jvp, transpose
 from .elementwise import total
 
@@ -192,6 +192,68 @@ def _k(b: Builder, t: ir.Value) -> ir.Value:
     return b.shape(t, 0, 1)
 
 
+def _producer(v: ir.Value, kind: str) -> ir.Operation | None:
+    """The onnx op of type `kind` defining v, else None."""
+    owner = getattr(v.owner, "operation", v.owner)
+    if isinstance(owner, ir.Operation) and owner.name.startswith("onnx.") and \
+            op_type(owner) == kind:
+        return owner
+    return None
+
+
+def _channel_factor(s: ir.Value, r: int, c: int) -> bool:
+    """s broadcasts onto a rank-r [N, C, ...] value as one factor per channel
+    (or one in all): no direction axis, so it is not the derivative factor."""
+    d = dims(s)
+    if d is None or len(d) > r or not is_float(s):
+        return False
+    full = [1] * (r - len(d)) + list(d)
+    return full[0] == 1 and full[1] in (1, c) and all(e == 1 for e in full[2:])
+
+
+def _factors(v: ir.Value, top: bool = True) -> list[ir.Value]:
+    """The leaves of the Mul tree defining v, descending only into products
+    nothing else reads (so none is computed twice after a regrouping)."""
+    mul = _producer(v, "Mul")
+    if mul is None or (not top and sum(1 for _ in v.uses) != 1):
+        return [v]
+    return [f for a in mul.operands for f in _factors(a, False)]
+
+
+def _scale_into_weight(b: Builder, op: ir.Operation, t: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(t', w') with Conv(t, W) == Conv(t', w'): the per-input-channel factors
+    of the product t (an eval-mode BatchNormalization's gain, its affine
+    Mul's, with a Relu's elementwise mask between) move into the weights,
+    W * s, which the runtime constant-folds: one pass over the tangent less
+    per factor (BatchNormalization -> Relu -> Conv: DenseNet). Only when
+    this Conv is t's only user (none yet, and no later primal user of x
+    whose rule would read t); otherwise (t, W)."""
+    x, w = op.operands[0], op.operands[1]
+    xd = dims(x)
+    unchanged = (t, w)
+    if op_type(op) != "Conv" or (attribute(op, "group") or 1) != 1 or xd is None or \
+            xd[1] is None or element_type(w) != element_type(t) or any(True for _ in t.uses):
+        return unchanged
+    for use in x.uses:
+        user = getattr(use.owner, "operation", use.owner)
+        if user.block == op.block and op.is_before_in_block(user):
+            return unchanged
+    leaves = _factors(t)
+    scales = [f for f in leaves if _channel_factor(f, len(xd), xd[1]) and
+              element_type(f) == element_type(t)]
+    rest = [f for f in leaves if f not in scales]
+    td = dims(t)
+    if not scales or not rest or td is None or None in td[2:] or \
+            broadcast_dims(*(dims(f) for f in rest)) != td:
+        return unchanged  # the factors also set extents of t
+    product = rest[0]
+    for f in rest[1:]:
+        product = b.mul(product, f)
+    for f in scales:
+        w = b.mul(w, f)
+    return product, w
+
+
 def _conv_on_batch(b: Builder, kind: str, t: ir.Value, w: ir.Value, y: ir.Value,
                    attrs: dict) -> ir.Value:
     """kind(t, w) for a tangent t = [k, N, C, ...] of the data operand."""
@@ -325,7 +387,8 @@ def _conv_jvp(kind: str):
         attrs = _conv_attrs(op, kind == "ConvTranspose")
         terms = []
         if tangents[0] is not None:
-            terms.append(_conv_on_batch(b, kind, tangents[0], w, y, attrs))
+            t, wt = _scale_into_weight(b, op, tangents[0])
+            terms.append(_conv_on_batch(b, kind, t, wt, y, attrs))
         if tangents[1] is not None:
             terms.append(_conv_on_weight(b, kind, x, tangents[1], y, attrs))
         if len(tangents) > 2 and tangents[2] is not None and operand_or_none(op, 2) is not None:

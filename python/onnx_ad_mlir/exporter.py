@@ -24,18 +24,25 @@ _TERMINATORS = ("onnx.Yield", "func.return")
 def export_onnx(module: ir.Module) -> onnx.ModelProto:
     """The ONNX model of `module`'s `main_graph` function (or its only one)."""
     func = _main_function(module)
-    exporter = _Exporter(module)
     model = onnx.ModelProto()
     try:
         with gc_paused():
-            exporter.main_graph(func, model.graph)
-            _restore_model_fields(module.operation.attributes, model, exporter.op_names)
+            _export(module, func, model)
     except RuntimeError as e:  # the bindings cannot make a str of non-UTF-8 bytes
         if "str_from_cstr" not in str(e):
             raise
         raise ExportFailure("a string attribute or location name in the module is not "
                             "valid UTF-8 text (e.g. a \\EF escape in onnx.producer_name)") from None
     return model
+
+
+def _export(module: ir.Module, func: ir.Operation, model: onnx.ModelProto) -> None:
+    """Fills `model` from `func`. The exporter (its maps of values and names)
+    is freed on return, before the collector resumes, so it has nothing of
+    its to scan."""
+    exporter = _Exporter(module)
+    exporter.main_graph(func, model.graph)
+    _restore_model_fields(module.operation.attributes, model, exporter.op_names)
 
 
 def _main_function(module: ir.Module) -> ir.Operation:

@@ -37,9 +37,7 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     """Imports an ONNX model (a ModelProto or a file path) into a new module
     holding `func.func @main_graph`."""
     with gc_paused():
-        model, base_dir, rows, declared = prepare_model(model)
-        context = context or ir.Context()
-        module = _ModelImporter(model, context, base_dir, rows, declared).run()
+        module = _import(model, context or ir.Context())
     try:  # cheap (~1 us per op), and the caller gets an exception, not bad IR
         module.operation.verify()
     except ir.MLIRError as e:
@@ -47,6 +45,14 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
         detail = f"{first.location}: {first.message}" if first else str(e)
         raise ImportFailure(f"the imported IR does not verify: {detail}") from e
     return module
+
+
+def _import(model: onnx.ModelProto | str | os.PathLike, context: ir.Context) -> ir.Module:
+    """import_onnx's module, unverified. Its temporaries (the prepared model,
+    rows, values) are freed on return, before the collector resumes, so it
+    has nothing of theirs to scan."""
+    model, base_dir, rows, declared = prepare_model(model)
+    return _ModelImporter(model, context, base_dir, rows, declared).run()
 
 
 class _OpInfo:

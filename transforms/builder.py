@@ -479,9 +479,14 @@ class Builder:
                 (None in pd or None in dims(t)[1:]) and \
                 symdims.dims(t)[1:] == symdims.dims(primal):
             return t  # the same extents, `?` included (symdims.py)
-        target = self.concat([self.shape(t, 0, 1), self.shape(primal)], 0)
-        out = None if pd is None else [None] + pd
-        return self.expand(t, target, out)
+        return self.expand_directions(t, self.shape(primal), None if pd is None else [None] + pd)
+
+    def expand_directions(self, t: ir.Value, extents: ir.Value, out: Dims | None) -> ir.Value:
+        """Expand derivative `t` to [k] + `extents` (a 1-D shape value). The
+        target's direction extent is 1: Expand broadcasts, so t keeps its own
+        k, which then needs no Shape(t)[0:1] read (a constant target when the
+        extents are static)."""
+        return self.expand(t, self.concat([self.ints([1]), extents], 0), out)
 
     def unbroadcast(self, ct: ir.Value, target: ir.Value) -> ir.Value:
         """Sum cotangent `ct` back to the shape of derivative value `target`

@@ -185,7 +185,7 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
         _transpose(linear_ops, linear, cotangents, opset)
         out = [_total(b, cotangents.pop(t, [])) for t in stand_ins]
     for op in list(reversed(linear_ops)) + [t.owner for t in stand_ins] + [k.owner]:
-        if all(len(list(r.uses)) == 0 for r in op.results):
+        if not any(True for r in op.results for _ in r.uses):
             symdims.forget(op)  # erased: cached extents must not outlive it
             op.erase()
         elif op.name == PLACEHOLDER and REGION_ID in op.attributes:

@@ -385,9 +385,9 @@ def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
 
 def _without_dead(ops: list, varying: set) -> list:
     """Erases the ops (in program order) left without a user, last first so
-    their operands' producers follow: mostly the run-time shape targets of
-    Expands that were dropped (Concat, Shape(t, 0, 1)), which would each cost
-    _share_leading_shapes a symbolic-extent walk (transformer_48: ~290)."""
+    their operands' producers follow: mostly dropped Expands' run-time shape
+    targets (Concat, Shape), whose Shape(t, 0, 1) would each cost
+    _share_leading_shapes a symbolic-extent walk."""
     live = []
     for op in reversed(ops):
         if op.name.startswith("onnx.") and not len(op.regions) and \

@@ -148,8 +148,10 @@ def _zeros_of(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
 @jvp("Concat")
 def _concat(b: Builder, op, tangents):
     axis = _axis(op, _known_rank([op.results[0], *op.operands]))
-    k = next(b.shape(t, 0, 1) for t in tangents if t is not None)
-    parts = [t if t is not None else _zeros_of(b, x, k) for x, t in zip(op.operands, tangents)]
+    parts = list(tangents)
+    if any(t is None for t in tangents):  # (k is read only for zeros)
+        k = next(b.shape(t, 0, 1) for t in tangents if t is not None)
+        parts = [t if t is not None else _zeros_of(b, x, k) for x, t in zip(op.operands, tangents)]
     return [b.concat(parts, axis + 1)]
 
 
@@ -201,8 +203,11 @@ def _split(b: Builder, op, tangents):
 @transpose("Split")
 def _t_split(b: Builder, op, cts, linear):
     axis = attribute(op, "axis")
-    k = next(b.shape(c, 0, 1) for c in cts if c is not None)
-    parts = [_zeros_like_derivative(b, r, k) if c is None else c for r, c in zip(op.results, cts)]
+    parts = list(cts)
+    if any(c is None for c in cts):  # (k is read only for zeros)
+        k = next(b.shape(c, 0, 1) for c in cts if c is not None)
+        parts = [_zeros_like_derivative(b, r, k) if c is None else c
+                 for r, c in zip(op.results, cts)]
     return [b.concat(parts, axis)] + [None] * (len(op.operands) - 1)
 
 

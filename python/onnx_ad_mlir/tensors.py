@@ -53,8 +53,17 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
         return _string_attr(tensor, ttype, types.context)
     array = None
     if elem in _BUFFER_ELEMENTS and _LITTLE_ENDIAN:  # ONNX stores little-endian
-        array = _external_array(tensor, base_dir) \
-            if tensor.data_location == onnx.TensorProto.EXTERNAL else _raw_array(tensor, dims)
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            array = _external_array(tensor, base_dir)
+        else:
+            raw = tensor.raw_data  # each read copies the bytes
+            if raw and len(raw) <= DENSE_LIMIT_BYTES and elem != onnx.TensorProto.BOOL \
+                    and len(raw) == _count(dims) * _np_dtype(elem).itemsize:
+                # the common small constant: its bytes are the attribute's, as
+                # they are, without a numpy array in between
+                return ir.DenseElementsAttr.get(raw, type=types.element(elem), shape=list(dims),
+                                                context=types.context)
+            array = _raw_array(tensor, raw, dims)
     if array is None:
         try:
             array = numpy_helper.to_array(tensor, base_dir)
@@ -72,23 +81,32 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
     return _blob_attr(array, tensor.name, ttype, types.context)
 
 
-def _raw_array(tensor: onnx.TensorProto, dims: tuple[int, ...]) -> np.ndarray | None:
-    """The data of a tensor stored as little-endian raw bytes, without
-    numpy_helper's generality (the common case, and worth the speed)."""
-    raw = tensor.raw_data  # each read copies the bytes
+def _raw_array(tensor: onnx.TensorProto, raw: bytes, dims: tuple[int, ...]
+               ) -> np.ndarray | None:
+    """The data of a tensor stored as little-endian `raw` bytes (its
+    raw_data), without numpy_helper's generality (the common case, and worth
+    the speed)."""
     if not raw:
         return None
-    dtype = _NP_DTYPES.get(tensor.data_type)
-    if dtype is None:
-        dtype = _NP_DTYPES[tensor.data_type] = helper.tensor_dtype_to_np_dtype(tensor.data_type)
-    array = np.frombuffer(raw, dtype=dtype)
-    count = 1
-    for d in dims:
-        count *= d
-    if array.size != count:
+    array = np.frombuffer(raw, dtype=_np_dtype(tensor.data_type))
+    if array.size != _count(dims):
         raise ImportFailure(f"tensor '{tensor.name}': {array.size} elements of raw data for "
                             f"shape {list(dims)}")
     return array.reshape(dims)
+
+
+def _count(dims: tuple[int, ...]) -> int:
+    count = 1
+    for d in dims:
+        count *= d
+    return count
+
+
+def _np_dtype(elem: int) -> np.dtype:
+    dtype = _NP_DTYPES.get(elem)
+    if dtype is None:
+        dtype = _NP_DTYPES[elem] = np.dtype(helper.tensor_dtype_to_np_dtype(elem))
+    return dtype
 
 
 _NP_DTYPES: dict[int, np.dtype] = {}

@@ -316,6 +316,7 @@ def _elem_types(graph: onnx.GraphProto, outer: dict[str, int], declared: Declare
         if op == "Constant" and outputs and attributes \
                 and attributes[0].type == onnx.AttributeProto.TENSOR:
             types.setdefault(outputs[0], attributes[0].t.data_type)
+    types.pop("", None)  # an absent input, never a value: readers need not test for it
     return types
 
 
@@ -336,10 +337,11 @@ def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None
     rows = node_fields(graph) if rows is None else rows
     types = _elem_types(graph, outer or {}, declared, rows)
     accepted: set[tuple] = set()  # (op, operand element types) already checked
+    elem_type = types.get
     for node, op, domain, inputs, _, _, _, _, _ in rows:
         if domain not in ("", "ai.onnx"):
             continue
-        key = (op, *[types.get(name) if name else None for name in inputs])
+        key = (op, *map(elem_type, inputs))
         if key not in accepted:  # the check depends on nothing else
             _check_operand_types(node, _type_rules(op, opset), types)
             accepted.add(key)

@@ -67,13 +67,28 @@ def _type_facts(type_bytes: bytes) -> tuple[int | None, int]:
     return (len(t.shape.dim) if t.HasField("shape") else None), t.elem_type
 
 
+def _unique_facts(declared: Declared, index: int) -> dict[bytes, int | None]:
+    """_type_facts(type)[index] of each distinct declared type: thousands of
+    values share a few types."""
+    return {b: _type_facts(b)[index] for b in {b for _, _, b in declared}}
+
+
+def _declared_ranks(declared: Declared) -> dict[str, int]:
+    """Ranks of the declared values that have one (a later entry wins)."""
+    ranks = _unique_facts(declared, 0)
+    return {name: ranks[b] for _, name, b in declared if ranks[b] is not None}
+
+
+def _declared_elem_types(declared: Declared) -> dict[str, int]:
+    """Element types of the declared values that have one (a later entry wins)."""
+    elems = _unique_facts(declared, 1)
+    return {name: elems[b] for _, name, b in declared if elems[b]}
+
+
 def _ranks(graph: onnx.GraphProto, outer: dict[str, int],
            declared: Declared | None = None) -> dict[str, int]:
     ranks = dict(outer)
-    for _, name, type_bytes in declared_types(graph) if declared is None else declared:
-        rank = _type_facts(type_bytes)[0]
-        if rank is not None:
-            ranks[name] = rank
+    ranks.update(_declared_ranks(declared_types(graph) if declared is None else declared))
     for t in graph.initializer:
         ranks[t.name] = len(t.dims)
     return ranks
@@ -227,11 +242,14 @@ def check_dims(graph: onnx.GraphProto, nested: bool = False,
     (-1 for "unknown"), is cleared by `clear_negative_subgraph_dims` instead.
     `declared`, `rows`: the graph's declared_types and node_fields, when
     already read."""
-    for kind, name, type_bytes in declared_types(graph) if declared is None else declared:
-        bad = _bad_dim(type_bytes, nested)
-        if bad is not None:
-            raise ImportFailure(f"graph {kind} '{name}': dimension {bad[0]} is "
-                                f"{bad[1]}, outside [0, 2**53]")
+    declared = declared_types(graph) if declared is None else declared
+    # each of the few distinct types once; the first value of a bad one reported
+    if any(_bad_dim(b, nested) is not None for b in {b for _, _, b in declared}):
+        for kind, name, type_bytes in declared:
+            bad = _bad_dim(type_bytes, nested)
+            if bad is not None:
+                raise ImportFailure(f"graph {kind} '{name}': dimension {bad[0]} is "
+                                    f"{bad[1]}, outside [0, 2**53]")
     for g in _subgraphs(graph, rows):
         check_dims(g, nested=True)
 
@@ -280,9 +298,9 @@ def _subgraphs(graph: onnx.GraphProto, rows: list[NodeRow] | None = None
                ) -> list[onnx.GraphProto]:
     """The graph attributes of the graph's If/Loop/Scan/SequenceMap nodes
     (see _GRAPH_OPS). `rows`: the graph's node_fields, when already read."""
-    ops = ((n, n.op_type) for n in graph.node) if rows is None else \
-        ((row[0], row[1]) for row in rows)
-    return [g for node, op in ops if op in _GRAPH_OPS for g in _node_subgraphs(node)]
+    if rows is None:
+        return [g for n in graph.node if n.op_type in _GRAPH_OPS for g in _node_subgraphs(n)]
+    return [g for row in rows if row[1] in _GRAPH_OPS for g in _node_subgraphs(row[0])]
 
 
 def _node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
@@ -305,10 +323,7 @@ def check_opsets(model: onnx.ModelProto) -> None:
 def _elem_types(graph: onnx.GraphProto, outer: dict[str, int], declared: Declared | None,
                 rows: list[NodeRow]) -> dict[str, int]:
     types = dict(outer)
-    for _, name, type_bytes in declared_types(graph) if declared is None else declared:
-        elem = _type_facts(type_bytes)[1]
-        if elem:
-            types[name] = elem
+    types.update(_declared_elem_types(declared_types(graph) if declared is None else declared))
     for init in graph.initializer:
         types[init.name] = init.data_type
     for _, op, _, _, outputs, _, _, attributes, _ in rows:

@@ -8,7 +8,7 @@ shape S has derivatives of shape [k] + S, with k the number of seeds.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from mlir import ir
@@ -28,20 +28,33 @@ _DIMS: dict = {}
 _DIMS_CONTEXT: list = [None]
 
 
+def _current(ctx: ir.Context) -> None:
+    """Empties the type and attribute caches when `ctx` is not the one they
+    belong to (and, on a miss, when one grew large: _bounded)."""
+    if ctx is not _DIMS_CONTEXT[0]:
+        _DIMS.clear()
+        _TYPES.clear()
+        _ATTRS.clear()
+        _DIMS_CONTEXT[0] = ctx
+
+
+def _bounded(cache: dict) -> dict:
+    if len(cache) > 4096:
+        cache.clear()
+    return cache
+
+
 def dims(value_or_type: ir.Value | ir.Type) -> Dims | None:
     """Static dims (None where unknown), or None for an unranked tensor."""
     t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
-    ctx = t.context
-    if ctx is not _DIMS_CONTEXT[0] or len(_DIMS) > 4096:
-        _DIMS.clear()
-        _DIMS_CONTEXT[0] = ctx
+    _current(t.context)
     hit = _DIMS.get(t)
     if hit is not None:
         return list(hit)
     if not isinstance(t, ir.RankedTensorType):
         return None
     d = tuple(None if e == DYN else e for e in t.shape)
-    _DIMS[t] = d
+    _bounded(_DIMS)[t] = d
     return list(d)
 
 
@@ -54,10 +67,31 @@ def element_type(value: ir.Value) -> ir.Type:
     return value.type.element_type
 
 
+# (dims, element type) -> tensor type, for the context of _DIMS (rules ask
+# for the same few types thousands of times; each get is a binding call)
+_TYPES: dict = {}
+# Python value -> attribute (constants' and ops' attributes), and constant
+# attribute -> its integers; attributes are immutable and uniqued per context
+_ATTRS: dict = {}
+
+
+def _cached_attr(key: tuple, make: Callable[[], object], ctx: ir.Context | None = None):
+    _current(ctx or ir.Context.current)
+    hit = _ATTRS.get(key)
+    if hit is None:
+        _bounded(_ATTRS)[key] = hit = make()
+    return hit
+
+
 def tensor_type(shape: Dims | None, elem: ir.Type) -> ir.Type:
-    if shape is None:
-        return ir.UnrankedTensorType.get(elem)
-    return ir.RankedTensorType.get([DYN if d is None else d for d in shape], elem)
+    key = (None if shape is None else tuple(shape), elem)
+    _current(elem.context)
+    hit = _TYPES.get(key)
+    if hit is None:
+        hit = ir.UnrankedTensorType.get(elem) if shape is None else \
+            ir.RankedTensorType.get([DYN if d is None else d for d in shape], elem)
+        _bounded(_TYPES)[key] = hit
+    return hit
 
 
 def is_float(value: ir.Value) -> bool:
@@ -97,14 +131,16 @@ def _attr(value: object) -> ir.Attribute:
     if isinstance(value, ir.Attribute):
         return value
     if isinstance(value, bool) or isinstance(value, (int, np.integer)):
-        return ir.IntegerAttr.get(ir.IntegerType.get_signed(64), int(value))
+        return _cached_attr(("si64", int(value)), lambda: ir.IntegerAttr.get(
+            ir.IntegerType.get_signed(64), int(value)))
     if isinstance(value, float):
         return ir.FloatAttr.get_f32(value)
     if isinstance(value, str):
         return ir.StringAttr.get(value)
     if isinstance(value, (list, tuple)):
         if all(isinstance(v, (int, np.integer)) for v in value):
-            return ints_attr(value)
+            key = tuple(int(v) for v in value)
+            return _cached_attr(("ints_attr", key), lambda: ints_attr(key))
         if all(isinstance(v, float) for v in value):
             return ir.ArrayAttr.get([ir.FloatAttr.get_f32(v) for v in value])
     raise TypeError(f"no attribute kind for {value!r}")
@@ -154,6 +190,24 @@ def _resolve(op_type_: str, opset: int) -> str:
     return chosen
 
 
+_PADDING: dict = {}
+
+
+def _padding(op_type_: str, opset: int, n: int) -> tuple[str, int]:
+    """("onnx." + the op name at `opset`, how many None operands to append
+    after `n` given ones: the schema's trailing optional inputs)."""
+    key = (op_type_, opset, n)
+    hit = _PADDING.get(key)
+    if hit is None:
+        name = resolve(op_type_, opset)
+        schema_inputs = _op_table.OPS[name]["inputs"]
+        missing = 0
+        if n < len(schema_inputs) and all(kind == "optional" for _, kind in schema_inputs[n:]):
+            missing = len(schema_inputs) - n
+        _PADDING[key] = hit = ("onnx." + name, missing)
+    return hit
+
+
 def _onnx_dtype(elem: ir.Type) -> int:
     """The TensorProto data type of an MLIR element type."""
     import onnx
@@ -183,14 +237,13 @@ class Builder:
     def create(self, op_type_: str, operands: Sequence[ir.Value | None],
                result_types: Sequence[ir.Type], **attrs) -> list[ir.Value]:
         """An op of the module's opset; None operands become onnx.NoValue."""
-        name = resolve(op_type_, self.opset)
-        schema_inputs = _op_table.OPS[name]["inputs"]
-        if len(operands) < len(schema_inputs) and \
-                all(kind == "optional" for _, kind in schema_inputs[len(operands):]):
-            operands = list(operands) + [None] * (len(schema_inputs) - len(operands))
-        operands = [self.none() if v is None else v for v in operands]
+        name, missing = _padding(op_type_, self.opset, len(operands))
+        if missing:
+            operands = list(operands) + [None] * missing
+        if any(v is None for v in operands):
+            operands = [self.none() if v is None else v for v in operands]
         op = ir.Operation.create(
-            "onnx." + name, results=list(result_types), operands=operands,
+            name, results=list(result_types), operands=operands,
             attributes={k: _attr(v) for k, v in attrs.items() if v is not None},
             loc=self.location)
         return list(op.results)
@@ -213,13 +266,18 @@ class Builder:
     def scalar(self, value: float, like: ir.Value) -> ir.Value:
         """A rank-0 constant of `like`'s element type."""
         elem = element_type(like)
-        t = ir.RankedTensorType.get([], elem)
+        t = tensor_type([], elem)
         if isinstance(elem, ir.FloatType):
-            return self.constant(ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(elem, value)))
-        return self.constant(ir.DenseElementsAttr.get_splat(t, ir.IntegerAttr.get(elem, int(value))))
+            # repr: -0.0 is not 0.0 here (equal as dict keys)
+            return self.constant(_cached_attr(("scalar", elem, repr(float(value))), lambda: (
+                ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(elem, value)))))
+        return self.constant(_cached_attr(("scalar", elem, int(value)), lambda: (
+            ir.DenseElementsAttr.get_splat(t, ir.IntegerAttr.get(elem, int(value))))))
 
     def ints(self, values: Iterable[int]) -> ir.Value:
-        return self.constant(ir.DenseElementsAttr.get(np.asarray(list(values), dtype=np.int64)))
+        key = tuple(int(v) for v in values)
+        return self.constant(_cached_attr(("ints", key), lambda: ir.DenseElementsAttr.get(
+            np.asarray(key, dtype=np.int64))))
 
     def int_scalar(self, value: int) -> ir.Value:
         return self.constant(ir.DenseElementsAttr.get(np.asarray(value, dtype=np.int64)))
@@ -227,8 +285,11 @@ class Builder:
     # ---- elementwise ------------------------------------------------------
     def ew(self, op_type_: str, *operands: ir.Value, **attrs) -> ir.Value:
         """An elementwise op; result type by broadcasting, element type of operand 0."""
-        shape = broadcast_dims(*(dims(v) for v in operands))
-        return self.op(op_type_, operands, tensor_type(shape, element_type(operands[0])), **attrs)
+        types = [v.type for v in operands]
+        t = types[0]
+        if any(u != t for u in types[1:]):
+            t = tensor_type(broadcast_dims(*(dims(u) for u in types)), t.element_type)
+        return self.op(op_type_, operands, t, **attrs)
 
     def add(self, a: ir.Value, b: ir.Value) -> ir.Value:
         return self.ew("Add", a, b)
@@ -595,7 +656,8 @@ def constant_ints(value: ir.Value) -> list[int] | None:
     """The integers of a value defined by onnx.Constant, else None."""
     attr = constant_value(value)
     if isinstance(attr, ir.DenseIntElementsAttr):
-        return [int(v) for v in np.asarray(attr).reshape(-1)]
+        return list(_cached_attr(("ints of", attr), lambda: tuple(
+            int(v) for v in np.asarray(attr).reshape(-1)), attr.context))
     return None
 
 

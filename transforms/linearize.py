@@ -124,13 +124,15 @@ def patterns(state: Tangents):
     return ps.freeze()
 
 
-def linearize(f: ir.Operation, state: Tangents) -> None:
+def linearize(f: ir.Operation, state: Tangents, loops: bool = True) -> None:
     """Runs the JVP walk over `f`; `state.of` must hold the seed tangents.
     In forward mode, Loop/Scan bodies first get tangent block arguments for
     their active loop-carried and scanned values (a fixpoint, see
     control_flow.prepare_loops): the post-order walk reaches a body before
-    its op, so the body must already know its tangent inputs."""
-    if state.mode == "forward" and REGION_RULES:
+    its op, so the body must already know its tangent inputs. `loops=False`:
+    the caller knows f's body holds no region op (that step's two walks
+    over f are skipped)."""
+    if state.mode == "forward" and REGION_RULES and loops:
         from .rules.control_flow import prepare_loops
         prepare_loops(f, state)
     if f.operation.name == "func.func":

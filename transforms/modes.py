@@ -58,7 +58,8 @@ def _prepare(f: func.FuncOp, opset: int, inputs: list[str] | None,
     bodies, lowerings, constant Ifs, bool Where, checkpointed loops), then
     choose the differentiated inputs/outputs and the CasADi prefix."""
     expand_function(f, opset)  # function-body ops and lowerings (expand.py)
-    if _has_regions(f):  # (each of these walks the whole function)
+    regions = _has_regions(f)
+    if regions:  # (each of these walks the whole function)
         inline_constant_ifs(f)
         refine_region_types(f)  # results ONNX inference left untyped (rules emit less plumbing)
     bool_where(f, opset)  # ONNX Runtime has no bool Where (legalize.py)
@@ -69,13 +70,13 @@ def _prepare(f: func.FuncOp, opset: int, inputs: list[str] | None,
     xs = sig.select(in_names, list(block.arguments), inputs, "input")
     ys = sig.select(out_names, list(ret.operands), outputs, "output")
     prefix = prefix or sig.diff_prefix(in_names + out_names, kind)
-    return block, ret, in_names, out_names, xs, ys, prefix
+    return block, ret, in_names, out_names, xs, ys, prefix, regions
 
 
 def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             outputs: list[str] | None = None, layout: str = "casadi",
             prefix: str | None = None) -> None:
-    block, ret, in_names, out_names, xs, ys, prefix = _prepare(
+    block, ret, in_names, out_names, xs, ys, prefix, regions = _prepare(
         f, opset, inputs, outputs, prefix or "", "fwd", checkpoint=1)
     primal_x = [block.arguments[i] for i in xs]
     dim = "n" + prefix[:-1]
@@ -88,7 +89,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         for x, seed in zip(primal_x, seeds):
             state.of[x] = sig.unpack(b, seed, x, layout)
         state.k = b.shape(state.of[primal_x[0]], 0, 1)
-    linearize(f, state)
+    linearize(f, state, loops=regions)
     _, ret = _entry(f)
     results = []
     with ir.InsertionPoint(ret):
@@ -111,7 +112,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             prefix: str | None = None, checkpoint: int = 1) -> None:
     """`checkpoint` = k > 1: Loop/Scan store every k-th state and recompute
     the steps in between (checkpoint.py) instead of storing every state."""
-    block, ret, in_names, out_names, xs, ys, prefix = _prepare(
+    block, ret, in_names, out_names, xs, ys, prefix, _ = _prepare(
         f, opset, inputs, outputs, prefix or "", "adj", checkpoint)
     primal_x = [block.arguments[i] for i in xs]
     primal_y = [ret.operands[i] for i in ys]

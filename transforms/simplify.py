@@ -31,12 +31,14 @@ coefficient. Intermediate results must have no other user.
 """
 from __future__ import annotations
 
+import numpy as np
 from mlir import ir
 
 from onnx_ad_mlir import _op_table
 
 from . import symdims
-from .builder import attribute
+from .builder import Builder, attribute, constant_value, dims
+from .rules.reduction import reduce_axes
 
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Where", "Pow", "Mean"}
 
@@ -139,8 +141,6 @@ def _defining(v: ir.Value) -> ir.Operation | None:
 
 def _scalar(v: ir.Value) -> float | None:
     """The value of a one-element float constant."""
-    import numpy as np
-    from .builder import constant_value
     attr = constant_value(v)
     if not isinstance(attr, ir.DenseFPElementsAttr):
         return None
@@ -170,8 +170,6 @@ def _erase_if_dead(v: ir.Value, varying: set) -> None:
 
 def _reduce_mean(b, op: ir.Operation, varying: set, operands: list) -> bool:
     """Mul(ReduceSum(t), 1/N) -> ReduceMean(t)."""
-    from .builder import dims
-    from .rules.reduction import reduce_axes
     for i in (0, 1):
         r, c = operands[i], operands[1 - i]
         if r not in varying or c in varying:
@@ -342,7 +340,6 @@ def _standardized(b, op: ir.Operation) -> int:
 def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
     """Folds the ops of f's body that depend on `seeds` (see the module
     docstring); returns how many were rewritten."""
-    from .builder import Builder
     block = f.regions[0].blocks[0]
     varying = set(seeds)
     ops, standardized = [], []

@@ -152,7 +152,8 @@ def test_col2im():
 
 DFT = [("complex", 17, (2, 5, 2), {}, None), ("real-onesided", 17, (2, 6, 1), {"onesided": 1}, None),
        ("inverse", 17, (3, 4, 2), {"inverse": 1}, None), ("length-pad", 17, (2, 4, 1), {}, 6),
-       ("length-trunc-onesided", 20, (2, 7, 1), {"onesided": 1}, 5), ("axis-opset20", 20, (4, 3, 2), {}, None)]
+       ("length-trunc-onesided", 20, (2, 7, 1), {"onesided": 1}, 5), ("axis-opset20", 20, (4, 3, 2), {}, None),
+       ("inverse-onesided", 17, (2, 4, 2), {"inverse": 1, "onesided": 1}, 6)]
 
 
 @pytest.mark.parametrize("name,opset,shape,attrs,length", DFT, ids=[c[0] for c in DFT])

@@ -800,30 +800,32 @@ def _t_dft(b: Builder, op, cts, linear):
     inverse, onesided = attribute(op, "inverse") or 0, attribute(op, "onesided") or 0
     ct = cts[0]
     elem = element_type(ct)
-    cd = list(dims(ct))
     if inverse and onesided:
         return [_t_irfft(b, ct, xd, yd, axis)] + [None] * (len(op.operands) - 1)
     if onesided and yd[axis] < n:
-        pads = [0] * (2 * r)
-        pads[r + axis] = n - yd[axis]
-        cd[axis] = n
-        ct = b.pad(ct, pads, tensor_type(cd, elem))
+        ct = _fit_axis(b, ct, axis, n)
     back = _emit_dft(b, ct, b.int_scalar(n), axis, 1 - inverse, 0,
-                     tensor_type(cd, elem))
+                     tensor_type(dims(ct), elem))
     back = b.mul(back, b.scalar(float(n) if not inverse else 1.0 / n, back))
-    cd = list(dims(back))
     if xd[-1] == 1:
+        cd = list(dims(back))
         cd[-1] = 1
         back = b.slice(back, [r - 1], [0], [1], tensor_type(cd, elem))
+    return [_fit_axis(b, back, axis, m)] + [None] * (len(op.operands) - 1)
+
+
+def _fit_axis(b: Builder, v: ir.Value, axis: int, m: int) -> ir.Value:
+    """v cut to, or zero-padded up to, m entries along a static axis."""
+    cd = list(dims(v))
+    n = cd[axis]
+    if m == n:
+        return v
+    cd[axis] = m
     if m < n:
-        cd[axis] = m
-        back = b.slice(back, [axis], [0], [m], tensor_type(cd, elem))
-    elif m > n:
-        pads = [0] * (2 * r)
-        pads[r + axis] = m - n
-        cd[axis] = m
-        back = b.pad(back, pads, tensor_type(cd, elem))
-    return [back] + [None] * (len(op.operands) - 1)
+        return b.slice(v, [axis], [0], [m], tensor_type(cd, element_type(v)))
+    pads = [0] * (2 * len(cd))
+    pads[len(cd) + axis] = m - n
+    return b.pad(v, pads, tensor_type(cd, element_type(v)))
 
 
 def _t_irfft(b: Builder, ct: ir.Value, xd: list, yd: list, axis: int) -> ir.Value:
@@ -848,13 +850,4 @@ def _t_irfft(b: Builder, ct: ir.Value, xd: list, yd: list, axis: int) -> ir.Valu
     scale = b.cast_like(b.constant(ir.DenseElementsAttr.get(c.reshape(shape))), spec) \
         if not isinstance(elem, ir.F64Type) else \
         b.constant(ir.DenseElementsAttr.get(c.reshape(shape)))
-    back = b.mul(spec, scale)
-    if m < h:
-        cd[axis] = m
-        back = b.slice(back, [axis], [0], [m], tensor_type(cd, elem))
-    elif m > h:
-        pads = [0] * (2 * r)
-        pads[r + axis] = m - h
-        cd[axis] = m
-        back = b.pad(back, pads, tensor_type(cd, elem))
-    return back
+    return _fit_axis(b, b.mul(spec, scale), axis, m)

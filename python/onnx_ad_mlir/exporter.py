@@ -300,18 +300,17 @@ class _Exporter:
         taken, node_names, names = self.names.taken, self.names.node_names, self.value_names
         if not name or name in taken or node_name in node_names:
             return False
-        r = op.result
-        if r in names:
-            return False
         attrs = op.attributes
         attribute_fields = self._attribute_fields(attrs, info) if len(attrs) else b""
         if attribute_fields is None:
             return False
+        r = op.result
+        if names.setdefault(r, name) is not name:  # named already (a graph output)
+            return False
+        taken.add(name)
         inputs = [names[v] for v in op.operands]
         while inputs and not inputs[-1]:
             inputs.pop()
-        taken.add(name)
-        names[r] = name
         t = r.type
         if isinstance(t, ir.RankedTensorType):
             self._value_info(name, t)

@@ -204,7 +204,7 @@ class ResourceReader:
         elem, shape, _ = self._type_info(attr.type)
         if elem not in _BUFFER_ELEMENTS or elem == onnx.TensorProto.BOOL:
             return None
-        return bytes(memoryview(attr)), shape, elem
+        return bytes(attr), shape, elem  # (its buffer)
 
     def _type_info(self, ttype: ir.Type) -> tuple[int, list[int], np.dtype]:
         info = self._types.get(ttype)

@@ -21,7 +21,7 @@ from .import_prep import node_rows, prepare_model
 from .onnx_types import TypeConverter
 from .ranks import refine_rank
 from .schema_types import fallback_result_type
-from .tensors import tensor_to_attr
+from .tensors import tensor_to_attr, typed_tensor_attr
 from .validate import Declared, NodeRow
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -203,9 +203,9 @@ class _ModelImporter:
         unit, values = self._unit, scope.values
         for tensor in initializers:
             name = tensor.name
-            value = tensor_to_attr(tensor, self.types, self.base_dir)
+            value, ttype = typed_tensor_attr(tensor, self.types, self.base_dir)
             values[name] = ir.Operation.create(
-                "onnx.Constant", results=[value.type],
+                "onnx.Constant", results=[ttype],
                 attributes={"value": value, "onnx.initializer": unit},
                 loc=_name_loc("", _name_loc(name)), ip=ip).result  # _names_loc's one output
         for sparse in g.sparse_initializer:

@@ -46,11 +46,18 @@ _LITTLE_ENDIAN = sys.byteorder == "little"
 
 def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str = "") -> ir.Attribute:
     """The ElementsAttr holding `tensor`'s data (type = its MLIR tensor type)."""
+    return typed_tensor_attr(tensor, types, base_dir)[0]
+
+
+def typed_tensor_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str = ""
+                      ) -> tuple[ir.Attribute, ir.Type]:
+    """tensor_to_attr's attribute and its type (known here: asking the
+    attribute costs a bindings call)."""
     elem = tensor.data_type
     dims = tuple(tensor.dims[:])  # a slice: cheaper than iterating the field
     ttype = types.tensor(elem, dims)
     if elem == onnx.TensorProto.STRING:
-        return _string_attr(tensor, ttype, types.context)
+        return _string_attr(tensor, ttype, types.context), ttype
     array = None
     if elem in _BUFFER_ELEMENTS and _LITTLE_ENDIAN:  # ONNX stores little-endian
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
@@ -62,7 +69,7 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
                 # the common small constant: its bytes are the attribute's, as
                 # they are, without a numpy array in between
                 return ir.DenseElementsAttr.get(raw, type=types.element(elem), shape=list(dims),
-                                                context=types.context)
+                                                context=types.context), ttype
             array = _raw_array(tensor, raw, dims)
     if array is None:
         try:
@@ -75,10 +82,10 @@ def tensor_to_attr(tensor: onnx.TensorProto, types: TypeConverter, base_dir: str
         if elem == onnx.TensorProto.BOOL:
             packed = np.packbits(array.reshape(-1), bitorder="little")
             return ir.DenseElementsAttr.get(packed, type=element, shape=list(dims),
-                                            context=types.context)
+                                            context=types.context), ttype
         return ir.DenseElementsAttr.get(array, type=element, shape=list(dims),
-                                        context=types.context)
-    return _blob_attr(array, tensor.name, ttype, types.context)
+                                        context=types.context), ttype
+    return _blob_attr(array, tensor.name, ttype, types.context), ttype
 
 
 def _raw_array(tensor: onnx.TensorProto, raw: bytes, dims: tuple[int, ...]

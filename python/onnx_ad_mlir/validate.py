@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Sequence
 
 import onnx
 import onnx.numpy_helper
@@ -31,7 +32,7 @@ _GRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
 # (node, op type, domain, inputs, outputs, name, doc_string, attributes, metadata_props)
 NodeRow = tuple[onnx.NodeProto, str, str, list[str], list[str], str, str,
-                list[onnx.AttributeProto], list[onnx.StringStringEntryProto]]
+                list[onnx.AttributeProto], Sequence[onnx.StringStringEntryProto]]
 
 
 def node_fields(graph: onnx.GraphProto) -> list[NodeRow]:
@@ -40,7 +41,7 @@ def node_fields(graph: onnx.GraphProto) -> list[NodeRow]:
     these checks and the importer. Strings are as protobuf hands them back
     (bytes when not valid UTF-8: see check_text)."""
     return [(n, n.op_type, n.domain, n.input[:], n.output[:], n.name, n.doc_string,
-             n.attribute[:], n.metadata_props[:]) for n in graph.node]
+             n.attribute[:], n.metadata_props) for n in graph.node]  # (rarely set: not sliced)
 
 
 Declared = list[tuple[str, str, bytes]]

@@ -314,3 +314,41 @@ def test_symbolic_batch_and_time(kind):
         elif v.name in ("H0", "C0", "Y_h", "Y_c"):
             dims_[1].dim_param = "B"
     check_derivatives(model, feeds)
+
+
+def _constant_r(model, feeds):
+    """R (and W) as initializers: the step matrices come from a constant."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for name in ("W", "R"):
+        model.graph.initializer.append(onnx.numpy_helper.from_array(feeds[name], name))
+        model.graph.input.remove(next(v for v in model.graph.input if v.name == name))
+    return model, {k: v for k, v in feeds.items() if k not in ("W", "R")}
+
+
+def _body_defines_matmul_weights(m: onnx.ModelProto) -> bool:
+    """Every MatMul in a Scan body multiplies by a matrix made in that body."""
+    found = False
+    for n in m.graph.node:
+        if n.op_type != "Scan":
+            continue
+        body = next(a.g for a in n.attribute if a.name == "body")
+        made = {o for x in body.node for o in x.output} | {i.name for i in body.initializer}
+        for x in body.node:
+            if x.op_type == "MatMul":
+                found = True
+                if x.input[1] not in made:
+                    return False
+    return found
+
+
+@pytest.mark.parametrize("kind,attrs", [("RNN", {}), ("GRU", {}),
+                                        ("GRU", {"linear_before_reset": 1}), ("LSTM", {})])
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_constant_recurrent_weights(kind, attrs, direction):
+    """A constant R (the step matrices squeezed to 2-D with one direction);
+    an LSTM's reverse Scans make theirs inside their bodies (ONNX Runtime
+    folds and prepacks them there)."""
+    model, feeds = _constant_r(*make(kind, direction, **attrs))
+    check_derivatives(model, feeds)
+    if kind == "LSTM" and direction != "bidirectional":
+        assert _body_defines_matmul_weights(reverse(model, layout="onnx"))

@@ -54,8 +54,8 @@ from mlir import ir
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from .. import symdims
-from ..builder import Builder, attribute, constant_ints, dims, element_type, \
-    operand_or_none, op_type, rank, tensor_type
+from ..builder import Builder, attribute, constant_ints, constant_value, dims, \
+    element_type, operand_or_none, op_type, rank, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import TRANSPOSE, mlir_names
 from . import control_flow as cf
@@ -309,18 +309,18 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         c.coefs = [AG(0, Yp)]
         return
     a = _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs, c.lens)
-    rb = None
+    wb = rb = None
     if Bv is not None:
-        a = b.add(a, b.unsqueeze(_slice(b, Bv, 1, 0, G * H), [1]))
+        wb = b.unsqueeze(_slice(b, Bv, 1, 0, G * H), [1])
         rb = b.unsqueeze(_slice(b, Bv, 1, G * H, 2 * G * H), [1])  # [D, 1, GH]
+    if c.kind != "GRU":
+        # the biases added to each other first (a constant when B is): one
+        # Add over [T, D, B, GH] fewer
+        a = _add(b, b.add(a, _bmm(b, Hprev, c.RT, Xp)), _add(b, wb, rb))
     if c.kind == "RNN":
-        hr = _bmm(b, Hprev, c.RT, Xp)
-        a = b.add(a, hr if rb is None else b.add(hr, rb))
         c.coefs = [AG(0, Yp, a)]
         return
     if c.kind == "LSTM":
-        hr = _bmm(b, Hprev, c.RT, Xp)
-        a = b.add(a, hr if rb is None else b.add(hr, rb))
         g = A(1, _gate(b, a, 3, H))
         if c.P is None:
             iof = A(0, _gate(b, a, 0, H, 3))
@@ -341,6 +341,9 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         Cprev = b.concat([b.unsqueeze(c0, [0]), _slice(b, C, 0, 0, -1)], 0)
         hc = A(2, C)
         c.C, c.Cprev = C, Cprev
+        if _plain_lstm(c):
+            c.coefs = _plain_lstm_coefs(b, iof, g, hc, Cprev, i, o, f, H)
+            return
         if c.input_forget:  # f = 1 - i: tf = -ti, so ti multiplies g - c_{t-1}
             zero = b.expand(b.scalar(0.0, C), b.shape(C), dims(C))
             e = b.concat([b.sub(g, Cprev), hc, zero], 3)
@@ -361,6 +364,7 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         c.coefs = [de, ff, ohc]
         return
     # GRU: gates z, r, h
+    a = _add(b, a, wb)
     c.Rzr, c.Rh = _slice(b, R, 1, 0, 2 * H), _slice(b, R, 1, 2 * H, 3 * H)
     c.RzrT, c.RhT = _slice(b, c.RT, 2, 0, 2 * H), _slice(b, c.RT, 2, 2 * H, 3 * H)
     hr = _bmm(b, Hprev, c.RT if c.lbr else c.RzrT, Xp)
@@ -389,6 +393,31 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         c.coefs = [b.concat([ones, r], 3), b.concat([cz, cr, ch], 3), z]
     else:
         c.coefs = [z, cz, b.mul(dr, Hprev), r, ch]
+
+
+def _plain_lstm(c: _Cell) -> bool:
+    """Default activations (Sigmoid, Tanh, Tanh), no peepholes, clip or
+    input_forget, float32/64."""
+    defaults = [(n.lower(), None, None) for n in _DEFAULT_ACTS["LSTM"]] * len(c.revs)
+    return list(c.acts) == defaults and c.P is None and c.clip is None and \
+        not c.input_forget and isinstance(element_type(c.Hprev), (ir.F32Type, ir.F64Type))
+
+
+def _plain_lstm_coefs(b: Builder, iof, g, hc, Cprev, i, o, f, H: int) -> list:
+    """de (the gates' activation derivatives times what each gate multiplies)
+    and o h'(c) from one product: Sigmoid' = (1 - y) y and Tanh' = (1 - y)(1 + y)
+    are (1 - y)(y + s) with s 0 or 1 per gate, so over [i, o, f, g, tanh(c)]
+
+        [de | o h'(c)] = (1 - Y)(Y + s) [g, tanh(c), c_{t-1}, i, o]
+
+    (seven ops over [T, D, B, 5H] instead of eleven over the gates)."""
+    Y = b.concat([iof, g, hc], 3)
+    el = element_type(Y)
+    npt = np.float32 if isinstance(el, ir.F32Type) else np.float64
+    s = b.constant(ir.DenseElementsAttr.get(np.repeat(np.array([0, 0, 0, 1, 1], npt), H)))
+    d = b.mul(b.mul(b.sub(b.scalar(1.0, Y), Y), b.add(Y, s)),
+              b.concat([g, hc, Cprev, i, o], 3))
+    return [_gate(b, d, 0, H, 4), f, _gate(b, d, 4, H)]
 
 
 def _clip(b: Builder, x: ir.Value, clip: float | None) -> ir.Value:
@@ -478,15 +507,51 @@ def _sum_gates(b: Builder, u: ir.Value, gates, H: int) -> ir.Value:
     return b.sum([_gate(b, u, j, H) for j in gates])
 
 
-def _fwd_step(b: Builder, c: _Cell, th, tc, tA, coefs):
-    """One tangent step on [k, D, B, *]; returns (th_t, tc_t)."""
+def _step_names(c: _Cell, transposed: bool) -> tuple[str, ...]:
+    if c.kind == "GRU" and not c.lbr:
+        return ("RzrT", "RhT") if transposed else ("Rzr", "Rh")
+    return ("RT",) if transposed else ("R",)
+
+
+def _mats_of(b: Builder, c: _Cell, R: ir.Value, names) -> dict:
+    """The step matrices made from R [D, GH, H]; 2-D with one direction."""
+    H = c.H
+    RT = b.transpose(R, [0, 2, 1]) if any(n.endswith("T") for n in names) else None
+    make = {"R": lambda: R, "RT": lambda: RT,
+            "Rzr": lambda: _slice(b, R, 1, 0, 2 * H), "Rh": lambda: _slice(b, R, 1, 2 * H, 3 * H),
+            "RzrT": lambda: _slice(b, RT, 2, 0, 2 * H),
+            "RhT": lambda: _slice(b, RT, 2, 2 * H, 3 * H)}
+    return {n: b.squeeze(make[n](), [0]) if len(c.revs) == 1 else make[n]() for n in names}
+
+
+def _step_mats(b: Builder, c: _Cell, transposed: bool) -> dict | None:
+    """The recurrent matrices a step multiplies by, made before the Scan; None
+    for an LSTM's constant R (_body_mats makes them in the body: measured for
+    the LSTM's [4H, H] only; a GRU's tiled [4H, 4H] got slower there)."""
+    in_body = c.kind == "LSTM" and constant_value(c.R) is not None
+    return None if in_body else _mats_of(b, c, c.R, _step_names(c, transposed))
+
+
+def _body_mats(b: Builder, c: _Cell, mats: dict | None, transposed: bool) -> dict:
+    """The step matrices inside the body (its insertion point). From a
+    constant R they are made there: ONNX Runtime folds them to constants of
+    the body and prepacks the MatMul's 2-D right operand, which it does not
+    for a value from outside the body (2-layer LSTM, T = 20: reverse Scan
+    -7..12%, in-process A/B of the Scan alone)."""
+    if mats is not None:
+        return mats
+    return _mats_of(b, c, c.R, _step_names(c, transposed))
+
+
+def _fwd_step(b: Builder, c: _Cell, m: dict, th, tc, tA, coefs):
+    """One tangent step on [k, D, B, *] (m: _step_mats); returns (th_t, tc_t)."""
     H = c.H
     if c.kind == "RNN":
-        th_new = b.mul(_add(b, tA, matmul(b, th, c.RT)), coefs[0])
+        th_new = b.mul(_add(b, tA, matmul(b, th, m["RT"])), coefs[0])
         return (th_new if len(coefs) == 1 else b.add(th_new, b.mul(coefs[1], th))), None
     if c.kind == "LSTM":
         de, ff, ohc = coefs[:3]
-        u = b.mul(_add(b, tA, matmul(b, th, c.RT)), de)
+        u = b.mul(_add(b, tA, matmul(b, th, m["RT"])), de)
         tc_new = b.add(_sum_gates(b, u, (0, 2, 3), H), b.mul(ff, tc))
         th_new = b.add(_gate(b, u, 1, H), b.mul(ohc, tc_new))
         if len(coefs) > 3:
@@ -494,41 +559,42 @@ def _fwd_step(b: Builder, c: _Cell, th, tc, tA, coefs):
         return th_new, tc_new
     if c.lbr:
         k_, cc, z = coefs
-        s = _add(b, tA, b.mul(matmul(b, th, c.RT), k_))
+        s = _add(b, tA, b.mul(matmul(b, th, m["RT"]), k_))
         return b.add(_sum_gates(b, b.mul(s, cc), (0, 1, 2), H), b.mul(z, th)), None
     z, cz, q, r, ch = coefs
-    s = _add(b, None if tA is None else _gate(b, tA, 0, H, 2), matmul(b, th, c.RzrT))
+    s = _add(b, None if tA is None else _gate(b, tA, 0, H, 2), matmul(b, th, m["RzrT"]))
     v = b.add(b.mul(_gate(b, s, 1, H), q), b.mul(r, th))
-    inner = _add(b, None if tA is None else _gate(b, tA, 2, H), matmul(b, v, c.RhT))
+    inner = _add(b, None if tA is None else _gate(b, tA, 2, H), matmul(b, v, m["RhT"]))
     return b.sum([b.mul(ch, inner), b.mul(cz, _gate(b, s, 0, H)), b.mul(z, th)]), None
 
 
-def _rev_step(b: Builder, c: _Cell, g, ac, coefs):
+def _rev_step(b: Builder, c: _Cell, m: dict, g, ac, coefs):
     """Transpose of one step: g = adjoint of th_t (carried + adjoint of y_t),
-    ac = adjoint of tc_t. Returns (adjoint of tA_t, of th_prev, of tc_prev)."""
+    ac = adjoint of tc_t (m: _step_mats). Returns (adjoint of tA_t, of th_prev,
+    of tc_prev)."""
     H = c.H
     last = len(dims(g)) - 1
     if c.kind == "RNN":
         a_s = b.mul(g, coefs[0])
-        a_prev = matmul(b, a_s, c.R)
+        a_prev = matmul(b, a_s, m["R"])
         return a_s, (a_prev if len(coefs) == 1 else b.add(a_prev, b.mul(g, coefs[1]))), None
     if c.kind == "LSTM":
         de, ff, ohc = coefs[:3]
         act = b.add(ac, b.mul(g, ohc))
         a_u = b.mul(b.concat([act, g, act, act], last), de)
-        a_prev = matmul(b, a_u, c.R)
+        a_prev = matmul(b, a_u, m["R"])
         if len(coefs) > 3:
             a_prev = b.add(a_prev, b.mul(g, coefs[3]))
         return a_u, a_prev, b.mul(act, ff)
     if c.lbr:
         k_, cc, z = coefs
         a_s = b.mul(b.concat([g, g, g], last), cc)
-        return a_s, b.add(b.mul(g, z), matmul(b, b.mul(a_s, k_), c.R)), None
+        return a_s, b.add(b.mul(g, z), matmul(b, b.mul(a_s, k_), m["R"])), None
     z, cz, q, r, ch = coefs
     a_h = b.mul(g, ch)
-    a_v = matmul(b, a_h, c.Rh)
+    a_v = matmul(b, a_h, m["Rh"])
     a_zr = b.concat([b.mul(g, cz), b.mul(a_v, q)], last)
-    a_prev = b.sum([b.mul(g, z), b.mul(a_v, r), matmul(b, a_zr, c.Rzr)])
+    a_prev = b.sum([b.mul(g, z), b.mul(a_v, r), matmul(b, a_zr, m["Rzr"])])
     return b.concat([a_zr, a_h], last), a_prev, None
 
 
@@ -545,6 +611,7 @@ def _forward_scan(b: Builder, c: _Cell, tA, th0, tc0):
     axes = ([1] if tA is not None else []) + [0] * len(c.coefs)
     y_type = tensor_type([None] + dims(c.Hprev), el)
     st = _state_type(c, el)
+    mats = _step_mats(b, c, True)
     scan = cf._create("onnx." + _resolve_scan(b), carried + scans, [st] * len(carried) + [y_type],
                       _scan_attrs(len(scans), axes, [0] * len(scans), [1], [0]), b.location, 1)
     elem = [tensor_type([None] + dims(tA)[2:], el)] if tA is not None else []
@@ -556,7 +623,7 @@ def _forward_scan(b: Builder, c: _Cell, tA, th0, tc0):
     tA_t = rest[0] if tA is not None else None
     coefs = rest[1:] if tA is not None else rest
     with ir.InsertionPoint(blk):
-        th_new, tc_new = _fwd_step(b, c, th, tc, tA_t, coefs)
+        th_new, tc_new = _fwd_step(b, c, _body_mats(b, c, mats, True), th, tc, tA_t, coefs)
         cf._yield(blk, [th_new] + ([tc_new] if lstm else []) + [th_new], b.location)
     res = list(scan.results)
     return res[-1], res[0], (res[1] if lstm else None)
@@ -576,6 +643,7 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
     scans = ([ct_y] if ct_y is not None else []) + c.coefs
     axes = ([1] if ct_y is not None else []) + [0] * len(c.coefs)
     out_types = [tensor_type([None] + dims(c.Hprev)[:3] + [c.G * c.H], el)] if need_tA else []
+    mats = _step_mats(b, c, False)
     scan = cf._create("onnx." + _resolve_scan(b), carried + scans,
                       [st] * len(carried) + out_types,
                       _scan_attrs(len(scans), axes, [1] * len(scans), [1] * len(out_types),
@@ -589,7 +657,7 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
     coefs = rest[1:] if ct_y is not None else rest
     with ir.InsertionPoint(blk):
         g = b.add(gh, rest[0]) if ct_y is not None else gh
-        a_tA, a_prev, a_cprev = _rev_step(b, c, g, gc, coefs)
+        a_tA, a_prev, a_cprev = _rev_step(b, c, _body_mats(b, c, mats, False), g, gc, coefs)
         cf._yield(blk, [a_prev] + ([a_cprev] if lstm else []) + ([a_tA] if need_tA else []),
                   b.location)
     res = list(scan.results)

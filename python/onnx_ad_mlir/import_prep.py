@@ -12,7 +12,7 @@ from google.protobuf.message import DecodeError
 
 from . import validate
 from .errors import ImportFailure
-from .validate import NodeRow
+from .validate import InitRow, NodeRow
 
 # Protobuf cannot serialise 2 GB; shape inference of bigger models runs on a
 # copy whose large tensors are reduced to their metadata.
@@ -28,11 +28,13 @@ _INT_DATA = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
 
 def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
-                  ) -> tuple[onnx.ModelProto, str, list[NodeRow], validate.Declared]:
+                  ) -> tuple[onnx.ModelProto, str, list[NodeRow], validate.Declared,
+                             list[InitRow]]:
     """The model with local functions inlined and shapes inferred, the
     folder its external data is relative to, and its main graph's
-    `node_rows` and `validate.declared_types` (read once, for the checks and
-    the importer)."""
+    `node_rows`, `validate.declared_types` and `validate.initializer_fields`
+    (read once, for the checks and the importer; inference leaves nodes
+    without subgraphs and initializers as they were)."""
     base_dir = ""
     if isinstance(model, (str, os.PathLike)):
         base_dir = os.path.dirname(os.path.abspath(model))
@@ -59,36 +61,38 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     validate.check_opsets(model)
     validate.check_versions(model)
     rows = validate.node_fields(model.graph)  # read once: see node_rows
-    validate.check_text(model.graph, rows)
+    inits = validate.initializer_fields(model.graph)
+    validate.check_text(model.graph, rows, inits)
     validate.check_io_types(model.graph)
-    validate.check_tensor_dims(model.graph, rows)
+    validate.check_tensor_dims(model.graph, rows, inits)
     validate.check_doc_text(model, rows)
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
     validate.check_dims(model.graph, rows=rows)
     model = validate.clear_negative_subgraph_dims(model, rows)
-    model = _infer_shapes(model, rows)
+    model = _infer_shapes(model, rows, inits)
     declared = validate.declared_types(model.graph)  # read once for three checks
     # the main graph's order needs no outer scope: its own names are all
-    rows = node_rows(model.graph, lambda name: None, _inferred_rows(model.graph, rows))
+    rows = node_rows(model.graph, lambda name: None, _inferred_rows(model.graph, rows), inits)
     validate.check_dims(model.graph, declared=declared, rows=rows)
-    validate.check_attributes(model.graph, rows=rows, declared=declared)
+    validate.check_attributes(model.graph, rows=rows, declared=declared, inits=inits)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:
-        validate.check_types(model.graph, opset, rows=rows, declared=declared)
-    return model, base_dir, rows, declared
+        validate.check_types(model.graph, opset, rows=rows, declared=declared, inits=inits)
+    return model, base_dir, rows, declared, inits
 
 
-def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow]) -> onnx.ModelProto:
+def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitRow]
+                  ) -> onnx.ModelProto:
     """Types and shapes for every value ONNX can infer; a model inference
     rejects is imported as is (the importer derives missing types itself).
-    `rows`: the main graph's node_fields."""
-    big = sum(t.ByteSize() for t in model.graph.initializer) > _PROTO_LIMIT
+    `rows`, `inits`: the main graph's node_fields and initializer_fields."""
+    big = sum(t.ByteSize() for t, _, _, _ in inits) > _PROTO_LIMIT
     skeleton = _without_big_data(model) if big else model
     try:
         # strict: a model contradicting its own declared shapes is refused
         inferred = validate.infer_shapes(skeleton, data_prop=False)
-        if _propagates_data(model.graph, rows) and not _long_vectors(inferred.graph):
+        if _propagates_data(model.graph, rows, inits) and not _long_vectors(inferred.graph):
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
     except ImportFailure:
         raise
@@ -111,28 +115,32 @@ def _inferred_rows(graph: onnx.GraphProto, rows: list[NodeRow]) -> list[NodeRow]
     return rows
 
 
-def _propagates_data(graph: onnx.GraphProto, rows: list[NodeRow]) -> bool:
+def _propagates_data(graph: onnx.GraphProto, rows: list[NodeRow], inits: list[InitRow]
+                     ) -> bool:
     """Whether ONNX data propagation could infer more than plain inference.
     Values it computes start at Shape/Size, or at integer constants that a
     propagating op reads (plain inference reads constants only as direct
     operands); values it derives from a 1-D type alone carry no more than
     that type. A model without either (most graphs but exported shape
-    arithmetic) skips the second inference."""
+    arithmetic) skips the second inference. `rows`, `inits`: the graph's
+    node_fields and initializer_fields."""
     constants: set[str] = set()
     reads: list = []  # inputs of propagating ops
-    if _data_sources(graph, constants, reads, rows):
+    if _data_sources(graph, constants, reads, rows, inits):
         return True
     return bool(constants) and any(name in constants for names in reads for name in names)
 
 
 def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list,
-                  rows: list[NodeRow] | None = None) -> bool:
+                  rows: list[NodeRow] | None = None, inits: list[InitRow] | None = None
+                  ) -> bool:
     """True on a Shape/Size node; else collects integer constant names and
-    the inputs of propagating ops, subgraphs included. `rows`: the graph's
-    node_fields, when already read."""
-    for t in graph.initializer:
-        if t.data_type in _INT_DATA and len(t.dims) <= 1:
-            constants.add(t.name)
+    the inputs of propagating ops, subgraphs included. `rows`, `inits`: the
+    graph's node_fields and initializer_fields, when already read."""
+    for _, name, data_type, dims in validate.initializer_fields(graph) if inits is None \
+            else inits:
+        if data_type in _INT_DATA and len(dims) <= 1:
+            constants.add(name)
     constants.update(t.values.name for t in graph.sparse_initializer)
     for node, op, domain, inputs, outputs, _, _, attributes, _ in \
             validate.node_fields(graph) if rows is None else rows:
@@ -199,11 +207,12 @@ def sorted_nodes(graph: onnx.GraphProto, outer: Callable[[str], object]) -> list
 
 
 def node_rows(graph: onnx.GraphProto, outer: Callable[[str], object],
-              rows: list[NodeRow] | None = None) -> list[NodeRow]:
+              rows: list[NodeRow] | None = None, inits: list[InitRow] | None = None
+              ) -> list[NodeRow]:
     """The graph's `validate.node_fields` (`rows`, when already read) in
-    `sorted_nodes`' order."""
+    `sorted_nodes`' order. `inits`: its initializer_fields, when read."""
     rows = validate.node_fields(graph) if rows is None else rows
-    defined = _graph_own_names(graph)
+    defined = _graph_own_names(graph, inits)
     defined.add("")  # absent optional inputs
     for node, op_type, _, inputs, outputs, _, _, _, _ in rows:
         # Only default-domain region ops have subgraphs (others are refused).
@@ -249,9 +258,10 @@ def _topological(nodes: list[onnx.NodeProto], needs: list[set[str]]) -> list[onn
     return order
 
 
-def _graph_own_names(graph: onnx.GraphProto) -> set[str]:
+def _graph_own_names(graph: onnx.GraphProto, inits: list[InitRow] | None = None) -> set[str]:
     names = {vi.name for vi in graph.input}
-    names.update(t.name for t in graph.initializer)
+    names.update(row[1] for row in (validate.initializer_fields(graph) if inits is None
+                                    else inits))
     names.update(t.values.name for t in graph.sparse_initializer)
     return names
 

@@ -22,7 +22,7 @@ from .onnx_types import TypeConverter
 from .ranks import refine_rank
 from .schema_types import fallback_result_type
 from .tensors import tensor_to_attr, typed_tensor_attr
-from .validate import Declared, NodeRow
+from .validate import Declared, InitRow, NodeRow
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 _A = onnx.AttributeProto
@@ -51,8 +51,8 @@ def _import(model: onnx.ModelProto | str | os.PathLike, context: ir.Context) -> 
     """import_onnx's module, unverified. Its temporaries (the prepared model,
     rows, values) are freed on return, before the collector resumes, so it
     has nothing of theirs to scan."""
-    model, base_dir, rows, declared = prepare_model(model)
-    return _ModelImporter(model, context, base_dir, rows, declared).run()
+    model, base_dir, rows, declared, inits = prepare_model(model)
+    return _ModelImporter(model, context, base_dir, rows, declared, inits).run()
 
 
 class _OpInfo:
@@ -113,11 +113,12 @@ class _Scope:
 
 class _ModelImporter:
     def __init__(self, model: onnx.ModelProto, context: ir.Context, base_dir: str,
-                 main_rows: list[NodeRow], declared: Declared):
+                 main_rows: list[NodeRow], declared: Declared, main_inits: list[InitRow]):
         self.model = model
         self.context = context
         self.base_dir = base_dir
         self.main_rows = main_rows  # the main graph's node_rows, from prepare_model
+        self.main_inits = main_inits  # and its initializer_fields
         # serialized types of the main graph's names, as _declared_types picks them
         self.main_types = _type_bytes(declared)
         self.types = TypeConverter(context)
@@ -156,7 +157,7 @@ class _ModelImporter:
 
     def _main_graph(self, g: onnx.GraphProto, module: ir.Module) -> None:
         scope = _Scope(None, g)
-        initializers = {t.name: t for t in g.initializer}
+        initializers = {name: t for t, name, _, _ in self.main_inits}
         if len({vi.name for vi in g.input}) != len(g.input):
             raise ImportFailure(f"graph '{g.name}' has duplicate input names")
         arg_types, arg_attrs = [], []

@@ -44,6 +44,16 @@ def node_fields(graph: onnx.GraphProto) -> list[NodeRow]:
              n.attribute[:], n.metadata_props) for n in graph.node]  # (rarely set: not sliced)
 
 
+# (initializer, name, data type, dims)
+InitRow = tuple[onnx.TensorProto, str, int, list[int]]
+
+
+def initializer_fields(graph: onnx.GraphProto) -> list[InitRow]:
+    """The InitRow of each initializer of the graph: read once for the
+    checks, import_prep and the importer, as node_fields are."""
+    return [(t, t.name, t.data_type, t.dims[:]) for t in graph.initializer]
+
+
 Declared = list[tuple[str, str, bytes]]
 
 
@@ -86,12 +96,12 @@ def _declared_elem_types(declared: Declared) -> dict[str, int]:
     return {name: elems[b] for _, name, b in declared if elems[b]}
 
 
-def _ranks(graph: onnx.GraphProto, outer: dict[str, int],
-           declared: Declared | None = None) -> dict[str, int]:
+def _ranks(graph: onnx.GraphProto, outer: dict[str, int], declared: Declared | None = None,
+           inits: list[InitRow] | None = None) -> dict[str, int]:
     ranks = dict(outer)
     ranks.update(_declared_ranks(declared_types(graph) if declared is None else declared))
-    for t in graph.initializer:
-        ranks[t.name] = len(t.dims)
+    for _, name, _, dims in initializer_fields(graph) if inits is None else inits:
+        ranks[name] = len(dims)
     return ranks
 
 
@@ -162,11 +172,11 @@ _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS,
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
-                     rows: list[NodeRow] | None = None,
-                     declared: Declared | None = None) -> None:
-    """`rows`, `declared`: the graph's node_fields and declared_types, when
-    already read."""
-    ranks = _ranks(graph, outer or {}, declared)
+                     rows: list[NodeRow] | None = None, declared: Declared | None = None,
+                     inits: list[InitRow] | None = None) -> None:
+    """`rows`, `declared`, `inits`: the graph's node_fields, declared_types
+    and initializer_fields, when already read."""
+    ranks = _ranks(graph, outer or {}, declared, inits)
     consts: dict[str, list[int]] | None = None  # built when an axes operand needs them
     for node, op, domain, inputs, _, _, _, attributes, _ in \
             node_fields(graph) if rows is None else rows:
@@ -322,11 +332,11 @@ def check_opsets(model: onnx.ModelProto) -> None:
 
 
 def _elem_types(graph: onnx.GraphProto, outer: dict[str, int], declared: Declared | None,
-                rows: list[NodeRow]) -> dict[str, int]:
+                rows: list[NodeRow], inits: list[InitRow] | None) -> dict[str, int]:
     types = dict(outer)
     types.update(_declared_elem_types(declared_types(graph) if declared is None else declared))
-    for init in graph.initializer:
-        types[init.name] = init.data_type
+    for _, name, data_type, _ in initializer_fields(graph) if inits is None else inits:
+        types[name] = data_type
     for _, op, _, _, outputs, _, _, attributes, _ in rows:
         # Constant outputs: the type of their value
         if op == "Constant" and outputs and attributes \
@@ -344,14 +354,16 @@ def _type_name(elem: int) -> str:
 
 
 def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None = None,
-                rows: list[NodeRow] | None = None, declared: Declared | None = None) -> None:
+                rows: list[NodeRow] | None = None, declared: Declared | None = None,
+                inits: list[InitRow] | None = None) -> None:
     """Operand element types against each schema's type constraints: the
     operands bound to one type variable (Concat's inputs, Add's A and B) must
     agree and be allowed. A mismatch would reach MLIR ops whose C++ asserts
-    on it (a process abort; found by the fuzzer). `rows`, `declared`: the
-    graph's node_fields and declared_types, when already read."""
+    on it (a process abort; found by the fuzzer). `rows`, `declared`,
+    `inits`: the graph's node_fields, declared_types and initializer_fields,
+    when already read."""
     rows = node_fields(graph) if rows is None else rows
-    types = _elem_types(graph, outer or {}, declared, rows)
+    types = _elem_types(graph, outer or {}, declared, rows, inits)
     accepted: set[tuple] = set()  # (op, operand element types) already checked
     elem_type = types.get
     for node, op, domain, inputs, _, _, _, _, _ in rows:
@@ -414,10 +426,11 @@ def _check_operand_types(node: onnx.NodeProto, rules: tuple | None,
         bound.setdefault(var, (name, elem))
 
 
-def check_text(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> None:
+def check_text(graph: onnx.GraphProto, rows: list[NodeRow] | None = None,
+               inits: list[InitRow] | None = None) -> None:
     """Names must be text: protobuf hands back invalid UTF-8 as bytes, which
-    MLIR locations and attributes cannot hold. `rows`: the graph's
-    node_fields, when already read."""
+    MLIR locations and attributes cannot hold. `rows`, `inits`: the graph's
+    node_fields and initializer_fields, when already read."""
     def bad(what: str, value) -> None:
         raise ImportFailure(f"{what} {value!r} is not valid UTF-8 text")
     if not isinstance(graph.name, str):
@@ -425,9 +438,9 @@ def check_text(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> Non
     for v in list(graph.input) + list(graph.output) + list(graph.value_info):
         if not isinstance(v.name, str):
             bad("value name", v.name)
-    for init in graph.initializer:
-        if not isinstance(init.name, str):
-            bad("initializer name", init.name)
+    for _, name, _, _ in initializer_fields(graph) if inits is None else inits:
+        if not isinstance(name, str):
+            bad("initializer name", name)
     for _, op, domain, inputs, outputs, name, _, attributes, _ in \
             node_fields(graph) if rows is None else rows:
         strings = inputs + outputs
@@ -564,16 +577,17 @@ def _contradiction(msg: str) -> tuple[str | None, str | None, str]:
     return hit or (clauses[-1] if clauses else (None, None, msg))
 
 
-def check_tensor_dims(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> None:
+def check_tensor_dims(graph: onnx.GraphProto, rows: list[NodeRow] | None = None,
+                      inits: list[InitRow] | None = None) -> None:
     """Initializers and Constant values with a negative extent: ONNX shape
     inference aborts the process on them (std::clamp assertion in Slice's
-    inference after a Gather of such indices; found by the fuzzer). `rows`:
-    the graph's node_fields, when already read."""
-    for t in graph.initializer:
-        dims = t.dims[:]  # a slice and min(): cheaper than a generator per tensor
-        if dims and min(dims) < 0:
-            raise ImportFailure(f"initializer '{t.name}' has a negative extent "
-                                f"(dims {list(t.dims)})")
+    inference after a Gather of such indices; found by the fuzzer). `rows`,
+    `inits`: the graph's node_fields and initializer_fields, when already
+    read."""
+    for _, name, _, dims in initializer_fields(graph) if inits is None else inits:
+        if dims and min(dims) < 0:  # min(): cheaper than a generator per tensor
+            raise ImportFailure(f"initializer '{name}' has a negative extent "
+                                f"(dims {list(dims)})")
     for node, _, _, _, _, _, _, attributes, _ in node_fields(graph) if rows is None else rows:
         for a in attributes:
             if a.type == onnx.AttributeProto.TENSOR and any(d < 0 for d in a.t.dims):

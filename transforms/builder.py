@@ -47,7 +47,8 @@ def _bounded(cache: dict) -> dict:
 def dims(value_or_type: ir.Value | ir.Type) -> Dims | None:
     """Static dims (None where unknown), or None for an unranked tensor."""
     t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
-    _current(t.context)
+    if t.context is not _DIMS_CONTEXT[0]:
+        _current(t.context)
     hit = _DIMS.get(t)
     if hit is not None:
         return list(hit)
@@ -85,7 +86,8 @@ def _cached_attr(key: tuple, make: Callable[[], object], ctx: ir.Context | None 
 
 def tensor_type(shape: Dims | None, elem: ir.Type) -> ir.Type:
     key = (None if shape is None else tuple(shape), elem)
-    _current(elem.context)
+    if elem.context is not _DIMS_CONTEXT[0]:
+        _current(elem.context)
     hit = _TYPES.get(key)
     if hit is None:
         hit = ir.UnrankedTensorType.get(elem) if shape is None else \
@@ -104,8 +106,8 @@ def broadcast_dims(*shapes: Dims | None) -> Dims | None:
     """ONNX multidirectional broadcasting of static dims (None = unknown)."""
     if any(s is None for s in shapes):
         return None
-    if len(shapes) == 2 and shapes[0] == shapes[1]:
-        return list(shapes[0])
+    if len(shapes) == 2:
+        return _broadcast2(shapes[0], shapes[1])
     out: Dims = []
     for i in range(max(len(s) for s in shapes)):
         ext = [s[len(s) - 1 - i] for s in shapes if i < len(s)]
@@ -119,6 +121,24 @@ def broadcast_dims(*shapes: Dims | None) -> Dims | None:
         else:
             out.append(1)
     return out[::-1]
+
+
+def _broadcast2(a: Dims, b: Dims) -> Dims:
+    """broadcast_dims of two shapes, per axis pair (the common case)."""
+    if a == b:
+        return list(a)
+    n = max(len(a), len(b))
+    a = [1] * (n - len(a)) + list(a)
+    b = [1] * (n - len(b)) + list(b)
+    out: Dims = []
+    for x, y in zip(a, b):
+        if x == y or y == 1 or y is None and x != 1:
+            out.append(x)
+        elif x == 1 or x is None:
+            out.append(y)
+        else:
+            raise UnsupportedOp(f"shapes {[a, b]} do not broadcast")
+    return out
 
 
 def ints_attr(values: Iterable[int]) -> ir.ArrayAttr:
@@ -540,14 +560,20 @@ class Builder:
                 (None in pd or None in dims(t)[1:]) and \
                 symdims.dims(t)[1:] == symdims.dims(primal):
             return t  # the same extents, `?` included (symdims.py)
-        return self.expand_directions(t, self.shape(primal), None if pd is None else [None] + pd)
+        return self.expand_directions(t, primal, 0, None if pd is None else [None] + pd)
 
-    def expand_directions(self, t: ir.Value, extents: ir.Value, out: Dims | None) -> ir.Value:
-        """Expand derivative `t` to [k] + `extents` (a 1-D shape value). The
-        target's direction extent is 1: Expand broadcasts, so t keeps its own
-        k, which then needs no Shape(t)[0:1] read (a constant target when the
+    def expand_directions(self, t: ir.Value, like: ir.Value, start: int,
+                          out: Dims | None) -> ir.Value:
+        """Expand derivative `t` to [k] + shape(like)[start:]. The target's
+        direction extent is 1: Expand broadcasts, so t keeps its own k, which
+        then needs no Shape(t)[0:1] read (one constant target when the
         extents are static)."""
-        return self.expand(t, self.concat([self.ints([1]), extents], 0), out)
+        d = dims(like)
+        if d is not None and None not in d[start:]:
+            target = self.ints([1] + d[start:])
+        else:
+            target = self.concat([self.ints([1]), self.shape(like, start or None)], 0)
+        return self.expand(t, target, out)
 
     def unbroadcast(self, ct: ir.Value, target: ir.Value) -> ir.Value:
         """Sum cotangent `ct` back to the shape of derivative value `target`

@@ -153,7 +153,7 @@ def dims(v: ir.Value) -> list | None:
         sig, op, ins = info
         if ins is None:
             continue  # resolved (cached, or computed through another path)
-        out = _compute(top, op, ins)
+        out = _compute(top, op, ins, sig)
         _cache[top] = (sig, out)
         seen[top] = (sig, None, None)
         _note_sources(top, out, sig)
@@ -331,14 +331,15 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
     return None
 
 
-def _compute(v: ir.Value, op, ins) -> list:
+def _compute(v: ir.Value, op, ins, sig) -> list:
+    """v's extents; `sig` is its _signature."""
     hit = _primal.get(v)  # a registered derivative: [k] + its primal's extents
-    if hit is not None and hit[0] == _signature(v):
+    if hit is not None and hit[0] == sig:
         pd = dims(hit[1])
         if pd is not None and len(pd) + 1 == len(v.type.shape):
             return _fill([v.type.shape[0] if v.type.shape[0] != DYN else fresh()] + pd, v)
     hit = _alike.get(v)
-    if hit is not None and hit[0] == _signature(v):
+    if hit is not None and hit[0] == sig:
         ld = dims(hit[1])
         if ld is not None and len(ld) == len(v.type.shape):
             return _fill([v.type.shape[0] if v.type.shape[0] != DYN else fresh()] + ld[1:], v)
@@ -521,14 +522,19 @@ _tangents_of: dict = {}  # primal -> derivatives registered with it (for forget)
 
 
 def register(t: ir.Value, primal: ir.Value) -> None:
-    """`t` is a derivative of exactly [k] + shape(primal)."""
+    """`t` is a derivative of exactly [k] + shape(primal). Not recorded for
+    a static primal: t's extents past the direction axis are then in its
+    type, and there is no run-time shape to read from the primal."""
     _same_context()
+    pt = primal.type
+    static = isinstance(pt, ir.RankedTensorType) and DYN not in pt.shape
+    if static and isinstance(t.type, ir.RankedTensorType) and t.type.rank == pt.rank + 1:
+        return
     sig = _signature(t)
     _primal[t] = (sig, primal)
     _tangents_of.setdefault(primal, []).append(t)
-    pt = primal.type
-    if not isinstance(pt, ir.RankedTensorType) or not any(d == DYN for d in pt.shape):
-        return  # static primal: t's extents past the direction axis are in its type
+    if static or not isinstance(pt, ir.RankedTensorType):
+        return
     td, pd = dims(t), dims(primal)
     if td is not None and pd is not None and len(td) == len(pd) + 1:
         _cache[t] = (sig, [td[0]] + pd)

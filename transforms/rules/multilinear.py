@@ -139,7 +139,7 @@ def _t_einsum(b: Builder, op, cts, linear):
         pos = [j for j, c in enumerate(_positions(target)) if c in missing]
         ct = b.unsqueeze(ct, pos)
         dx = dims(x)
-        ct = b.expand_directions(ct, b.shape(x, 1), None if dx is None else [None] + dx[1:])
+        ct = b.expand_directions(ct, x, 1, None if dx is None else [None] + dx[1:])
     return [ct if j == i else None for j in range(len(terms))]
 
 

@@ -165,7 +165,7 @@ def _t_reduce_sum(b: Builder, op, cts, linear):
         if attribute(op, "keepdims") == 0 and axes:
             ct = b.unsqueeze(ct, axes)
     d = dims(x)
-    out = b.expand_directions(ct, b.shape(x, 1), None if d is None else [None] + d[1:])
+    out = b.expand_directions(ct, x, 1, None if d is None else [None] + d[1:])
     return [out] + [None] * (len(op.operands) - 1)
 
 

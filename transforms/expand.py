@@ -55,12 +55,14 @@ _MAX_ROUNDS = 64
 
 
 # --------------------------------------------------------------------------- MLIR side
-def expand_function(f: ir.Operation, opset: int, keep: Container[str] | None = None) -> int:
+def expand_function(f: ir.Operation, opset: int, keep: Container[str] | None = None,
+                    ops: list[ir.Operation] | None = None) -> int:
     """Expands every expandable op of `f` (nested regions too); returns how
     many ops were replaced. `keep`: MLIR op names left alone (default: the
-    ops with a JVP rule)."""
+    ops with a JVP rule). `ops`: nested_ops(f), when the caller has it."""
     keep = JVP if keep is None else keep
-    ops = _ops(f.operation if hasattr(f, "operation") else f)
+    if ops is None:
+        ops = nested_ops(f.operation if hasattr(f, "operation") else f)
     todo = [op for op in ops if _wanted(op, opset, keep)]
     if not todo:
         return 0
@@ -89,7 +91,7 @@ def _reached(ops: list[ir.Operation]) -> set:
             for block in region.blocks:
                 values.update(block.arguments)
         hit = any(v in values or _is_block_argument(v) for v in op.operands) or \
-            any(inner in reached for inner in _ops(op))
+            any(inner in reached for inner in nested_ops(op))
         if hit:
             reached.add(op)
             values.update(op.results)
@@ -100,13 +102,14 @@ def _is_block_argument(v: ir.Value) -> bool:
     return isinstance(v, ir.BlockArgument)
 
 
-def _ops(root: ir.Operation) -> list[ir.Operation]:
+def nested_ops(root: ir.Operation) -> list[ir.Operation]:
+    """The ops under `root`, each after the ops nested in its regions."""
     out = []
     for region in root.regions:
         for block in region.blocks:
             for op in block.operations:
                 op = op.operation
-                out.extend(_ops(op))
+                out.extend(nested_ops(op))
                 out.append(op)
     return out
 

@@ -23,9 +23,13 @@ def _walk(op: ir.Operation, name: str, out: list) -> None:
         out.append(op)
 
 
-def bool_where(f: ir.Operation, opset: int) -> int:
+def bool_where(f: ir.Operation, opset: int, ops: list[ir.Operation] | None = None) -> int:
+    """`ops`: expand.nested_ops(f), when the caller has it (no walk then)."""
     found: list[ir.Operation] = []
-    _walk(f, "onnx.Where", found)
+    if ops is None:
+        _walk(f, "onnx.Where", found)
+    else:
+        found = [op for op in ops if op.name == "onnx.Where"]
     i1 = ir.IntegerType.get_signless(1)
     n = 0
     for op in found:

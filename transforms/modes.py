@@ -29,7 +29,7 @@ from .builder import Builder, dims, is_float
 from .checkpoint import segment_loops
 from .legalize import bool_where, scan_axes_zero
 from .merge_scans import merge_scans
-from .expand import expand_function
+from .expand import expand_function, nested_ops
 from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
 from .registry import TRANSPOSE
@@ -57,12 +57,15 @@ def _prepare(f: func.FuncOp, opset: int, inputs: list[str] | None,
     """What both modes do first: rewrite ops the rules do not see (function
     bodies, lowerings, constant Ifs, bool Where, checkpointed loops), then
     choose the differentiated inputs/outputs and the CasADi prefix."""
-    expand_function(f, opset)  # function-body ops and lowerings (expand.py)
-    regions = _has_regions(f)
+    ops = nested_ops(f.operation)  # one walk for the steps below while nothing is rewritten
+    if expand_function(f, opset, ops=ops):  # function-body ops and lowerings (expand.py)
+        ops = nested_ops(f.operation)
+    regions = any(len(op.regions) for op in ops)
     if regions:  # (each of these walks the whole function)
         inline_constant_ifs(f)
         refine_region_types(f)  # results ONNX inference left untyped (rules emit less plumbing)
-    bool_where(f, opset)  # ONNX Runtime has no bool Where (legalize.py)
+        ops = None
+    bool_where(f, opset, ops)  # ONNX Runtime has no bool Where (legalize.py)
     if checkpoint > 1:
         segment_loops(f, opset, checkpoint)
     block, ret = _entry(f)

@@ -342,20 +342,29 @@ def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
     docstring); returns how many were rewritten."""
     block = f.regions[0].blocks[0]
     varying = set(seeds)
-    ops, standardized = [], []
-    for op in block.operations:
+    ops, standardized, concats = [], [], []
+    position = {}  # id(Concat) -> its index in the block (one walk for all lists)
+    for i, op in enumerate(block.operations):
+        name = op.name
         if any(o in varying for o in op.operands):
             varying.update(op.results)
             ops.append(op.operation)
-        elif op.name == "onnx.Mul":
+            if name == "onnx.Concat":
+                position[id(ops[-1])] = i
+        elif name == "onnx.Mul":
             standardized.append(op.operation)
+        elif name == "onnx.Concat":
+            concats.append(op.operation)
+            position[id(concats[-1])] = i
     b = _SimplifyBuilder(Builder(opset, f.location))
     ops = _without_dead(ops, varying)
     ops, folded = _share_leading_shapes(ops, varying)
     # Shape Concats: program order, so a fold erases only the op at hand or
-    # an earlier one; none of them is in `ops` below.
+    # an earlier one; none of them is in `ops` below. (The ones depending on
+    # the seeds that the two steps above erased are not in `ops` either.)
+    concats += [op for op in ops if op.name == "onnx.Concat"]
     ops = [op for op in ops if op.name != "onnx.Concat"]
-    for op in [op.operation for op in block.operations if op.name == "onnx.Concat"]:
+    for op in sorted(concats, key=lambda c: position[id(c)]):
         folded += _flatten_concat(b.builder, op, varying) is not None
     for op in standardized:
         b.builder.location = op.location

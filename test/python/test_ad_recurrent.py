@@ -345,9 +345,8 @@ def _body_defines_matmul_weights(m: onnx.ModelProto) -> bool:
                                         ("GRU", {"linear_before_reset": 1}), ("LSTM", {})])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 def test_constant_recurrent_weights(kind, attrs, direction):
-    """A constant R (the step matrices squeezed to 2-D with one direction);
-    an LSTM's reverse Scans make theirs inside their bodies (ONNX Runtime
-    folds and prepacks them there)."""
+    """A constant R; an LSTM's reverse Scans make their step matrix inside
+    their bodies (ONNX Runtime folds and prepacks it there)."""
     model, feeds = _constant_r(*make(kind, direction, **attrs))
     check_derivatives(model, feeds)
     if kind == "LSTM" and direction != "bidirectional":

@@ -513,34 +513,25 @@ def _step_names(c: _Cell, transposed: bool) -> tuple[str, ...]:
     return ("RT",) if transposed else ("R",)
 
 
-def _mats_of(b: Builder, c: _Cell, R: ir.Value, names) -> dict:
-    """The step matrices made from R [D, GH, H]; 2-D with one direction."""
-    H = c.H
-    RT = b.transpose(R, [0, 2, 1]) if any(n.endswith("T") for n in names) else None
-    make = {"R": lambda: R, "RT": lambda: RT,
-            "Rzr": lambda: _slice(b, R, 1, 0, 2 * H), "Rh": lambda: _slice(b, R, 1, 2 * H, 3 * H),
-            "RzrT": lambda: _slice(b, RT, 2, 0, 2 * H),
-            "RhT": lambda: _slice(b, RT, 2, 2 * H, 3 * H)}
-    return {n: b.squeeze(make[n](), [0]) if len(c.revs) == 1 else make[n]() for n in names}
-
-
 def _step_mats(b: Builder, c: _Cell, transposed: bool) -> dict | None:
-    """The recurrent matrices a step multiplies by, made before the Scan; None
-    for an LSTM's constant R (_body_mats makes them in the body: measured for
-    the LSTM's [4H, H] only; a GRU's tiled [4H, 4H] got slower there)."""
-    in_body = c.kind == "LSTM" and constant_value(c.R) is not None
-    return None if in_body else _mats_of(b, c, c.R, _step_names(c, transposed))
+    """The recurrent matrices a step multiplies by ([D, n, m], made before the
+    Scan); None for the reverse step of an LSTM with a constant R: _body_mats
+    makes its matrix in the body. Measured only there: a 2-D outer matrix made
+    the forward Scan slower, the GRU's tiled [4H, 4H] got slower in the body."""
+    if c.kind == "LSTM" and not transposed and constant_value(c.R) is not None:
+        return None
+    return {n: getattr(c, n) for n in _step_names(c, transposed)}
 
 
-def _body_mats(b: Builder, c: _Cell, mats: dict | None, transposed: bool) -> dict:
-    """The step matrices inside the body (its insertion point). From a
-    constant R they are made there: ONNX Runtime folds them to constants of
-    the body and prepacks the MatMul's 2-D right operand, which it does not
-    for a value from outside the body (2-layer LSTM, T = 20: reverse Scan
-    -7..12%, in-process A/B of the Scan alone)."""
+def _body_mats(b: Builder, c: _Cell, mats: dict | None) -> dict:
+    """The step matrices inside the body (its insertion point). An LSTM's
+    [4H, H] from a constant R is squeezed there (one direction): ONNX Runtime
+    folds it to a constant of the body and prepacks the MatMul's 2-D right
+    operand, which it does not for a value from outside the body (2-layer
+    LSTM, T = 20: reverse Scan -7..12%, in-process A/B of the Scan alone)."""
     if mats is not None:
         return mats
-    return _mats_of(b, c, c.R, _step_names(c, transposed))
+    return {"R": b.squeeze(c.R, [0]) if len(c.revs) == 1 else c.R}
 
 
 def _fwd_step(b: Builder, c: _Cell, m: dict, th, tc, tA, coefs):
@@ -623,7 +614,7 @@ def _forward_scan(b: Builder, c: _Cell, tA, th0, tc0):
     tA_t = rest[0] if tA is not None else None
     coefs = rest[1:] if tA is not None else rest
     with ir.InsertionPoint(blk):
-        th_new, tc_new = _fwd_step(b, c, _body_mats(b, c, mats, True), th, tc, tA_t, coefs)
+        th_new, tc_new = _fwd_step(b, c, _body_mats(b, c, mats), th, tc, tA_t, coefs)
         cf._yield(blk, [th_new] + ([tc_new] if lstm else []) + [th_new], b.location)
     res = list(scan.results)
     return res[-1], res[0], (res[1] if lstm else None)
@@ -657,7 +648,7 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
     coefs = rest[1:] if ct_y is not None else rest
     with ir.InsertionPoint(blk):
         g = b.add(gh, rest[0]) if ct_y is not None else gh
-        a_tA, a_prev, a_cprev = _rev_step(b, c, _body_mats(b, c, mats, False), g, gc, coefs)
+        a_tA, a_prev, a_cprev = _rev_step(b, c, _body_mats(b, c, mats), g, gc, coefs)
         cf._yield(blk, [a_prev] + ([a_cprev] if lstm else []) + ([a_tA] if need_tA else []),
                   b.location)
     res = list(scan.results)

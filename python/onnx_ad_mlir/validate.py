@@ -225,6 +225,8 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         if needed not in attrs or attrs[needed].type != onnx.AttributeProto.GRAPH:
             raise ImportFailure(f"{_label(node)}: the graph attribute '{needed}' "
                                 "is missing")
+    if op == "Scan" and "num_scan_inputs" in attrs:
+        _check_scan_axes(node, attrs, inputs, ranks)
     if op == "Concat":
         known = [(n, ranks[n]) for n in inputs if n in ranks]
         if len({k for _, k in known}) > 1:
@@ -239,6 +241,21 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         if sorted(perm) != list(range(n)):
             raise ImportFailure(f"{_label(node)}: perm {perm} is not a permutation of "
                                 f"the {n} axes of input '{inputs[0]}'")
+
+
+def _check_scan_axes(node: onnx.NodeProto, attrs: dict[str, onnx.AttributeProto],
+                     inputs: list[str], ranks: dict[str, int]) -> None:
+    """Each scan input has the axis it is scanned along: ONNX's inference
+    lets a scalar through, and the AD rules index its extents."""
+    n = attrs["num_scan_inputs"].i
+    scans = inputs[len(inputs) - n:] if 0 < n <= len(inputs) else []
+    axes = attrs.get("scan_input_axes")
+    for i, name in enumerate(scans):
+        a = axes.ints[i] if axes is not None and i < len(axes.ints) else 0
+        k = ranks.get(name)
+        if k is not None and not -k <= a < k:
+            raise ImportFailure(f"{_label(node)}: scan input '{name}' has rank {k}, "
+                                f"so no axis {a} to scan along")
 
 
 MAX_DIM = 2**53  # extents beyond this overflow int64 in any product of two

@@ -1,5 +1,6 @@
-"""Rewrites applied by both modes before differentiation so that the
-derivative models run where the primal should.
+"""Rewrites applied by both modes, before differentiation or to the
+derivative function at the end, so that the derivative models run where the
+primal should (ONNX Runtime's gaps and bugs).
 
 `bool_where`: ONNX Runtime has no kernel for Where on bool tensors (jax2onnx
 emits it for `jnp.where` on flags, e.g. in diffrax's step-size logic), so
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from mlir import ir
 
-from .builder import Builder, broadcast_dims, dims, element_type, ints_attr, tensor_type
+from .builder import (Builder, broadcast_dims, constant_ints, dims, element_type, ints_attr,
+                      tensor_type)
 
 
 def _walk(op: ir.Operation, name: str, out: list) -> None:
@@ -124,4 +126,31 @@ def scan_axes_zero(f: ir.Operation, opset: int) -> int:
             op.attributes["scan_input_axes"] = ints_attr(new_ia)
             op.attributes["scan_output_axes"] = ints_attr(new_oa)
             changed += 1
+    return changed
+
+
+def expand_zero_extents(f: ir.Operation, opset: int) -> int:
+    """An Expand whose constant target has extent 0 where its input's extent
+    may be 1 takes its input cut to 0 on that axis first. ONNX Runtime 1.32's
+    ExpandElimination counts a target extent <= 1 as a no-op, so it dropped
+    Expand(x[k, 1], [1, 0]) and a [k, 1] met a Loop expecting [k, 0]
+    (fuzz seed 16); with the cut, what it drops is a real no-op. Returns the
+    number of Expands changed."""
+    found: list[ir.Operation] = []
+    _walk(f, "onnx.Expand", found)
+    changed = 0
+    for op in found:
+        x, shape = op.operands
+        target, xd = constant_ints(shape), dims(x)
+        if not target or 0 not in target or xd is None:
+            continue
+        off = len(target) - len(xd)
+        axes = [i for i, e in enumerate(xd) if i + off >= 0 and target[i + off] == 0 and e != 0]
+        if not axes:
+            continue
+        cut = [0 if i in axes else e for i, e in enumerate(xd)]
+        with ir.InsertionPoint(op):
+            op.operands[0] = Builder(opset, op.location).slice(
+                x, axes, [0] * len(axes), [0] * len(axes), tensor_type(cut, element_type(x)))
+        changed += 1
     return changed

@@ -27,7 +27,7 @@ from . import signature as sig
 from . import symdims
 from .builder import Builder, dims, is_float
 from .checkpoint import segment_loops
-from .legalize import bool_where, scan_axes_zero
+from .legalize import bool_where, expand_zero_extents, scan_axes_zero
 from .merge_scans import merge_scans
 from .expand import expand_function, nested_ops
 from .simplify import drop_redundant_expands, simplify
@@ -105,6 +105,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         (prefix + out_names[i], sig.boundary_dim_params(
             ret.operands[i], sig.dim_params(f, "res_attrs", i), dim)[layout]) for i in ys])
     simplify(f, opset, seeds)
+    expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
@@ -145,6 +146,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
     drop_redundant_expands(f)
     simplify(f, opset, seeds)
+    expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)

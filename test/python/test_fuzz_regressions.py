@@ -39,6 +39,10 @@ VALID = {
     # folded [k, 0, 1] had no allowzero (0 = copy), and ORT's Reshape fusion
     # made it [-1, 0, 1]: the reverse model failed in ORT (fuzz seed 11)
     "unbroadcast_zero_extent_reshape.onnx": "ok",
+    # a ReduceSum cotangent expanded from [k, 1] to [k, 0] into a reverse Loop:
+    # ONNX Runtime's ExpandElimination dropped the Expand (a target extent 0
+    # counts as <= 1, a no-op) and the reverse Scan met [k, 1] (fuzz seed 16)
+    "expand_zero_extent_into_loop.onnx": "ok",
 }
 INVALID = {
     "bad_concat_complex.onnx": "same element type",   # MLIR C++ assertion: abort
@@ -79,6 +83,9 @@ INVALID = {
     # Slice axes [1, 2] for one start/end: our rule read the first axis only
     "bad_slice_axes_length.onnx": "node 'n_Slice45' (Slice): strict ONNX shape inference "
                                   "rejects the model: Input axes has incorrect length",
+    # a scalar scanned along axis 0 (ONNX inference accepts it): IndexError
+    # typing the Scan's results (fuzz seed 16 case 256)
+    "bad_scan_scalar_input.onnx": "(Scan): scan input 'x3' has rank 0, so no axis 0",
 }
 
 _CHILD = r"""

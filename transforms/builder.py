@@ -661,6 +661,18 @@ class Builder:
         return self.concat([self.shape(ct, 0, 1), self.shape(target, 1)], 0)
 
 
+def nested_ops(root: ir.Operation) -> list[ir.Operation]:
+    """The ops under `root`, each after the ops nested in its regions."""
+    out = []
+    for region in root.regions:
+        for block in region.blocks:
+            for op in block.operations:
+                op = op.operation
+                out.extend(nested_ops(op))
+                out.append(op)
+    return out
+
+
 def is_constant_op(op: ir.Operation) -> bool:
     """onnx.Constant of any kept version (onnx.ConstantV9 at opset 9...)."""
     name = op.name

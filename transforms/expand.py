@@ -39,7 +39,7 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import OnnxAdError, UnsupportedOp
 from onnx_ad_mlir.passes import register_pass
 
-from .builder import constant_value, is_float, resolve
+from .builder import constant_value, is_float, nested_ops, resolve
 from .registry import JVP
 
 # op_type -> lowering(node, ctx) -> list of NodeProto writing node.output;
@@ -100,18 +100,6 @@ def _reached(ops: list[ir.Operation]) -> set:
 
 def _is_block_argument(v: ir.Value) -> bool:
     return isinstance(v, ir.BlockArgument)
-
-
-def nested_ops(root: ir.Operation) -> list[ir.Operation]:
-    """The ops under `root`, each after the ops nested in its regions."""
-    out = []
-    for region in root.regions:
-        for block in region.blocks:
-            for op in block.operations:
-                op = op.operation
-                out.extend(nested_ops(op))
-                out.append(op)
-    return out
 
 
 def _onnx_type(op: ir.Operation) -> str | None:

@@ -12,26 +12,12 @@ from __future__ import annotations
 from mlir import ir
 
 from .builder import (Builder, broadcast_dims, constant_ints, dims, element_type, ints_attr,
-                      tensor_type)
-
-
-def _walk(op: ir.Operation, name: str, out: list) -> None:
-    """The ops named `name` under `op`, innermost first."""
-    for r in op.regions:
-        for blk in r.blocks:
-            for child in blk.operations:
-                _walk(child.operation, name, out)
-    if op.name == name:
-        out.append(op)
+                      nested_ops, tensor_type)
 
 
 def bool_where(f: ir.Operation, opset: int, ops: list[ir.Operation] | None = None) -> int:
-    """`ops`: expand.nested_ops(f), when the caller has it (no walk then)."""
-    found: list[ir.Operation] = []
-    if ops is None:
-        _walk(f, "onnx.Where", found)
-    else:
-        found = [op for op in ops if op.name == "onnx.Where"]
+    """`ops`: nested_ops(f), when the caller has it (no walk then)."""
+    found = [op for op in (nested_ops(f) if ops is None else ops) if op.name == "onnx.Where"]
     i1 = ir.IntegerType.get_signless(1)
     n = 0
     for op in found:
@@ -74,8 +60,7 @@ def scan_axes_zero(f: ir.Operation, opset: int) -> int:
     0-extent tensor killed the derivative's process. Inputs/outputs of
     unknown rank, or whose extents after the axis are known and non-zero,
     keep their axis. Returns the number of Scans changed."""
-    scans: list[ir.Operation] = []
-    _walk(f, "onnx.Scan", scans)
+    scans = [op for op in nested_ops(f) if op.name == "onnx.Scan"]
     changed = 0
     for op in scans:
         m = ir.IntegerAttr(op.attributes["num_scan_inputs"]).value
@@ -136,8 +121,7 @@ def expand_zero_extents(f: ir.Operation, opset: int) -> int:
     Expand(x[k, 1], [1, 0]) and a [k, 1] met a Loop expecting [k, 0]
     (fuzz seed 16); with the cut, what it drops is a real no-op. Returns the
     number of Expands changed."""
-    found: list[ir.Operation] = []
-    _walk(f, "onnx.Expand", found)
+    found = [op for op in nested_ops(f) if op.name == "onnx.Expand"]
     changed = 0
     for op in found:
         x, shape = op.operands

@@ -25,11 +25,11 @@ from onnx_ad_mlir.errors import UnsupportedOp
 
 from . import signature as sig
 from . import symdims
-from .builder import Builder, dims, is_float
+from .builder import Builder, dims, is_float, nested_ops
 from .checkpoint import segment_loops
 from .legalize import bool_where, expand_zero_extents, scan_axes_zero
 from .merge_scans import merge_scans
-from .expand import expand_function, nested_ops
+from .expand import expand_function
 from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
 from .registry import TRANSPOSE

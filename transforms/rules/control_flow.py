@@ -52,7 +52,7 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import Builder, attribute, constant_ints, constant_value, dims, element_type, \
-    ints_attr, is_float, op_type, rank, tensor_type
+    ints_attr, is_float, nested_ops, op_type, rank, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import JVP, TRANSPOSE, jvp, mlir_names
 
@@ -863,16 +863,8 @@ def refine_region_types(f: ir.Operation) -> None:
     result types."""
     from ..expand import _retype_users
     changed = False
-    order = []
-
-    def visit(o: ir.Operation) -> None:
-        for r in o.regions:
-            for blk in r.blocks:
-                for child in blk.operations:
-                    visit(child.operation)
-        if _kind(o) in ("If", "Loop", "Scan") and o.name != "onnx.ScanV8":
-            order.append(o)
-    visit(f)
+    order = [o for o in nested_ops(f)
+             if _kind(o) in ("If", "Loop", "Scan") and o.name != "onnx.ScanV8"]
     for op in order:
         name = _kind(op)
         new = []
@@ -937,17 +929,7 @@ def inline_constant_ifs(f: ir.Operation) -> None:
 
 
 def _all_ops(f: ir.Operation, wanted: str) -> list[ir.Operation]:
-    out = []
-
-    def visit(o: ir.Operation) -> None:
-        for r in o.regions:
-            for blk in r.blocks:
-                for child in blk.operations:
-                    visit(child.operation)
-        if _kind(o) == wanted:
-            out.append(o)
-    visit(f)
-    return out
+    return [o for o in nested_ops(f) if _kind(o) == wanted]
 
 
 def unroll(f: ir.Operation, opset: int) -> None:

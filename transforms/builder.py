@@ -673,6 +673,20 @@ def nested_ops(root: ir.Operation) -> list[ir.Operation]:
     return out
 
 
+def defining_op(v: ir.Value) -> ir.Operation | None:
+    """The op whose result v is; None for a block argument."""
+    owner = v.owner
+    return owner.operation if isinstance(owner, (ir.Operation, ir.OpView)) else None
+
+
+def producer(v: ir.Value, *kinds: str) -> ir.Operation | None:
+    """The onnx op defining v when its ONNX type is one of `kinds`, else None."""
+    op = defining_op(v)
+    if op is not None and op.name.startswith("onnx.") and op_type(op) in kinds:
+        return op
+    return None
+
+
 def is_constant_op(op: ir.Operation) -> bool:
     """onnx.Constant of any kept version (onnx.ConstantV9 at opset 9...)."""
     name = op.name

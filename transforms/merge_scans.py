@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from .builder import dims, ints_attr
+from .builder import defining_op, dims, ints_attr
 from .legalize import scan_axes
 
 
@@ -56,11 +56,6 @@ def _reads(op: ir.Operation):
                 yield from _reads(child.operation)
 
 
-def _owner_op(v: ir.Value):
-    o = v.owner
-    return o.operation if isinstance(o, (ir.Operation, ir.OpView)) else None
-
-
 def _try_merge(s1: ir.Operation, s2: ir.Operation, window: list) -> tuple | None:
     """Merges s1 into s2 (`window`: the ops between them, in order); returns
     (the merged Scan, the ops of the window moved after it, in order), or
@@ -68,10 +63,10 @@ def _try_merge(s1: ir.Operation, s2: ir.Operation, window: list) -> tuple | None
     tainted = {s1}
     between = []
     for op in window:
-        if any(_owner_op(v) in tainted for v in _reads(op)):
+        if any(defining_op(v) in tainted for v in _reads(op)):
             tainted.add(op)
             between.append(op)
-    if any(_owner_op(v) in tainted for v in _reads(s2)):
+    if any(defining_op(v) in tainted for v in _reads(s2)):
         return None
     last = s2
     for op in between:

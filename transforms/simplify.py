@@ -37,7 +37,7 @@ from mlir import ir
 from onnx_ad_mlir import _op_table
 
 from . import symdims
-from .builder import Builder, attribute, constant_value, dims
+from .builder import Builder, attribute, constant_value, defining_op, dims
 from .rules.reduction import reduce_axes
 
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Where", "Pow", "Mean"}
@@ -132,13 +132,6 @@ def _single_use(v: ir.Value) -> bool:
     return next(uses, None) is not None and next(uses, None) is None
 
 
-def _defining(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if isinstance(owner, ir.OpView) else owner
-
-
 def _scalar(v: ir.Value) -> float | None:
     """The value of a one-element float constant."""
     attr = constant_value(v)
@@ -163,7 +156,7 @@ def _replace(op: ir.Operation, new: ir.Value, varying: set) -> None:
 
 
 def _erase_if_dead(v: ir.Value, varying: set) -> None:
-    op = _defining(v)
+    op = defining_op(v)
     if op is not None and not any(True for r in op.results for _ in r.uses):
         _erase(op, varying)
 
@@ -174,7 +167,7 @@ def _reduce_mean(b, op: ir.Operation, varying: set, operands: list) -> bool:
         r, c = operands[i], operands[1 - i]
         if r not in varying or c in varying:
             continue
-        rop = _defining(r)
+        rop = defining_op(r)
         if rop is None or _op_type(rop) != "ReduceSum" or \
                 not _single_use(r) or r.type != op.results[0].type:
             continue
@@ -211,7 +204,7 @@ def _reduce_mean(b, op: ir.Operation, varying: set, operands: list) -> bool:
 def _split(v: ir.Value, varying: set):
     """(t, p, kind) for v = t * p, p * t ("mul") or t / p ("div"), t varying,
     p not; None otherwise."""
-    op = _defining(v)
+    op = defining_op(v)
     return None if op is None else _split_op(op, varying)
 
 
@@ -275,7 +268,7 @@ def _coefficient(b, form: str, p: ir.Value, q: ir.Value):
     coefficient a rule built, e.g. 2/sqrt(pi) * exp(-z^2) / sqrt(2) in Erf's
     JVP). Returns the coefficient and the product that may now be dead."""
     k2 = _rank0_scalar(q)
-    pop = _defining(p)
+    pop = defining_op(p)
     if k2 is not None and pop is not None and _op_type(pop) == "Mul" and _single_use(p) \
             and (form == "Mul" or k2 != 0.0):
         for i in (0, 1):
@@ -309,11 +302,11 @@ def _standardized(b, op: ir.Operation) -> int:
     """(x - Mean) * InvStdDev, both reported by LayerNormalization(x, ...)
     (the rule's normalized input), -> LayerNormalization(x, ones): one kernel
     instead of two elementwise ops."""
-    sub, s = _defining(op.operands[0]), op.operands[1]
+    sub, s = defining_op(op.operands[0]), op.operands[1]
     if sub is None or sub.name != "onnx.Sub" or not _single_use(op.operands[0]):
         return 0
     x, m = sub.operands[0], sub.operands[1]
-    ln = _defining(m)
+    ln = defining_op(m)
     if ln is None or ln.name != "onnx.LayerNormalization" or len(ln.results) != 3 or \
             ln.operands[0] != x or ln.results[1] != m or ln.results[2] != s or \
             op.results[0].type != x.type:
@@ -433,7 +426,7 @@ def _flatten_concat(b, op: ir.Operation, varying: set) -> ir.Operation | None:
             t.element_type != ir.IntegerType.get_signless(64):
         return None
     for i, v in enumerate(op.operands):
-        inner = _defining(v)
+        inner = defining_op(v)
         if inner is None or inner.name != "onnx.Concat" or attribute(inner, "axis") != 0 or \
                 not _single_use(v) or inner.parent != op.parent:
             continue
@@ -447,7 +440,7 @@ def _flatten_concat(b, op: ir.Operation, varying: set) -> ir.Operation | None:
         op.results[0].replace_all_uses_with(new)
         _erase(op, varying)
         _erase(inner, varying)
-        new_op = _defining(new)
+        new_op = defining_op(new)
         return _flatten_concat(b, new_op, varying) or new_op
     return None
 

@@ -8,8 +8,8 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import (Builder, attribute, broadcast_dims, dims, element_type, is_float,
-                       op_type, operand_or_none, rank, tensor_type)
+from ..builder import (Builder, attribute, broadcast_dims, defining_op, dims, element_type,
+                       is_float, op_type, operand_or_none, producer, rank, tensor_type)
 from ..registry import jvp, transpose
 from .elementwise import total
 
@@ -192,15 +192,6 @@ def _k(b: Builder, t: ir.Value) -> ir.Value:
     return b.shape(t, 0, 1)
 
 
-def _producer(v: ir.Value, kind: str) -> ir.Operation | None:
-    """The onnx op of type `kind` defining v, else None."""
-    owner = getattr(v.owner, "operation", v.owner)
-    if isinstance(owner, ir.Operation) and owner.name.startswith("onnx.") and \
-            op_type(owner) == kind:
-        return owner
-    return None
-
-
 def _channel_factor(s: ir.Value, r: int, c: int) -> bool:
     """s broadcasts onto a rank-r [N, C, ...] value as one factor per channel
     (or one in all): no direction axis, so it is not the derivative factor."""
@@ -214,7 +205,7 @@ def _channel_factor(s: ir.Value, r: int, c: int) -> bool:
 def _factors(v: ir.Value, top: bool = True) -> list[ir.Value]:
     """The leaves of the Mul tree defining v, descending only into products
     nothing else reads (so none is computed twice after a regrouping)."""
-    mul = _producer(v, "Mul")
+    mul = producer(v, "Mul")
     if mul is None or (not top and sum(1 for _ in v.uses) != 1):
         return [v]
     return [f for a in mul.operands for f in _factors(a, False)]
@@ -475,8 +466,8 @@ def _swap01(b: Builder, v: ir.Value) -> ir.Value:
     """v with axes 0 and 1 swapped; undoes such a Transpose instead of stacking one."""
     r = rank(v)
     perm = [1, 0] + list(range(2, r))
-    owner = getattr(v.owner, "operation", v.owner)
-    if isinstance(owner, ir.Operation) and owner.name == "onnx.Transpose" and \
+    owner = defining_op(v)
+    if owner is not None and owner.name == "onnx.Transpose" and \
             attribute(owner, "perm") == perm:
         return owner.operands[0]
     return b.transpose(v, perm)

@@ -22,7 +22,7 @@ from mlir import ir
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, constant_value, dims, element_type,
-                       is_constant_op, op_type, operand_or_none, rank, tensor_type)
+                       is_constant_op, op_type, operand_or_none, producer, rank, tensor_type)
 from ..registry import jvp, transpose
 from .linalg import matmul
 from .shape import GATHER_TRANSPOSE_HOOKS
@@ -203,22 +203,17 @@ def _through_relu(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value
     so the mask is 1 there; one with y = 0 contributes 0 either way. The
     full-size mask product (and, when nothing else uses it, the mask) is then
     left out for a pooled-size one. (t, None) for any other tangent."""
-    owner = getattr(t.owner, "operation", t.owner)
-    xo = getattr(x.owner, "operation", x.owner)
-    if not isinstance(owner, ir.Operation) or not isinstance(xo, ir.Operation) or \
-            not owner.name.startswith("onnx.") or op_type(owner) != "Mul" or \
-            not xo.name.startswith("onnx.") or op_type(xo) != "Relu" or \
+    owner, xo = producer(t, "Mul"), producer(x, "Relu")
+    if owner is None or xo is None or \
             not isinstance(element_type(y), ir.FloatType) or dims(t) is None or \
             dims(y) is None or len(dims(t)) != len(dims(y)) + 1:
         return t, None
     for a, m in (tuple(owner.operands), tuple(owner.operands)[::-1]):
-        cast = getattr(m.owner, "operation", m.owner)
-        if not isinstance(cast, ir.Operation) or not cast.name.startswith("onnx.") or \
-                op_type(cast) not in ("Cast", "CastLike"):
+        cast = producer(m, "Cast", "CastLike")
+        if cast is None:
             continue
-        cmp = getattr(cast.operands[0].owner, "operation", cast.operands[0].owner)
-        if not isinstance(cmp, ir.Operation) or not cmp.name.startswith("onnx.") or \
-                op_type(cmp) != "Greater" or cmp.operands[0] not in (x, xo.operands[0]):
+        cmp = producer(cast.operands[0], "Greater")
+        if cmp is None or cmp.operands[0] not in (x, xo.operands[0]):
             continue
         zero = constant_value(cmp.operands[1])
         try:

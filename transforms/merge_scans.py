@@ -17,12 +17,27 @@ s1's states, then s2's, then the scan inputs of s1, of s2 (axes and
 directions kept per input), and likewise for scan outputs; the bodies move
 into one block, each op reading what it read before.
 Exact: every value is computed by the same ops from the same values.
+
+Producer-consumer fusion: s2 may also depend on s1 when each operand of s2
+that does is one of its scan inputs made from a scan output of s1 by ops that
+act on each step alone (a "feed"): Transpose, (Un)Squeeze of other axes than
+time, MatMul by a 2-D matrix computed without s1 (stacked recurrences: layer
+l+1's adjoint of its input, dY_l = dZ W, is layer l's scan input). When
+step i of s2 reads what step i of s1 wrote (same axis after the feed's moves,
+same direction: a reverse scan output puts step i at T-1-i, where a reverse
+scan input reads step i) and the feed leaves each step's unit-free axes in
+order, the merged body computes that step's value right after s1's part:
+s1's yield times the feed's matrices, in order (a per-step MatMul, the same
+products and sums as the MatMul over all steps). The feed's ops and s1's scan
+output are dropped when nothing else reads them. One Scan instead of two:
+the 2-layer LSTM's two reverse recurrences run as one loop.
 """
 from __future__ import annotations
 
 from mlir import ir
 
-from .builder import defining_op, dims, ints_attr
+from .builder import attribute, constant_ints, defining_op, dims, element_type, ints_attr, \
+    is_constant_op, op_type, tensor_type
 from .legalize import scan_axes
 
 
@@ -56,56 +71,234 @@ def _reads(op: ir.Operation):
                 yield from _reads(child.operation)
 
 
+def _axes(op: ir.Operation) -> list[int] | None:
+    """(Un)Squeeze's constant axes (operand since opset 13, else attribute)."""
+    if len(op.operands) > 1 and not isinstance(op.operands[1].type, ir.NoneType):
+        return constant_ints(op.operands[1])
+    return attribute(op, "axes")
+
+
+def _step(op: ir.Operation, axes: list, r: int, tainted: set) -> list | None:
+    """The axes after a feed op (`axes`: per axis of its operand 0, "T" for
+    time, ("src", i) for axis i of s1's step value of rank r, "unit" for an
+    added 1), or None when op does not act on each step alone."""
+    kind = op_type(op)
+    d = dims(op.operands[0])
+    if d is None or len(d) != len(axes):
+        return None
+    if kind == "Transpose":
+        perm = attribute(op, "perm") or list(range(len(axes)))[::-1]
+        return [axes[p] for p in perm]
+    if kind == "Squeeze":
+        sq = _axes(op)
+        if not sq:
+            return None
+        sq = {a % len(axes) for a in sq}
+        if any(axes[a] == "T" or d[a] != 1 for a in sq):
+            return None
+        return [e for a, e in enumerate(axes) if a not in sq]
+    if kind == "Unsqueeze":
+        us = _axes(op)
+        if not us:
+            return None
+        out = list(axes)
+        for a in sorted(a % (len(axes) + len(us)) for a in us):
+            out.insert(a, "unit")
+        return out
+    # MatMul by a 2-D matrix: each step's last two axes are its matrix
+    w = op.operands[1]
+    if kind != "MatMul" or defining_op(w) in tainted or dims(w) is None or \
+            len(dims(w)) != 2 or r < 2 or axes[-2:] != [("src", r - 2), ("src", r - 1)]:
+        return None
+    return axes
+
+
+def _feed(s1: ir.Operation, s2: ir.Operation, i: int, tainted: set) -> tuple | None:
+    """(index of s1's scan output, the feed's ops in order) when s2's operand
+    i, a scan input, is that output carried through ops acting on each step
+    alone, step i of s2 reading step i of s1 (see the module doc)."""
+    n1, _, o1 = _counts(s1)
+    n2, m2, _ = _counts(s2)
+    chain, v = [], s2.operands[i]
+    while defining_op(v) != s1:
+        op = defining_op(v)
+        if op is None or op not in tainted or not op.name.startswith("onnx.") or \
+                op_type(op) not in ("Transpose", "Squeeze", "Unsqueeze", "MatMul"):
+            return None
+        chain.insert(0, op)
+        v = op.operands[0]
+    j = ir.OpResult(v).result_number - n1
+    step = dims(_yielded(s1)[n1 + j])
+    if j < 0 or step is None:
+        return None
+    r = len(step)
+    axes = [("src", a) for a in range(r)]
+    axes.insert(scan_axes(s1, "scan_output_axes", o1)[j] % (r + 1), "T")
+    for op in chain:
+        axes = _step(op, axes, r, tainted)
+        if axes is None:
+            return None
+    k = i - n2
+    in_axis = scan_axes(s2, "scan_input_axes", m2)[k] % len(axes)
+    if axes.index("T") != in_axis or scan_axes(s2, "scan_input_directions", m2)[k] != \
+            scan_axes(s1, "scan_output_directions", o1)[j]:
+        return None
+    axes.remove("T")
+    if len(axes) != r or any(e != ("src", a) and not (e == "unit" and step[a] == 1)
+                             for a, e in enumerate(axes)):
+        return None
+    return j, chain
+
+
+def _yielded(op: ir.Operation) -> list[ir.Value]:
+    body = op.regions[0].blocks[0]
+    return list(body.operations[len(body.operations) - 1].operands)
+
+
+def _body_reads(op: ir.Operation):
+    """The values the ops nested in op's regions read."""
+    for r in op.regions:
+        for blk in r.blocks:
+            for child in blk.operations:
+                yield from _reads(child.operation)
+
+
+def _user(use) -> ir.Operation:
+    owner = use.owner
+    return owner.operation if isinstance(owner, ir.OpView) else owner
+
+
+def _dead(window: list, feed_ops: set, s2: ir.Operation) -> set:
+    """The feed ops that nothing but s2 and other such ops read (window: the
+    ops between s1 and s2, in order)."""
+    dead: set = set()
+    for op in reversed(window):
+        if op in feed_ops and all(_user(u) in dead or _user(u) == s2
+                                  for r in op.results for u in r.uses):
+            dead.add(op)
+    return dead
+
+
+def _constant_expr(v: ir.Value, out: list) -> bool:
+    """Whether v is computed from onnx.Constant values only, by onnx ops
+    without regions; appends those ops (Constants excluded) to `out` in
+    order."""
+    op = defining_op(v)
+    if op is None or not op.name.startswith("onnx.") or len(op.regions):
+        return False
+    if is_constant_op(op) or op.name == "onnx.NoValue":
+        return True
+    if not all(_constant_expr(x, out) for x in op.operands):
+        return False
+    if op not in out:
+        out.append(op)
+    return True
+
+
+def _in_body(block: ir.Block, w: ir.Value) -> ir.Value:
+    """w, recomputed at the end of block when it is made from constants
+    only: ONNX Runtime folds it to a constant of the body and prepacks a
+    MatMul's 2-D constant right operand there, which it does not for a value
+    from outside the body."""
+    ops: list = []
+    if not _constant_expr(w, ops) or not ops:
+        return w
+    copies: dict = {}
+    for op in ops:
+        c = op.clone(ip=ir.InsertionPoint(block))
+        for i, x in enumerate(op.operands):
+            if x in copies:
+                c.operands[i] = copies[x]
+        copies.update(zip(op.results, c.results))
+    return copies[w]
+
+
+def _per_step(block: ir.Block, value: ir.Value, chain: list) -> ir.Value:
+    """A feed on one step (block: the merged body, at its end): the step
+    value times each of the feed's matrices."""
+    for op in chain:
+        if op_type(op) == "MatMul":
+            w = _in_body(block, op.operands[1])
+            t = tensor_type(dims(value)[:-1] + [dims(w)[-1]], element_type(value))
+            value = ir.Operation.create(op.name, results=[t], operands=[value, w],
+                                        loc=op.location, ip=ir.InsertionPoint(block)).result
+    return value
+
+
 def _try_merge(s1: ir.Operation, s2: ir.Operation, window: list) -> tuple | None:
     """Merges s1 into s2 (`window`: the ops between them, in order); returns
     (the merged Scan, the ops of the window moved after it, in order), or
-    None when s2 depends on s1."""
+    None when s2 depends on s1 other than through feeds of its scan inputs."""
     tainted = {s1}
     between = []
     for op in window:
         if any(defining_op(v) in tainted for v in _reads(op)):
             tainted.add(op)
             between.append(op)
-    if any(defining_op(v) in tainted for v in _reads(s2)):
+    if any(defining_op(v) in tainted for v in _body_reads(s2)):
         return None
+    n1, m1, o1 = _counts(s1)
+    n2, m2, o2 = _counts(s2)
+    feeds = {}  # s2 operand index -> (s1 scan output index, feed ops)
+    for i, v in enumerate(s2.operands):
+        if defining_op(v) in tainted:
+            feeds[i] = _feed(s1, s2, i, tainted) if i >= n2 else None
+            if feeds[i] is None:
+                return None
+    dead = _dead(window, {op for _, chain in feeds.values() for op in chain}, s2)
+    fed = {j for j, _ in feeds.values()}
+    keep1 = [j for j in range(o1) if j not in fed or
+             not all(_user(u) in dead for u in s1.results[n1 + j].uses)]
+    ins2 = [k for k in range(m2) if n2 + k not in feeds]
+    erased = [op for op in window if op in dead]
+    between = [op for op in between if op not in dead]
     last = s2
     for op in between:
         op.move_after(last)
         last = op
-    n1, m1, o1 = _counts(s1)
-    n2, m2, o2 = _counts(s2)
     ops1, ops2 = list(s1.operands), list(s2.operands)
-    operands = ops1[:n1] + ops2[:n2] + ops1[n1:] + ops2[n2:]
+    operands = ops1[:n1] + ops2[:n2] + ops1[n1:] + [ops2[n2 + k] for k in ins2]
     r1, r2 = [r.type for r in s1.results], [r.type for r in s2.results]
-    results = r1[:n1] + r2[:n2] + r1[n1:] + r2[n2:]
-    cat = lambda name, k1, k2: ints_attr(scan_axes(s1, name, k1) + scan_axes(s2, name, k2))
+    results = r1[:n1] + r2[:n2] + [r1[n1 + j] for j in keep1] + r2[n2:]
+    pick = lambda vals, idx: [vals[x] for x in idx]
+    cat = lambda a, b: ints_attr(a + b)
+    in_ax1, in_ax2 = scan_axes(s1, "scan_input_axes", m1), scan_axes(s2, "scan_input_axes", m2)
+    in_d1 = scan_axes(s1, "scan_input_directions", m1)
+    in_d2 = scan_axes(s2, "scan_input_directions", m2)
+    out_ax1, out_d1 = scan_axes(s1, "scan_output_axes", o1), \
+        scan_axes(s1, "scan_output_directions", o1)
     attrs = {"num_scan_inputs": ir.IntegerAttr.get(
-        ir.IntegerAttr(s1.attributes["num_scan_inputs"]).type, m1 + m2),
-        "scan_input_axes": cat("scan_input_axes", m1, m2),
-        "scan_input_directions": cat("scan_input_directions", m1, m2),
-        "scan_output_axes": cat("scan_output_axes", o1, o2),
-        "scan_output_directions": cat("scan_output_directions", o1, o2)}
+        ir.IntegerAttr(s1.attributes["num_scan_inputs"]).type, m1 + len(ins2)),
+        "scan_input_axes": cat(in_ax1, pick(in_ax2, ins2)),
+        "scan_input_directions": cat(in_d1, pick(in_d2, ins2)),
+        "scan_output_axes": cat(pick(out_ax1, keep1),
+                                scan_axes(s2, "scan_output_axes", o2)),
+        "scan_output_directions": cat(pick(out_d1, keep1),
+                                      scan_axes(s2, "scan_output_directions", o2))}
     b1, b2 = s1.regions[0].blocks[0], s2.regions[0].blocks[0]
     a1, a2 = list(b1.arguments), list(b2.arguments)
     with ir.InsertionPoint(s2):
         new = ir.Operation.create(s2.name, results=results, operands=operands,
                                   attributes=attrs, regions=1, loc=s2.location)
-    arg_types = [a.type for a in a1[:n1] + a2[:n2] + a1[n1:] + a2[n2:]]
+    arg_types = [a.type for a in a1[:n1] + a2[:n2] + a1[n1:] + pick(a2[n2:], ins2)]
     nb = new.regions[0].blocks.append(*arg_types)
     na = list(nb.arguments)
     map1 = dict(zip(a1[:n1] + a1[n1:], na[:n1] + na[n1 + n2:n1 + n2 + m1]))
-    map2 = dict(zip(a2[:n2] + a2[n2:], na[n1:n1 + n2] + na[n1 + n2 + m1:]))
+    map2 = dict(zip(a2[:n2] + pick(a2[n2:], ins2), na[n1:n1 + n2] + na[n1 + n2 + m1:]))
     from .rules.control_flow import _move_body, _yield
     y1 = _move_body(b1, nb, map1)
+    for i, (j, chain) in feeds.items():
+        map2[a2[i]] = _per_step(nb, y1[n1 + j], chain)
     y2 = _move_body(b2, nb, map2)
-    _yield(nb, y1[:n1] + y2[:n2] + y1[n1:] + y2[n2:], s2.location)
+    _yield(nb, y1[:n1] + y2[:n2] + [y1[n1 + j] for j in keep1] + y2[n2:], s2.location)
     res = list(new.results)
-    old1 = list(s1.results)
-    old2 = list(s2.results)
-    for old, nv in zip(old1[:n1] + old2[:n2] + old1[n1:] + old2[n2:], res):
+    old1, old2 = list(s1.results), list(s2.results)
+    for old, nv in zip(old1[:n1] + old2[:n2] + [old1[n1 + j] for j in keep1] + old2[n2:], res):
         old.replace_all_uses_with(nv)
-    s1.erase()
     s2.erase()
+    for op in reversed(erased):
+        op.erase()
+    s1.erase()
     return new, between
 
 

@@ -351,3 +351,50 @@ def test_constant_recurrent_weights(kind, attrs, direction):
     check_derivatives(model, feeds)
     if kind == "LSTM" and direction != "bidirectional":
         assert _body_defines_matmul_weights(reverse(model, layout="onnx"))
+
+
+def _stacked(kind, constant, T=5, B=2, I=3, H=4, seed=1, **attrs):
+    """Two layers: X -> kind -> Squeeze(num_directions) -> kind -> Y, the
+    weights graph inputs or (constant) initializers."""
+    G = GATES[kind]
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for layer, inp in ((1, I), (2, H)):
+        weights[f"W{layer}"] = 0.5 * rng.standard_normal([1, G * H, inp]).astype(np.float32)
+        weights[f"R{layer}"] = 0.5 * rng.standard_normal([1, G * H, H]).astype(np.float32)
+        weights[f"B{layer}"] = 0.3 * rng.standard_normal([1, 2 * G * H]).astype(np.float32)
+    feeds = {"X": rng.standard_normal([T, B, I]).astype(np.float32)}
+    nodes = [helper.make_node(kind, ["X", "W1", "R1", "B1"], ["Y1"], hidden_size=H, **attrs),
+             helper.make_node("Squeeze", ["Y1", "axis1"], ["X2"]),
+             helper.make_node(kind, ["X2", "W2", "R2", "B2"], ["Y"], hidden_size=H, **attrs)]
+    inits = [onnx.numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    f32 = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("X", f32, [T, B, I])]
+    if constant:
+        inits += [onnx.numpy_helper.from_array(v, k) for k, v in weights.items()]
+    else:
+        feeds.update(weights)
+        inputs += [helper.make_tensor_value_info(k, f32, list(v.shape)) for k, v in weights.items()]
+    graph = helper.make_graph(nodes, "stacked", inputs,
+                              [helper.make_tensor_value_info("Y", f32, [T, 1, B, H])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model, feeds
+
+
+@pytest.mark.parametrize("kind,attrs", [("LSTM", {}), ("GRU", {}),
+                                        ("GRU", {"linear_before_reset": 1})])
+@pytest.mark.parametrize("constant", [False, True])
+def test_stacked_layers_one_reverse_scan(kind, attrs, constant):
+    """Layer 2's reverse Scan makes the adjoint of layer 1's output step by
+    step and layer 1's reverse Scan reads it in the same order: merge_scans
+    fuses the two (one Scan runs both reverse recurrences; layer 1's Scan
+    takes its seed count from layer 2's state, not from its result). Checked
+    against central differences and the forward/reverse dot product."""
+    model, feeds = _stacked(kind, constant, **attrs)
+    check_derivatives(model, feeds)
+    adj = reverse(model, layout="onnx")
+    scans = [n.name for n in adj.graph.node if n.op_type == "Scan"]
+    # LSTM: + the (merged) cell-state Scan; a GRU with linear_before_reset
+    # carries a tiled state: layer 1 reads a Concat of the adjoint, not fused
+    assert len(scans) == {"LSTM": 2, "GRU": 2 if attrs else 1}[kind], scans

@@ -54,8 +54,8 @@ from mlir import ir
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from .. import symdims
-from ..builder import Builder, attribute, constant_ints, constant_value, dims, \
-    element_type, operand_or_none, op_type, rank, tensor_type
+from ..builder import Builder, attribute, constant_ints, constant_value, defining_op, dims, \
+    element_type, operand_or_none, op_type, producer, rank, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import TRANSPOSE, mlir_names
 from . import control_flow as cf
@@ -73,6 +73,8 @@ _DEFAULT_ACTS = {"RNN": ["Tanh"], "GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid"
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _RECURRENCES: dict[int, dict] = {}  # stand-in id -> what its transpose needs
 RECURRENCE = "onnx_ad.recurrence"
+# On a reverse recurrence Scan: its first state is [k, D, B, *] (k = seed count)
+K_STATE = "onnx_ad.k_state"
 
 
 # ---- small emitters ------------------------------------------------------------------
@@ -639,6 +641,7 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
                       [st] * len(carried) + out_types,
                       _scan_attrs(len(scans), axes, [1] * len(scans), [1] * len(out_types),
                                   [1] * len(out_types)), b.location, 1)
+    scan.attributes[K_STATE] = ir.UnitAttr.get()
     elem = [st] if ct_y is not None else []
     elem += [tensor_type(dims(v)[1:], element_type(v)) for v in c.coefs]
     blk = scan.regions[0].blocks.append(*([st] * len(carried) + elem))
@@ -703,6 +706,7 @@ def _reverse_scan_gru_tiled(b: Builder, c: _Cell, ct_y, ct_h, k, need_tA: bool):
     scan = cf._create("onnx." + _resolve_scan(b), [gh0] + scans, [st] + out_types,
                       _scan_attrs(len(scans), axes, [1] * len(scans), [1] * len(out_types),
                                   [1] * len(out_types)), b.location, 1)
+    scan.attributes[K_STATE] = ir.UnitAttr.get()
     elem = ([st] if ct_y is not None else []) + \
         [tensor_type(dims(v)[1:], element_type(v)) for v in (V, CC)]
     blk = scan.regions[0].blocks.append(st, *elem)
@@ -958,6 +962,44 @@ def _standin(b: Builder, c: _Cell, tA, th0, tc0, primals):
 _region_transpose = TRANSPOSE[cf.PLACEHOLDER]
 
 
+def _axis0_source(v: ir.Value) -> ir.Value:
+    """The value v's axis 0 comes from, through ops that keep operand 0's
+    axis 0 in place: Transpose with perm[0] = 0, (Un)Squeeze of other axes,
+    MatMul of a batched left operand by a right one of lower rank."""
+    while True:
+        op = producer(v, "Transpose", "Squeeze", "Unsqueeze", "MatMul")
+        if op is None or rank(op.operands[0]) is None:
+            return v
+        kind, r0 = op_type(op), rank(op.operands[0])
+        if kind == "Transpose":
+            perm = attribute(op, "perm")
+            if not perm or perm[0] != 0:
+                return v
+        elif kind in ("Squeeze", "Unsqueeze"):
+            n = r0 if kind == "Squeeze" else rank(v)
+            axes = constant_ints(op.operands[1]) if len(op.operands) > 1 and \
+                not isinstance(op.operands[1].type, ir.NoneType) else attribute(op, "axes")
+            if not axes or n is None or 0 in [a % n for a in axes]:
+                return v
+        elif r0 < 3 or rank(op.operands[1]) is None or rank(op.operands[1]) >= r0:
+            return v
+        v = op.operands[0]
+
+
+def _seed_count(b: Builder, ct: ir.Value) -> ir.Value:
+    """k, the seed count (axis 0 of every cotangent). Read where ct's axis 0
+    comes from: from the first state of the reverse recurrence Scan that made
+    ct (a stacked layer's input), that state rather than the Scan's result, so
+    the next layer's Scan does not wait for that Scan to finish
+    (merge_scans.py can then fuse the two); else from ct itself."""
+    src = _axis0_source(ct)
+    scan = defining_op(src)
+    if scan is not None and scan.name == "onnx." + _resolve_scan(b) and \
+            K_STATE in scan.attributes:
+        return b.shape(scan.operands[0], 0, 1)
+    return b.shape(ct, 0, 1)
+
+
 def _t_recurrence(b: Builder, ph: ir.Operation, cts, linear) -> list:
     if RECURRENCE not in ph.attributes:
         return _region_transpose(b, ph, cts, linear)
@@ -966,7 +1008,7 @@ def _t_recurrence(b: Builder, ph: ir.Operation, cts, linear) -> list:
     c = info["cell"]
     if all(ct is None for ct in cts):
         return [None] * len(ph.operands)
-    k = next(b.shape(ct, 0, 1) for ct in cts if ct is not None)
+    k = _seed_count(b, next(ct for ct in cts if ct is not None))
     has_tA, has_h, has_c = info["has"]
     ct_c = cts[2] if c.kind == "LSTM" else None
     a_tA, a_h, a_c = _reverse_scan(b, c, cts[0], cts[1], ct_c, k, has_tA)

@@ -694,14 +694,36 @@ def is_constant_op(op: ir.Operation) -> bool:
 
 
 def constant_value(value: ir.Value) -> ir.Attribute | None:
-    """The `value` attribute of the onnx.Constant defining `value`, else None."""
-    owner = value.owner
-    if not isinstance(owner, (ir.OpView, ir.Operation)):
-        return None
-    op = owner.operation
+    """The `value` attribute of the onnx.Constant defining `value` (through
+    Identity ops: exporters alias shared initializers with them), else None."""
+    while True:
+        owner = value.owner
+        if not isinstance(owner, (ir.OpView, ir.Operation)):
+            return None
+        op = owner.operation
+        if not op.name.startswith("onnx.Identity"):
+            break
+        value = op.operands[0]
     if not is_constant_op(op) or "value" not in op.attributes:
         return None
     return op.attributes["value"]
+
+
+def constant_uniform(value: ir.Value) -> float | None:
+    """The one value of a floating-point constant whose elements are all
+    equal (a splat, or e.g. LayerNormalization's ones scale stored in full),
+    else None."""
+    attr = constant_value(value)
+    if not isinstance(attr, ir.DenseFPElementsAttr):
+        return None
+    if attr.is_splat:
+        return float(attr.get_splat_value().value)
+    try:
+        arr = np.asarray(attr)
+    except Exception:  # noqa: BLE001 - an element type numpy cannot view
+        return None
+    first = arr.reshape(-1)[:1]
+    return float(first[0]) if first.size and bool(np.all(arr == first[0])) else None
 
 
 def constant_ints(value: ir.Value) -> list[int] | None:

@@ -205,8 +205,7 @@ def _expand_op(op: ir.Operation, opset: int, keep: Container[str]) -> None:
                     "onnx.NoValue", results=[v.type], attributes={"value": ir.UnitAttr.get()},
                     ip=ip).result)
             else:  # a small constant travels with the node
-                c = v.owner.operation
-                attrs = {"value": c.attributes["value"]}
+                attrs = {"value": constant_value(v)}
                 mapping[v] = ir.Operation.create("onnx.Constant", results=[v.type],
                                                  attributes=attrs, ip=ip).result
                 operands.append(mapping[v])

@@ -254,6 +254,26 @@ class ResourceReader:
         return np.frombuffer(data, dtype=np.uint8)
 
 
+_FLOAT_DTYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+
+def imported_array(attr: ir.Attribute) -> np.ndarray | None:
+    """A float constant's data for a rule to inspect: dense attributes, and
+    the blobs this process imported (by name); None otherwise (a blob parsed
+    from text: reading it means printing the module)."""
+    dense = attr if isinstance(attr, ir.DenseElementsAttr) else _cast(ir.DenseElementsAttr, attr)
+    if dense is not None:
+        try:
+            return np.asarray(dense)
+        except Exception:  # noqa: BLE001 - an element type numpy cannot view
+            return None
+    if _cast(ir.DenseResourceElementsAttr, attr) is None:
+        return None
+    dtype = _FLOAT_DTYPES.get(str(ir.ShapedType(attr.type).element_type))
+    raw = _BLOBS.get(_RESOURCE_NAME.search(str(attr)).group(1))
+    return None if dtype is None or raw is None else raw.view(dtype)
+
+
 def _cast(cls: type, attr: ir.Attribute) -> ir.Attribute | None:
     """`attr` as `cls`, or None; the cast tells an attribute's kind without
     printing it."""

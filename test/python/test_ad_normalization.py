@@ -95,6 +95,41 @@ def test_layer_norm_reuses_statistics():
                                       for n in nodes), ops
 
 
+@pytest.mark.parametrize("logits, guarded", [("tanh", False), ("input", True), ("mask", True)])
+def test_softmax_mask_guard(logits, guarded):
+    # The NaN-row guard (IsNaN, Where) stays only where a row of logits can be
+    # -inf on purpose: a function input, an infinite constant (a mask).
+    ins = [("x", F, [2, 3, 4])]
+    w = h.make_tensor("w", F, [4, 4], np.random.default_rng(1).uniform(-1, 1, 16).tolist())
+    m_ = h.make_tensor("m", F, [4], [0.0, 0.0, -np.inf, 0.0])
+    pre = {"tanh": [h.make_node("Tanh", ["x"], ["t"]), h.make_node("MatMul", ["t", "w"], ["z"])],
+           "input": [h.make_node("Identity", ["x"], ["z"])],
+           "mask": [h.make_node("MatMul", ["x", "w"], ["s"]), h.make_node("Add", ["s", "m"], ["z"])]}
+    m = model(pre[logits] + [h.make_node("Softmax", ["z"], ["y"], axis=-1)], ins,
+              [("y", F, [2, 3, 4])], initializers=[w, m_])
+    check(f"Softmax-guard-{logits}", m, feeds_for(ins))
+    for derived in (forward(m), reverse(m)):
+        ops = [n.op_type for n in derived.graph.node]
+        assert ("IsNaN" in ops) == guarded, ops
+
+
+@pytest.mark.parametrize("bias", [0.0, 0.5])
+def test_layer_norm_unit_scale(bias):
+    # Constant unit scale, aliased by Identity as torch exports shared
+    # initializers: the rule multiplies by no scale, and with a zero bias reads
+    # the normalized input from y itself (no second LayerNormalization).
+    ins = [("x", F, [2, 3, 4])]
+    inits = [h.make_tensor("s0", F, [4], [1.0] * 4), h.make_tensor("b0", F, [4], [bias] * 4)]
+    m = model([h.make_node("Identity", ["s0"], ["s"]), h.make_node("Identity", ["b0"], ["b"]),
+               h.make_node("LayerNormalization", ["x", "s", "b"], ["n"]),
+               h.make_node("Tanh", ["n"], ["y"])], ins, [("y", F, [2, 3, 4])],
+              initializers=inits)
+    check(f"LayerNorm-unit-scale-{bias}", m, feeds_for(ins))
+    for derived in (forward(m), reverse(m)):
+        lns = [n for n in derived.graph.node if n.op_type == "LayerNormalization"]
+        assert len(lns) == (1 if bias == 0.0 else 2), [n.op_type for n in derived.graph.node]
+
+
 @pytest.mark.parametrize("opset", [9, 15])
 def test_batch_norm(opset):
     ins = [("x", D, [2, 3, 2]), ("s", D, [3]), ("b", D, [3]), ("m", D, [3]), ("v", D, [3])]

@@ -11,12 +11,17 @@ once from the operand.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 from mlir import ir
 
 from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
+from onnx_ad_mlir.tensors import imported_array
 
-from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type,
-                       operand_or_none, rank, tensor_type)
+from ..builder import (Builder, attribute, constant_ints, constant_uniform, defining_op, dims,
+                       element_type, is_constant_op, is_float, op_type, operand_or_none, rank,
+                       tensor_type)
 from ..registry import jvp
 from .elementwise import total
 
@@ -41,14 +46,76 @@ def _softmax_axes(op: ir.Operation) -> list[int]:
     return list(range(a, r)) if op.name.endswith("V11") else [a]
 
 
+# Ops whose result has a -inf entry only if an operand has an infinite one,
+# or by accident (overflow, a zero divisor or base): such a row of logits is
+# not a mask the model replaces later, and its primal probabilities are NaN.
+_INF_PROPAGATING = {"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Transpose",
+                    "Reshape", "Split", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Gather",
+                    "Concat", "Identity", "Cast", "Expand", "Einsum"}
+# Ops whose float result is never -inf for finite parameters (operand 0 may be
+# anything: bounded, non-negative, or NaN rather than -inf).
+_NO_NEG_INF = {"Tanh", "Sigmoid", "Erf", "Softmax", "Exp", "Relu", "Abs", "Sqrt", "Sin", "Cos",
+               "LayerNormalization", "RMSNormalization", "BatchNormalization", "Gelu"}
+_MASK_SEARCH_BUDGET = 64
+_LARGEST_CHECKED_CONSTANT = 1 << 20
+
+
+def _finite_constant(attr: ir.Attribute) -> bool:
+    if isinstance(attr, ir.DenseIntElementsAttr):
+        return True
+    if isinstance(attr, ir.DenseFPElementsAttr) and attr.is_splat:
+        return bool(np.isfinite(attr.get_splat_value().value))
+    if math.prod(ir.ShapedType(attr.type).shape) > _LARGEST_CHECKED_CONSTANT:
+        return False
+    data = imported_array(attr)
+    return data is not None and bool(np.isfinite(data).all())
+
+
+def _may_mask(logits: ir.Value) -> bool:
+    """Whether a softmax row of `logits` can be all -inf on purpose (a mask):
+    some value it is computed from is a function argument, an infinite
+    constant, or an op (Where, Min, ...) outside the two tables above. A
+    bounded search; its budget spent means yes."""
+    stack, seen, budget = [logits], set(), _MASK_SEARCH_BUDGET
+    while stack:
+        v = stack.pop()
+        op = defining_op(v)
+        if op is None:
+            return True
+        if op in seen:
+            continue
+        seen.add(op)
+        budget -= 1
+        if budget < 0:
+            return True
+        if is_constant_op(op):
+            if "value" not in op.attributes or not _finite_constant(op.attributes["value"]):
+                return True
+            continue
+        ot = op_type(op)
+        if ot in _NO_NEG_INF:
+            stack.extend(w for w in list(op.operands)[1:] if is_float(w))
+        elif ot in _INF_PROPAGATING:
+            stack.extend(w for w in op.operands if is_float(w))
+        else:
+            return True
+    return False
+
+
 def _finite_probabilities(b: Builder, p: ir.Value) -> ir.Value:
     """Softmax probabilities with NaN rows (every logit -inf: masked attention
     rows, which the model then replaces by a Where) as zeros. Otherwise
     reverse mode multiplies the zero cotangent the Where sends back by NaN
     (0 * NaN), where forward mode's NaN tangent is discarded by the same
     Where; with zeros both modes agree, and rows with a finite primal are
-    unchanged."""
+    unchanged. Logits that cannot hold such a mask need no guard."""
     if b.opset < 9:  # no IsNaN
+        return p
+    src = defining_op(p)
+    if src is not None and op_type(src) == "Exp":  # LogSoftmax's probabilities
+        src = defining_op(src.operands[0])
+    if src is not None and op_type(src) in ("Softmax", "LogSoftmax") and \
+            not _may_mask(src.operands[0]):
         return p
     nan = b.op("IsNaN", [p], tensor_type(dims(p), ir.IntegerType.get_signless(1)))
     return b.where(nan, b.scalar(0.0, p), p)
@@ -122,15 +189,21 @@ def _layer_norm(b: Builder, op, tangents):
         mean, invstd = _like(b, results[1], x), _like(b, results[2], x)
     elif _reports_statistics(b, op, r, axes):
         mean, invstd = _like(b, b.stats[0], x), _like(b, b.stats[1], x)
+        y = b.replaced[0][1]
     else:
         mean, invstd = _moments(b, x, axes, attribute(op, "epsilon"))
-    xhat = b.mul(b.sub(x, mean), invstd)
+    # A unit scale (torch's LayerNorm without elementwise affine, or as
+    # initialised) multiplies by nothing, and with no bias y is xhat itself:
+    # two ops fewer per LayerNormalization, and no second normalization.
+    unit_scale = scale is None or constant_uniform(scale) == 1.0
+    xhat = y if unit_scale and (bias is None or constant_uniform(bias) == 0.0) and \
+        y.type == x.type else b.mul(b.sub(x, mean), invstd)
     tx, ts, tb = (list(tangents) + [None, None])[:3]
     out = [None, None, None]
     terms = []
     if tx is not None:
         t_xhat, t_mean, q = _standardized_jvp(b, tx, xhat, invstd, axes, _inv_count(b, x, axes))
-        terms.append(t_xhat if scale is None else b.mul(t_xhat, scale))
+        terms.append(t_xhat if unit_scale else b.mul(t_xhat, scale))
         if have[1]:
             out[1] = _like(b, t_mean, results[1])
         if have[2]:

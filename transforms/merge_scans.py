@@ -225,6 +225,126 @@ def _per_step(block: ir.Block, value: ir.Value, chain: list) -> ir.Value:
     return value
 
 
+def _move_after(ops: list, anchor: ir.Operation) -> None:
+    for op in ops:
+        op.move_after(anchor)
+        anchor = op
+
+
+# Elementwise ops: on operands whose axis 0 has one extent (no broadcasting
+# along it), the op on operands stacked along axis 0 is the stack of the ops.
+_STACKABLE = {"Add", "Sub", "Mul", "Div", "Neg", "Abs", "Tanh", "Sigmoid", "Relu", "Exp",
+              "Log", "Sqrt", "Reciprocal", "Identity", "Max", "Min", "Sum"}
+
+
+def _attrs(op: ir.Operation) -> dict:
+    return {k: str(op.attributes[k]) for k in op.attributes}
+
+
+def _same_bodies(s1: ir.Operation, s2: ir.Operation) -> bool:
+    """The two bodies are the same ops, attributes and result types, each
+    reading the corresponding values (nothing from outside)."""
+    b1, b2 = s1.regions[0].blocks[0], s2.regions[0].blocks[0]
+    ops1, ops2 = list(b1.operations), list(b2.operations)
+    if len(ops1) != len(ops2) or len(b1.arguments) != len(b2.arguments):
+        return False
+    pairs = dict(zip(b1.arguments, b2.arguments))
+    for o1, o2 in zip(ops1, ops2):
+        o1, o2 = o1.operation, o2.operation
+        if o1.name != o2.name or len(o1.operands) != len(o2.operands) or \
+                len(o1.results) != len(o2.results) or len(o1.regions) or len(o2.regions) or \
+                _attrs(o1) != _attrs(o2):
+            return False
+        for x1, x2 in zip(o1.operands, o2.operands):
+            y = pairs.get(x1)
+            if y is None or y != x2:
+                return False
+        if any(r1.type != r2.type for r1, r2 in zip(o1.results, o2.results)):
+            return False
+        pairs.update(zip(o1.results, o2.results))
+    return True
+
+
+def _lead(s1: ir.Operation) -> int | None:
+    """The static axis-0 extent every value of s1's body has when its ops are
+    all _STACKABLE on operands of their result's rank, else None."""
+    body = s1.regions[0].blocks[0]
+    ops = [o.operation for o in body.operations][:-1]
+    values = list(body.arguments) + [r for op in ops for r in op.results]
+    lead = {(dims(v) or [None])[0] for v in values}
+    if len(lead) != 1 or None in lead:
+        return None
+    for op in ops:
+        if not op.name.startswith("onnx.") or op_type(op) not in _STACKABLE or \
+                any(len(dims(x) or []) != len(dims(op.results[0])) for x in op.operands):
+            return None
+    return lead.pop()
+
+
+def _stackable(s1: ir.Operation, s2: ir.Operation) -> bool:
+    """s1 and s2 run the same elementwise body on operands of the same
+    extents (symdims.py), axes 0 and directions alike: one Scan can run it on
+    both stacked along the steps' axis 0 (a Concat per operand pair, a Slice
+    per result read after), worth it when that saves more ops than it adds."""
+    from . import symdims
+    n, m, o = _counts(s1)
+    if _counts(s2) != (n, m, o) or not _same_bodies(s1, s2) or _lead(s1) is None:
+        return False
+    for name, k in (("scan_input_axes", m), ("scan_output_axes", o)):
+        if any(scan_axes(s1, name, k)) or any(scan_axes(s2, name, k)):
+            return False
+    for name, k in (("scan_input_directions", m), ("scan_output_directions", o)):
+        if scan_axes(s1, name, k) != scan_axes(s2, name, k):
+            return False
+    for x1, x2 in zip(s1.operands, s2.operands):
+        d1, d2 = symdims.dims(x1), symdims.dims(x2)
+        if d1 is None or d1 != d2:
+            return False
+    used = sum(1 for s in (s1, s2) for r in s.results if any(True for _ in r.uses))
+    saved = (_trip(s1) or 0) * (len(s1.regions[0].blocks[0].operations) - 1)
+    return saved >= 4 * (len(s1.operands) + used)
+
+
+def _stack(s1: ir.Operation, s2: ir.Operation) -> tuple[ir.Operation, list]:
+    """One Scan running s1's body on s1's and s2's operands stacked along the
+    steps' axis 0 (axis 1 of scan inputs and outputs, which scan axis 0);
+    returns it and the Slices after it that give the old results."""
+    from .builder import Builder
+    from .passes import module_opset
+    from .rules.control_flow import _move_body, _yield
+    n, _, _ = _counts(s1)
+    d = _lead(s1)
+    b = Builder(module_opset(s2.parent.parent if s2.parent.name != "builtin.module"
+                             else s2.parent), s2.location)
+    twice = lambda v, ax: tensor_type([2 * e if i == ax and e is not None else e
+                                       for i, e in enumerate(dims(v))], element_type(v))
+    axis = lambda i: 0 if i < n else 1
+    with ir.InsertionPoint(s2):
+        operands = [b.concat([x1, x2], axis(i))
+                    for i, (x1, x2) in enumerate(zip(s1.operands, s2.operands))]
+        new = ir.Operation.create(
+            s2.name, results=[twice(r, axis(i)) for i, r in enumerate(s1.results)],
+            operands=operands, attributes={k: s1.attributes[k] for k in s1.attributes},
+            regions=1, loc=s2.location)
+        body = s1.regions[0].blocks[0]
+        nb = new.regions[0].blocks.append(*[twice(a, 0) for a in body.arguments])
+        for op in list(body.operations)[:-1]:
+            for r in op.operation.results:
+                r.set_type(twice(r, 0))
+        _yield(nb, _move_body(body, nb, dict(zip(body.arguments, nb.arguments))), s2.location)
+        slices = []
+        for i, r in enumerate(new.results):
+            ax = axis(i)
+            for half, old in enumerate((s1.results[i], s2.results[i])):
+                if any(True for _ in old.uses):
+                    part = b.slice(r, [ax], [half * d], [half * d + d], old.type)
+                    old.replace_all_uses_with(part)
+                    slices.append(defining_op(part))
+    s2.erase()
+    s1.erase()
+    return new, slices
+
+
 def _try_merge(s1: ir.Operation, s2: ir.Operation, window: list) -> tuple | None:
     """Merges s1 into s2 (`window`: the ops between them, in order); returns
     (the merged Scan, the ops of the window moved after it, in order), or
@@ -245,6 +365,10 @@ def _try_merge(s1: ir.Operation, s2: ir.Operation, window: list) -> tuple | None
             feeds[i] = _feed(s1, s2, i, tainted) if i >= n2 else None
             if feeds[i] is None:
                 return None
+    if not feeds and _stackable(s1, s2):
+        _move_after(between, s2)
+        new, slices = _stack(s1, s2)
+        return new, slices + between
     dead = _dead(window, {op for _, chain in feeds.values() for op in chain}, s2)
     fed = {j for j, _ in feeds.values()}
     keep1 = [j for j in range(o1) if j not in fed or
@@ -252,10 +376,7 @@ def _try_merge(s1: ir.Operation, s2: ir.Operation, window: list) -> tuple | None
     ins2 = [k for k in range(m2) if n2 + k not in feeds]
     erased = [op for op in window if op in dead]
     between = [op for op in between if op not in dead]
-    last = s2
-    for op in between:
-        op.move_after(last)
-        last = op
+    _move_after(between, s2)
     ops1, ops2 = list(s1.operands), list(s2.operands)
     operands = ops1[:n1] + ops2[:n2] + ops1[n1:] + [ops2[n2 + k] for k in ins2]
     r1, r2 = [r.type for r in s1.results], [r.type for r in s2.results]

@@ -353,7 +353,7 @@ def test_constant_recurrent_weights(kind, attrs, direction):
         assert _body_defines_matmul_weights(reverse(model, layout="onnx"))
 
 
-def _stacked(kind, constant, T=5, B=2, I=3, H=4, seed=1, **attrs):
+def _stacked(kind, constant, T=12, B=2, I=3, H=4, seed=1, **attrs):
     """Two layers: X -> kind -> Squeeze(num_directions) -> kind -> Y, the
     weights graph inputs or (constant) initializers."""
     G = GATES[kind]
@@ -389,7 +389,8 @@ def test_stacked_layers_one_reverse_scan(kind, attrs, constant):
     """Layer 2's reverse Scan makes the adjoint of layer 1's output step by
     step and layer 1's reverse Scan reads it in the same order: merge_scans
     fuses the two (one Scan runs both reverse recurrences; layer 1's Scan
-    takes its seed count from layer 2's state, not from its result). Checked
+    takes its seed count from layer 2's state, not from its result). The
+    LSTM's two cell-state Scans run one body on both layers stacked. Checked
     against central differences and the forward/reverse dot product."""
     model, feeds = _stacked(kind, constant, **attrs)
     check_derivatives(model, feeds)
@@ -398,3 +399,7 @@ def test_stacked_layers_one_reverse_scan(kind, attrs, constant):
     # LSTM: + the (merged) cell-state Scan; a GRU with linear_before_reset
     # carries a tiled state: layer 1 reads a Concat of the adjoint, not fused
     assert len(scans) == {"LSTM": 2, "GRU": 2 if attrs else 1}[kind], scans
+    if kind == "LSTM":
+        bodies = [next(a.g for a in n.attribute if a.name == "body")
+                  for n in adj.graph.node if n.op_type == "Scan"]
+        assert any([x.op_type for x in g.node] == ["Mul", "Add"] for g in bodies)

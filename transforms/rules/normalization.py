@@ -51,11 +51,11 @@ def _softmax_axes(op: ir.Operation) -> list[int]:
 # not a mask the model replaces later, and its primal probabilities are NaN.
 _INF_PROPAGATING = {"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Transpose",
                     "Reshape", "Split", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Gather",
-                    "Concat", "Identity", "Cast", "Expand", "Einsum"}
+                    "Concat", "Identity", "Cast", "Expand", "Einsum", "BatchNormalization"}
 # Ops whose float result is never -inf for finite parameters (operand 0 may be
 # anything: bounded, non-negative, or NaN rather than -inf).
 _NO_NEG_INF = {"Tanh", "Sigmoid", "Erf", "Softmax", "Exp", "Relu", "Abs", "Sqrt", "Sin", "Cos",
-               "LayerNormalization", "RMSNormalization", "BatchNormalization", "Gelu"}
+               "LayerNormalization", "RMSNormalization", "Gelu"}
 _MASK_SEARCH_BUDGET = 64
 _LARGEST_CHECKED_CONSTANT = 1 << 20
 

@@ -278,9 +278,29 @@ _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", 
                 "LeakyRelu", "Elu", "Selu", "Gelu", "Softmax", "LogSoftmax"}
 
 
+def _concat_dims(op: ir.Operation, operands: list[ir.Value]) -> list | None:
+    """Concat's extents from its operands': summed along its axis (when all
+    are known), the first known one elsewhere; None without equal ranks."""
+    from .builder import attribute, dims
+    ds = [dims(v) for v in operands]
+    if not ds or any(d is None for d in ds) or len({len(d) for d in ds}) != 1:
+        return None
+    r, a = len(ds[0]), attribute(op, "axis")
+    if not -r <= a < r:
+        return None
+    a %= r
+    out = []
+    for i, column in enumerate(zip(*ds)):
+        known = [e for e in column if e is not None]
+        out.append((sum(known) if len(known) == len(column) else None) if i == a else
+                   (known[0] if known else None))
+    return out
+
+
 def _retype_users(value: ir.Value, depth: int = 0) -> None:
     """After a result's type was corrected: elementwise users get the
-    broadcast of their operands' types, a func.return its function type."""
+    broadcast of their operands' types, a Concat its operands' extents
+    (kept where it already knew them), a func.return its function type."""
     from .builder import broadcast_dims, dims, element_type, tensor_type
     for use in list(value.uses):
         user = use.owner
@@ -292,16 +312,23 @@ def _retype_users(value: ir.Value, depth: int = 0) -> None:
                 ir.FunctionType.get(list(ftype.inputs), [v.type for v in user.operands]))
             continue
         t = _onnx_type(user)
-        if t not in _ELEMENTWISE or depth > 64 or len(user.results) != 1:
+        if (t not in _ELEMENTWISE and t != "Concat") or depth > 64 or len(user.results) != 1:
             continue
         operands = [v for v in user.operands if not isinstance(v.type, ir.NoneType)]
-        if t in ("Clip", "CastLike"):
-            operands = operands[:1]
-        try:
-            shape = broadcast_dims(*(dims(v) for v in operands))
-        except UnsupportedOp:
-            continue
         r = user.results[0]
+        if t == "Concat":
+            shape, old = _concat_dims(user, operands), dims(r)
+            if shape is None or (old is not None and len(old) != len(shape)):
+                continue
+            if old is not None:
+                shape = [o if o is not None else e for o, e in zip(old, shape)]
+        else:
+            if t in ("Clip", "CastLike"):
+                operands = operands[:1]
+            try:
+                shape = broadcast_dims(*(dims(v) for v in operands))
+            except UnsupportedOp:
+                continue
         new_type = tensor_type(shape, element_type(r))
         if new_type != r.type:
             r.set_type(new_type)

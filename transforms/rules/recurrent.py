@@ -75,6 +75,10 @@ _RECURRENCES: dict[int, dict] = {}  # stand-in id -> what its transpose needs
 RECURRENCE = "onnx_ad.recurrence"
 # On a reverse recurrence Scan: its first state is [k, D, B, *] (k = seed count)
 K_STATE = "onnx_ad.k_state"
+# On an LSTM's reverse Scan laid out as pipelined_pair reads it: one
+# direction, operands [a_h, a_c, (ct_y), de, ff, ohc], the step matrix made
+# in the body from a constant R, the adjoint of tA its one scan output
+LSTM_STEP = "onnx_ad.lstm_step"
 
 
 # ---- small emitters ------------------------------------------------------------------
@@ -310,7 +314,8 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     if c.kind == "RNN" and c.clip is None:  # h_t = f(a_t) is Y itself
         c.coefs = [AG(0, Yp)]
         return
-    a = _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs, c.lens)
+    joint = c.kind != "GRU" and len(c.revs) == 1 and (not c.revs[0] or c.lens is None)
+    a = None if joint else _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs, c.lens)
     wb = rb = None
     if Bv is not None:
         wb = b.unsqueeze(_slice(b, Bv, 1, 0, G * H), [1])
@@ -318,7 +323,8 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     if c.kind != "GRU":
         # the biases added to each other first (a constant when B is): one
         # Add over [T, D, B, GH] fewer
-        a = _add(b, b.add(a, _bmm(b, Hprev, c.RT, Xp)), _add(b, wb, rb))
+        xh = _joint_mm(b, c, Xp) if joint else b.add(a, _bmm(b, Hprev, c.RT, Xp))
+        a = _add(b, xh, _add(b, wb, rb))
     if c.kind == "RNN":
         c.coefs = [AG(0, Yp, a)]
         return
@@ -395,6 +401,17 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         c.coefs = [b.concat([ones, r], 3), b.concat([cz, cr, ch], 3), z]
     else:
         c.coefs = [z, cz, b.mul(dr, Hprev), r, ch]
+
+
+def _joint_mm(b: Builder, c: _Cell, Xp: ir.Value) -> ir.Value:
+    """One direction: X W^T + Hprev R^T [T, 1, B, GH] (processing order) as one
+    MatMul, [x_t | h_{t-1}] [W^T; R^T] (K = I + H): one GEMM instead of two and
+    no Add over [T, B, GH]. The sum over K runs in another order than the two
+    products' sum (rounding-level differences). 2-layer LSTM (T = 20, B = 4,
+    1 thread): reverse model 0.973-0.977x time, interleaved A/B."""
+    X = _flip(b, Xp, 0) if c.revs[0] else Xp
+    xh = b.concat([b.unsqueeze(X, [1]), c.Hprev], 3)
+    return matmul(b, xh, b.concat([b.squeeze(c.WT, [0]), b.squeeze(c.RT, [0])], 0))
 
 
 def _plain_lstm(c: _Cell) -> bool:
@@ -642,6 +659,8 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
                       _scan_attrs(len(scans), axes, [1] * len(scans), [1] * len(out_types),
                                   [1] * len(out_types)), b.location, 1)
     scan.attributes[K_STATE] = ir.UnitAttr.get()
+    if lstm and mats is None and len(c.revs) == 1 and len(c.coefs) == 3 and need_tA:
+        scan.attributes[LSTM_STEP] = ir.UnitAttr.get()
     elem = [st] if ct_y is not None else []
     elem += [tensor_type(dims(v)[1:], element_type(v)) for v in c.coefs]
     blk = scan.regions[0].blocks.append(*([st] * len(carried) + elem))
@@ -656,6 +675,133 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
                   b.location)
     res = list(scan.results)
     return (res[-1] if need_tA else None), res[0], (res[1] if lstm else None)
+
+
+def _body_matrix(scan: ir.Operation) -> ir.Value | None:
+    """The constant R [1, 4H, H] an LSTM_STEP Scan's body squeezes for its MatMul."""
+    for o in scan.regions[0].blocks[0].operations:
+        op = o.operation
+        if op_type(op) == "MatMul":
+            sq = producer(op.operands[1], "Squeeze")
+            if sq is None or defining_op(sq.operands[0]) is None:
+                return None
+            return sq.operands[0] if constant_value(sq.operands[0]) is not None else None
+    return None
+
+
+def _is_zeros(v: ir.Value) -> bool:
+    """v is an Expand of the constant 0 (_zeros)."""
+    op = producer(v, "Expand")
+    attr = None if op is None else constant_value(op.operands[0])
+    return isinstance(attr, ir.DenseFPElementsAttr) and attr.is_splat and \
+        float(attr.get_splat_value().value) == 0.0
+
+
+def pipelined_pair(s1: ir.Operation, s2: ir.Operation, w: ir.Value, b: Builder) -> dict | None:
+    """Stacked LSTM layers' reverse Scans, layer l+1's (s1) feeding layer l's
+    (s2) its adjoint of tA times w [4H, H] step by step, as one Scan whose
+    iteration i runs layer l+1's step at time i and layer l's at time i + 1
+    (one step behind, T + 1 iterations; each layer's arrays get one padding
+    step, coefficients 0 and ff 1: the pad step passes the cell adjoint on and
+    adds nothing). Both layers' elementwise ops then run once on [l+1 | l]
+    side by side, and one MatMul by
+
+        M = per gate x: [[R_{l+1,x}, w_x], [0, R_{l,x}]]   ([8H, 2H])
+
+    gives layer l+1's next adjoint of h and layer l's adjoint of h plus its
+    input adjoint at once: seven ops a step instead of fifteen (2-layer LSTM,
+    T = 20, B = 4, 1 thread: reverse model about 0.94x time, interleaved A/B).
+    Layer l's adjoint of h is one sum over K = 8H (zero products included)
+    where it was two sums and an Add: rounding-level differences; the rest
+    are the same products and sums. Needs layer l's initial adjoint of h zero
+    (its pad step cannot add it) and layer l+1's final one unread (the pad
+    step's MatMul drops it). Emits before s2; returns {old result: new value}
+    or None."""
+    if LSTM_STEP not in s1.attributes or LSTM_STEP not in s2.attributes:
+        return None
+    m1 = ir.IntegerAttr(s1.attributes["num_scan_inputs"]).value
+    o1, o2 = list(s1.operands), list(s2.operands)
+    de2, ff2, ohc2 = o1[-3:]
+    de1, ff1, ohc1 = o2[-3:]
+    cty = o1[2] if m1 == 4 else None
+    R2, R1 = _body_matrix(s1), _body_matrix(s2)
+    el = element_type(de1)
+    G4 = dims(de1)[-1]
+    if R2 is None or R1 is None or G4 is None or G4 % 4 or dims(de2)[-1] != G4 or \
+            dims(w) != [G4, G4 // 4] or dims(R2) != [1, G4, G4 // 4] or \
+            dims(R1) != [1, G4, G4 // 4] or element_type(de2) != el or \
+            not isinstance(el, (ir.F32Type, ir.F64Type)) or \
+            any(True for _ in s1.results[0].uses) or not _is_zeros(o2[0]):
+        return None
+    from ..legalize import scan_axes
+    if scan_axes(s1, "scan_input_axes", m1)[-3:] != [0] * 3 or \
+            scan_axes(s2, "scan_input_axes", 4)[-3:] != [0] * 3 or \
+            scan_axes(s1, "scan_output_axes", 1) != scan_axes(s2, "scan_output_axes", 1):
+        return None
+    H = G4 // 4
+    npt = np.float32 if isinstance(el, ir.F32Type) else np.float64
+
+    def pad(v, front: bool, value: float = 0.0):  # one step along axis 0
+        d = dims(v)
+        r = len(d)
+        pads = [1 if front else 0] + [0] * (r - 1) + [0 if front else 1] + [0] * (r - 1)
+        out = tensor_type([None if d[0] is None else d[0] + 1] + d[1:], el)
+        return b.pad(v, pads, out, None if value == 0.0 else value)
+
+    def gates(v):  # [T+1, 1, B, 4H] -> [T+1, 1, B, 4, 1, H]
+        return b.reshape(v, [0, 0, 0, 4, 1, H], dims(v)[:3] + [4, 1, H])
+
+    de = b.concat([gates(pad(de2, True)), gates(pad(de1, False))], 4)
+    de = b.reshape(de, [0, 0, 0, 8 * H], dims(de)[:3] + [8 * H])
+    ff = b.concat([pad(ff2, True, 1.0), pad(ff1, False, 1.0)], 3)
+    ohc = b.concat([pad(ohc2, True), pad(ohc1, False)], 3)
+    scans, axes = [de, ff, ohc], [0, 0, 0]
+    if cty is not None:  # one step more along its scan axis, layer l's half zero
+        ax = scan_axes(s1, "scan_input_axes", m1)[0]
+        d = dims(cty)
+        pads = [0] * 2 * len(d)
+        pads[ax], pads[-1] = 1, H
+        out = [None if i == ax and e is None else e + 1 if i == ax else e
+               for i, e in enumerate(d[:-1])] + [2 * H]
+        scans.insert(0, b.pad(cty, pads, tensor_type(out, el)))
+        axes.insert(0, ax)
+    z0, ac0 = b.concat([o1[0], o2[0]], 3), b.concat([o1[1], o2[1]], 3)
+    blocks = lambda v: b.reshape(v, [4, 1, H, H], [4, 1, H, H])
+    zero = b.constant(ir.DenseElementsAttr.get(np.zeros((4, 1, H, H), npt)))
+    M = b.concat([b.concat([blocks(R2), blocks(w)], 3), b.concat([zero, blocks(R1)], 3)], 1)
+    M = b.reshape(M, [8 * H, 2 * H], [8 * H, 2 * H])
+    st = z0.type
+    oax = scan_axes(s2, "scan_output_axes", 1)[0]  # where s2 put the steps
+    au_type = tensor_type([None if i == oax else e
+                           for i, e in enumerate(dims(s2.results[2])[:-1])] + [8 * H], el)
+    n = len(scans)
+    scan = cf._create("onnx." + _resolve_scan(b), [z0, ac0] + scans, [st, st, au_type],
+                      _scan_attrs(n, axes, [1] * n, [oax], [1]), b.location, 1)
+    elem = [tensor_type(dims(v)[:ax] + dims(v)[ax + 1:], el) for v, ax in zip(scans, axes)]
+    blk = scan.regions[0].blocks.append(st, st, *elem)
+    args = list(blk.arguments)
+    from ..merge_scans import _in_body
+    with ir.InsertionPoint(blk):
+        g = b.add(args[0], args[2]) if cty is not None else args[0]
+        de_t, ff_t, ohc_t = args[-3:]
+        act = b.add(args[1], b.mul(g, ohc_t))
+        a_u = b.mul(b.concat([act, g, act, act], 3), de_t)
+        cf._yield(blk, [matmul(b, a_u, _in_body(blk, M)), b.mul(act, ff_t), a_u], b.location)
+    zf, acf, au = scan.results
+    au7 = b.reshape(au, [0, 0, 0, 0, 4, 2, H], dims(au)[:4] + [4, 2, H])
+
+    def layer(old: ir.Value, start: int, end: int, half: int) -> ir.Value:
+        part = b.slice(au7, [oax, 5], [start, half], [end, half + 1],
+                       tensor_type(dims(old)[:4] + [4, 1, H], el))
+        return b.reshape(part, [0, 0, 0, 0, G4], dims(old))
+
+    out = {s2.results[2]: layer(s2.results[2], 0, -1, 1),
+           s2.results[0]: b.slice(zf, [3], [H], [2 * H], s2.results[0].type),
+           s2.results[1]: b.slice(acf, [3], [H], [2 * H], s2.results[1].type),
+           s1.results[1]: b.slice(acf, [3], [0], [H], s1.results[1].type)}
+    if any(True for _ in s1.results[2].uses):
+        out[s1.results[2]] = layer(s1.results[2], 1, 2**62, 0)
+    return out
 
 
 def _tileable(c: _Cell) -> bool:

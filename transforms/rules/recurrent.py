@@ -314,8 +314,7 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     if c.kind == "RNN" and c.clip is None:  # h_t = f(a_t) is Y itself
         c.coefs = [AG(0, Yp)]
         return
-    joint = c.kind != "GRU" and len(c.revs) == 1 and (not c.revs[0] or c.lens is None)
-    a = None if joint else _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs, c.lens)
+    a = _porder(b, _xmm(b, Xp, c.WT, Xp), 1, c.revs, c.lens)
     wb = rb = None
     if Bv is not None:
         wb = b.unsqueeze(_slice(b, Bv, 1, 0, G * H), [1])
@@ -323,8 +322,7 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
     if c.kind != "GRU":
         # the biases added to each other first (a constant when B is): one
         # Add over [T, D, B, GH] fewer
-        xh = _joint_mm(b, c, Xp) if joint else b.add(a, _bmm(b, Hprev, c.RT, Xp))
-        a = _add(b, xh, _add(b, wb, rb))
+        a = _add(b, b.add(a, _bmm(b, Hprev, c.RT, Xp)), _add(b, wb, rb))
     if c.kind == "RNN":
         c.coefs = [AG(0, Yp, a)]
         return
@@ -401,17 +399,6 @@ def _primal(b: Builder, c: _Cell, Xp, W, R, Bv, Yp, h0, c0):
         c.coefs = [b.concat([ones, r], 3), b.concat([cz, cr, ch], 3), z]
     else:
         c.coefs = [z, cz, b.mul(dr, Hprev), r, ch]
-
-
-def _joint_mm(b: Builder, c: _Cell, Xp: ir.Value) -> ir.Value:
-    """One direction: X W^T + Hprev R^T [T, 1, B, GH] (processing order) as one
-    MatMul, [x_t | h_{t-1}] [W^T; R^T] (K = I + H): one GEMM instead of two and
-    no Add over [T, B, GH]. The sum over K runs in another order than the two
-    products' sum (rounding-level differences). 2-layer LSTM (T = 20, B = 4,
-    1 thread): reverse model 0.973-0.977x time, interleaved A/B."""
-    X = _flip(b, Xp, 0) if c.revs[0] else Xp
-    xh = b.concat([b.unsqueeze(X, [1]), c.Hprev], 3)
-    return matmul(b, xh, b.concat([b.squeeze(c.WT, [0]), b.squeeze(c.RT, [0])], 0))
 
 
 def _plain_lstm(c: _Cell) -> bool:
@@ -697,6 +684,15 @@ def _is_zeros(v: ir.Value) -> bool:
         float(attr.get_splat_value().value) == 0.0
 
 
+# pipelined_pair pays for its fewer ops with a MatMul by [8H, 2H] (a quarter
+# zeros) where the two layers' were [4H, H] three times: more multiply-adds
+# and matrix bytes a step, which win over op count only for small H (2-layer
+# LSTM, T = 20, B = 4, 1 thread, reverse time pipelined / sequential: H = 16
+# 0.88, 32 0.91, 48 0.97, 64 1.01-1.03, 128 1.09; H = 32: B = 8 0.96, 16 1.01,
+# 32 1.05)
+PIPELINE_MAX_H = 32
+
+
 def pipelined_pair(s1: ir.Operation, s2: ir.Operation, w: ir.Value, b: Builder) -> dict | None:
     """Stacked LSTM layers' reverse Scans, layer l+1's (s1) feeding layer l's
     (s2) its adjoint of tA times w [4H, H] step by step, as one Scan whose
@@ -709,8 +705,9 @@ def pipelined_pair(s1: ir.Operation, s2: ir.Operation, w: ir.Value, b: Builder) 
         M = per gate x: [[R_{l+1,x}, w_x], [0, R_{l,x}]]   ([8H, 2H])
 
     gives layer l+1's next adjoint of h and layer l's adjoint of h plus its
-    input adjoint at once: seven ops a step instead of fifteen (2-layer LSTM,
-    T = 20, B = 4, 1 thread: reverse model about 0.94x time, interleaved A/B).
+    input adjoint at once: seven ops a step instead of fifteen (bench lstm,
+    H = 32, T = 20, B = 4, 1 thread: reverse model 0.92x time, interleaved
+    A/B; only up to H = PIPELINE_MAX_H).
     Layer l's adjoint of h is one sum over K = 8H (zero products included)
     where it was two sums and an Add: rounding-level differences; the rest
     are the same products and sums. Needs layer l's initial adjoint of h zero
@@ -727,7 +724,8 @@ def pipelined_pair(s1: ir.Operation, s2: ir.Operation, w: ir.Value, b: Builder) 
     R2, R1 = _body_matrix(s1), _body_matrix(s2)
     el = element_type(de1)
     G4 = dims(de1)[-1]
-    if R2 is None or R1 is None or G4 is None or G4 % 4 or dims(de2)[-1] != G4 or \
+    if R2 is None or R1 is None or G4 is None or G4 % 4 or G4 > 4 * PIPELINE_MAX_H or \
+            dims(de2)[-1] != G4 or \
             dims(w) != [G4, G4 // 4] or dims(R2) != [1, G4, G4 // 4] or \
             dims(R1) != [1, G4, G4 // 4] or element_type(de2) != el or \
             not isinstance(el, (ir.F32Type, ir.F64Type)) or \

@@ -437,6 +437,17 @@ def test_stacked_lstm_pipelined(k):
     check_hessian(model, feeds)
 
 
+def test_stacked_lstm_large_static_batch_not_pipelined():
+    """A batch known to exceed PIPELINE_MAX_BATCH keeps the sequential fused
+    Scan (pipelining measured slower there: B = 16 1.01x, 32 1.05x)."""
+    from onnx_ad_mlir.transforms.rules import recurrent
+    model, feeds = _stacked("LSTM", True, T=4, B=recurrent.PIPELINE_MAX_BATCH + 1, H=4)
+    adj = reverse(model, layout="onnx")
+    states = [st for st, body in _scan_bodies(adj) if any(x.op_type == "MatMul" for x in body.node)]
+    assert states == [4], states  # both layers' h and c adjoints, one Scan
+    check_derivatives(model, feeds)
+
+
 def test_stacked_lstm_pipelined_matches_sequential():
     """The pipelined Scan gives the sequential fused Scan's adjoint up to
     rounding (layer 1's adjoint of h is one sum over both matrices where it

@@ -691,6 +691,9 @@ def _is_zeros(v: ir.Value) -> bool:
 # 0.88, 32 0.91, 48 0.97, 64 1.01-1.03, 128 1.09; H = 32: B = 8 0.96, 16 1.01,
 # 32 1.05)
 PIPELINE_MAX_H = 32
+# ... and a batch known to be larger than this (a symbolic batch is taken as
+# small: the control and ODE models this serves run few trajectories).
+PIPELINE_MAX_BATCH = 8
 
 
 def pipelined_pair(s1: ir.Operation, s2: ir.Operation, w: ir.Value, b: Builder) -> dict | None:
@@ -729,7 +732,8 @@ def pipelined_pair(s1: ir.Operation, s2: ir.Operation, w: ir.Value, b: Builder) 
             dims(w) != [G4, G4 // 4] or dims(R2) != [1, G4, G4 // 4] or \
             dims(R1) != [1, G4, G4 // 4] or element_type(de2) != el or \
             not isinstance(el, (ir.F32Type, ir.F64Type)) or \
-            any(True for _ in s1.results[0].uses) or not _is_zeros(o2[0]):
+            any(True for _ in s1.results[0].uses) or not _is_zeros(o2[0]) or \
+            (dims(de1)[-2] or 0) > PIPELINE_MAX_BATCH:
         return None
     from ..legalize import scan_axes
     if scan_axes(s1, "scan_input_axes", m1)[-3:] != [0] * 3 or \

@@ -41,6 +41,8 @@ def _sum(b: Builder, t: ir.Value, axes: list[int]) -> ir.Value:
 def _softmax_axes(op: ir.Operation) -> list[int]:
     r = _rank(op.operands[0], op_type(op))
     a = attribute(op, "axis")
+    if not -r <= a < r:  # an invalid model: ONNX could not check it (unknown rank)
+        raise ImportFailure(f"axis {a} is out of range for a rank-{r} input")
     a = a + r if a < 0 else a
     # Before opset 13 the input is coerced to 2-D at `axis`: all trailing axes.
     return list(range(a, r)) if op.name.endswith("V11") else [a]

@@ -58,7 +58,7 @@ _INF_PROPAGATING = {"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Neg", 
 # anything: bounded, non-negative, or NaN rather than -inf).
 _NO_NEG_INF = {"Tanh", "Sigmoid", "Erf", "Softmax", "Exp", "Relu", "Abs", "Sqrt", "Sin", "Cos",
                "LayerNormalization", "RMSNormalization", "Gelu"}
-_MASK_SEARCH_BUDGET = 64
+_MASK_SEARCH_BUDGET = 32
 _LARGEST_CHECKED_CONSTANT = 1 << 20
 
 

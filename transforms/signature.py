@@ -115,12 +115,17 @@ def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str) -> d
     return {"onnx": onnx_layout, "casadi": casadi}
 
 
-def boundary_type(primal: ir.Value, layout: str) -> ir.Type:
-    """The type of a seed or derivative of `primal` at the function boundary."""
+def _boundary_dims(primal: ir.Value) -> list:
     d = dims(primal)
-    elem = element_type(primal)
     if d is None:
         raise UnsupportedOp(f"a derivative at the boundary needs the rank of {primal.type}")
+    return d
+
+
+def boundary_type(primal: ir.Value, layout: str) -> ir.Type:
+    """The type of a seed or derivative of `primal` at the function boundary."""
+    d = _boundary_dims(primal)
+    elem = element_type(primal)
     if layout == "onnx":
         return tensor_type(d + [None], elem)
     if len(d) <= 1:
@@ -150,7 +155,7 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Valu
 
 def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
     """Internal [k] + shape -> boundary layout."""
-    d = dims(primal)
+    d = _boundary_dims(primal)
     r = len(d)
     if layout == "onnx":
         return b.transpose(t, list(range(1, r + 1)) + [0])
@@ -176,9 +181,10 @@ def seed_count(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.
 def zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
     """A zero derivative [k] + shape(primal), for requested results that do
     not depend on the differentiated values (CasADi needs every result)."""
+    d = _boundary_dims(primal)
     target = b.concat([k, b.shape(primal)], 0)
     zero = b.scalar(0.0, primal)
-    return b.expand(zero, target, [None] + dims(primal))
+    return b.expand(zero, target, [None] + d)
 
 
 Boundary = list  # [(name, dim params)] of appended arguments or results

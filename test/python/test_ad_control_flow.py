@@ -389,3 +389,28 @@ def test_sibling_scans_merge_exactly():
     assert scans(rev) == 2  # the primal pair, then the reverse pair
     for d in (fwd, rev):
         assert_unique_node_names(d)
+
+
+@pytest.mark.parametrize("op", ["Flatten", "Hardmax"])
+def test_unranked_output_refused_in_both_modes(op):
+    """A differentiated output whose rank nothing knows (a Flatten or Hardmax
+    of a Loop result, output declared without a shape): both modes refuse it
+    naming the reason. Forward mode used to raise a TypeError building its
+    zero or packed derivative."""
+    from onnx_ad_mlir.errors import OnnxAdError
+    body = h.make_graph([h.make_node("Identity", ["c"], ["co"]), h.make_node("Tanh", ["v"], ["vo"])],
+                        "body", [h.make_tensor_value_info("i", TP.INT64, []),
+                                 h.make_tensor_value_info("c", TP.BOOL, []),
+                                 h.make_tensor_value_info("v", TP.FLOAT, [2, 3, 4])],
+                        [h.make_tensor_value_info("co", TP.BOOL, []),
+                         h.make_tensor_value_info("vo", TP.FLOAT, [2, 3, 4])])
+    nodes = [h.make_node("Constant", [], ["n"], value=h.make_tensor("n", TP.INT64, [], [2])),
+             h.make_node("Constant", [], ["t"], value=h.make_tensor("t", TP.BOOL, [], [1])),
+             h.make_node("Loop", ["n", "t", "x"], ["l"], body=body),
+             h.make_node(op, ["l"], ["y"], axis=0)]
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 3, 4])],
+                                  [h.make_tensor_value_info("y", TP.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 18)])
+    for mode in (forward, reverse):
+        with pytest.raises(OnnxAdError, match="needs the rank"):
+            mode(m, layout="onnx")

@@ -15,6 +15,7 @@ from mlir import ir
 
 from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
+from onnx_ad_mlir.tensors import imported_array
 
 from . import symdims
 
@@ -714,16 +715,15 @@ def constant_uniform(value: ir.Value) -> float | None:
     equal (a splat, or e.g. LayerNormalization's ones scale stored in full),
     else None."""
     attr = constant_value(value)
-    if not isinstance(attr, ir.DenseFPElementsAttr):
+    if attr is None or not isinstance(ir.ShapedType(attr.type).element_type, ir.FloatType):
         return None
-    if attr.is_splat:
+    if isinstance(attr, ir.DenseFPElementsAttr) and attr.is_splat:
         return float(attr.get_splat_value().value)
-    try:
-        arr = np.asarray(attr)
-    except Exception:  # noqa: BLE001 - an element type numpy cannot view
+    arr = imported_array(attr)  # dense, or an imported blob (a wide model's scale)
+    if arr is None or not arr.size:
         return None
-    first = arr.reshape(-1)[:1]
-    return float(first[0]) if first.size and bool(np.all(arr == first[0])) else None
+    first = arr.reshape(-1)[0]
+    return float(first) if bool(np.all(arr == first)) else None
 
 
 def constant_ints(value: ir.Value) -> list[int] | None:

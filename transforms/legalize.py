@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from mlir import ir
 
-from .builder import (Builder, attribute, broadcast_dims, constant_ints, defining_op, dims,
-                      element_type, ints_attr, nested_ops, tensor_type)
+from . import symdims
+from .builder import (Builder, broadcast_dims, dims, element_type, ints_attr, nested_ops,
+                      tensor_type)
 
 
 def bool_where(f: ir.Operation, opset: int, ops: list[ir.Operation] | None = None) -> int:
@@ -114,28 +115,6 @@ def scan_axes_zero(f: ir.Operation, opset: int) -> int:
     return changed
 
 
-def _folded_ints(v: ir.Value) -> list[int] | None:
-    """The integers of a 1-D value ONNX Runtime's constant folding knows:
-    a constant, a Shape slice of statically shaped value, a Concat of such."""
-    ints = constant_ints(v)
-    if ints is not None:
-        return ints
-    op = defining_op(v)
-    if op is None:
-        return None
-    if op.name.startswith("onnx.Shape"):
-        d = dims(op.operands[0])
-        if d is None:
-            return None
-        start, end = attribute(op, "start"), attribute(op, "end")
-        part = d[slice(start or 0, end)]
-        return None if None in part else part
-    if op.name.startswith("onnx.Concat") and attribute(op, "axis") in (0, -1):
-        parts = [_folded_ints(w) for w in op.operands]
-        return None if any(p is None for p in parts) else [e for p in parts for e in p]
-    return None
-
-
 def expand_zero_extents(f: ir.Operation, opset: int) -> int:
     """An Expand whose target (constant, or folded by ONNX Runtime from static
     shapes) has extent 0 where its input's extent may be 1 takes its input
@@ -148,7 +127,9 @@ def expand_zero_extents(f: ir.Operation, opset: int) -> int:
     changed = 0
     for op in found:
         x, shape = op.operands
-        target, xd = _folded_ints(shape), dims(x)
+        # what ONNX Runtime folds: constants, Concats of Shape slices of
+        # statically shaped values... (unknown entries None)
+        target, xd = symdims.shape_value(shape, dims), dims(x)
         if not target or 0 not in target or xd is None:
             continue
         off = len(target) - len(xd)

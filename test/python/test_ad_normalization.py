@@ -114,17 +114,20 @@ def test_softmax_mask_guard(logits, guarded):
 
 
 @pytest.mark.parametrize("bias", [0.0, 0.5])
-def test_layer_norm_unit_scale(bias):
+@pytest.mark.parametrize("width", [4, 512])
+def test_layer_norm_unit_scale(bias, width):
     # Constant unit scale, aliased by Identity as torch exports shared
-    # initializers: the rule multiplies by no scale, and with a zero bias reads
-    # the normalized input from y itself (no second LayerNormalization).
-    ins = [("x", F, [2, 3, 4])]
-    inits = [h.make_tensor("s0", F, [4], [1.0] * 4), h.make_tensor("b0", F, [4], [bias] * 4)]
+    # initializers (512 wide: imported as a blob, not a dense attribute): the
+    # rule multiplies by no scale, and with a zero bias reads the normalized
+    # input from y itself (no second LayerNormalization).
+    ins = [("x", F, [2, 3, width])]
+    inits = [h.make_tensor("s0", F, [width], [1.0] * width),
+             h.make_tensor("b0", F, [width], [bias] * width)]
     m = model([h.make_node("Identity", ["s0"], ["s"]), h.make_node("Identity", ["b0"], ["b"]),
                h.make_node("LayerNormalization", ["x", "s", "b"], ["n"]),
-               h.make_node("Tanh", ["n"], ["y"])], ins, [("y", F, [2, 3, 4])],
+               h.make_node("Tanh", ["n"], ["y"])], ins, [("y", F, [2, 3, width])],
               initializers=inits)
-    check(f"LayerNorm-unit-scale-{bias}", m, feeds_for(ins))
+    check(f"LayerNorm-unit-scale-{bias}-{width}", m, feeds_for(ins))
     for derived in (forward(m), reverse(m)):
         lns = [n for n in derived.graph.node if n.op_type == "LayerNormalization"]
         assert len(lns) == (1 if bias == 0.0 else 2), [n.op_type for n in derived.graph.node]

@@ -54,8 +54,8 @@ from mlir import ir
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from .. import symdims
-from ..builder import Builder, attribute, constant_ints, constant_value, defining_op, dims, \
-    element_type, operand_or_none, op_type, producer, rank, tensor_type
+from ..builder import Builder, attribute, constant_ints, constant_uniform, constant_value, \
+    defining_op, dims, element_type, operand_or_none, op_type, producer, rank, tensor_type
 from ..linearize import REGION_RULES, Tangents
 from ..registry import TRANSPOSE, mlir_names
 from . import control_flow as cf
@@ -569,7 +569,6 @@ def _rev_step(b: Builder, c: _Cell, m: dict, g, ac, coefs):
     """Transpose of one step: g = adjoint of th_t (carried + adjoint of y_t),
     ac = adjoint of tc_t (m: _step_mats). Returns (adjoint of tA_t, of th_prev,
     of tc_prev)."""
-    H = c.H
     last = len(dims(g)) - 1
     if c.kind == "RNN":
         a_s = b.mul(g, coefs[0])
@@ -679,9 +678,7 @@ def _body_matrix(scan: ir.Operation) -> ir.Value | None:
 def _is_zeros(v: ir.Value) -> bool:
     """v is an Expand of the constant 0 (_zeros)."""
     op = producer(v, "Expand")
-    attr = None if op is None else constant_value(op.operands[0])
-    return isinstance(attr, ir.DenseFPElementsAttr) and attr.is_splat and \
-        float(attr.get_splat_value().value) == 0.0
+    return op is not None and constant_uniform(op.operands[0]) == 0.0
 
 
 # pipelined_pair pays for its fewer ops with a MatMul by [8H, 2H] (a quarter

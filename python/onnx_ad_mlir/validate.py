@@ -168,7 +168,7 @@ _AXES_OPS = ("Slice", "Squeeze")  # and Reduce*: `axes` attribute or constant op
 # The ops _check_node_attributes looks at (with Reduce*): filtered first, as
 # building attribute dicts for every node costs more than all the checks.
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS,
-             "Concat", "Transpose"}
+             "Concat", "Transpose", "Reshape"}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
@@ -216,9 +216,13 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         if len({len(v) for _, v in known}) > 1:
             raise ImportFailure(f"{_label(node)}: " + ", ".join(
                 f"{role} has {len(v)}" for role, v in known) + " entries (must be equal)")
-    for flag in ("keepdims", "noop_with_empty_axes"):
-        if op.startswith("Reduce") and flag in attrs and \
-                attrs[flag].type == onnx.AttributeProto.INT and attrs[flag].i not in (0, 1):
+    # flags ONNX defines for 0 and 1 only, and runtimes read differently
+    # otherwise (ONNX Runtime's Reshape honours zeros for allowzero == 1 only)
+    flags = ("keepdims", "noop_with_empty_axes") if op.startswith("Reduce") else \
+        ("allowzero",) if op == "Reshape" else ()
+    for flag in flags:
+        if flag in attrs and attrs[flag].type == onnx.AttributeProto.INT and \
+                attrs[flag].i not in (0, 1):
             raise ImportFailure(f"{_label(node)}: {flag} is {attrs[flag].i}, "
                                 "expected 0 or 1")
     for needed in _REGIONS.get(op, ()):

@@ -366,6 +366,8 @@ def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: 
     i < count, of n): ct interleaved with step-1 zeros, then placed -- Pads and
     a Reshape, no scatter."""
     cd = list(dims(ct))
+    if not isinstance(cd[a], int):  # the Slice's type may say ? where its bounds are known
+        cd[a] = count
     elem = element_type(ct)
     r = len(cd)
     if step > 1:

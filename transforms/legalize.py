@@ -12,8 +12,8 @@ from __future__ import annotations
 from mlir import ir
 
 from . import symdims
-from .builder import (Builder, broadcast_dims, defining_op, dims, element_type, ints_attr,
-                      nested_ops, tensor_type)
+from .builder import (Builder, broadcast_dims, constant_ints, defining_op, dims, element_type,
+                      ints_attr, nested_ops, tensor_type)
 
 
 def bool_where(f: ir.Operation, opset: int, ops: list[ir.Operation] | None = None) -> int:
@@ -154,7 +154,7 @@ def _inferred_dims(v: ir.Value) -> list | None:
     if d is None or op is None or op.name != "onnx.Slice" or len(op.operands) < 3:
         return d
     src = _inferred_dims(op.operands[0])
-    bounds = [symdims._ints(o) if not isinstance(o.type, ir.NoneType) else None
+    bounds = [constant_ints(o) if not isinstance(o.type, ir.NoneType) else None
               for o in op.operands[1:5]]
     starts, ends = bounds[0], bounds[1]
     if src is None or starts is None or ends is None or len(starts) != len(ends):

@@ -297,10 +297,33 @@ def _concat_dims(op: ir.Operation, operands: list[ir.Value]) -> list | None:
     return out
 
 
+def _slice_dims(op: ir.Operation) -> list | None:
+    """A Slice's extents from its data's where its bounds (starts, ends and
+    the optional axes, steps) are constants; unknown extents None."""
+    from .builder import constant_ints, dims
+    d = dims(op.operands[0])
+    bounds = [None if isinstance(o.type, ir.NoneType) else constant_ints(o)
+              for o in op.operands[1:5]]
+    if d is None or len(bounds) < 2 or bounds[0] is None or bounds[1] is None:
+        return None
+    starts, ends = bounds[0], bounds[1]
+    axes = bounds[2] if len(bounds) > 2 else list(range(len(starts)))
+    steps = bounds[3] if len(bounds) > 3 else [1] * len(starts)
+    if axes is None or steps is None or 0 in steps or \
+            not len(starts) == len(ends) == len(axes) == len(steps) or \
+            any(not -len(d) <= a < len(d) for a in axes):
+        return None
+    out = list(d)
+    for a, b, e, st in zip(axes, starts, ends, steps):
+        out[a] = None if d[a] is None else len(range(d[a])[b:e:st])  # ONNX clamps as NumPy
+    return out
+
+
 def _retype_users(value: ir.Value, depth: int = 0) -> None:
     """After a result's type was corrected: elementwise users get the
     broadcast of their operands' types, a Concat its operands' extents
-    (kept where it already knew them), a func.return its function type."""
+    (kept where it already knew them), a Slice with constant bounds its
+    data's extents sliced, a func.return its function type."""
     from .builder import broadcast_dims, dims, element_type, tensor_type
     for use in list(value.uses):
         user = use.owner
@@ -312,12 +335,16 @@ def _retype_users(value: ir.Value, depth: int = 0) -> None:
                 ir.FunctionType.get(list(ftype.inputs), [v.type for v in user.operands]))
             continue
         t = _onnx_type(user)
-        if (t not in _ELEMENTWISE and t != "Concat") or depth > 64 or len(user.results) != 1:
+        if (t not in _ELEMENTWISE and t not in ("Concat", "Slice")) or depth > 64 or \
+                len(user.results) != 1:
             continue
         operands = [v for v in user.operands if not isinstance(v.type, ir.NoneType)]
         r = user.results[0]
-        if t == "Concat":
-            shape, old = _concat_dims(user, operands), dims(r)
+        if t in ("Concat", "Slice"):
+            if t == "Slice" and use.operand_number != 0:
+                continue
+            shape = _concat_dims(user, operands) if t == "Concat" else _slice_dims(user)
+            old = dims(r)
             if shape is None or (old is not None and len(old) != len(shape)):
                 continue
             if old is not None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from mlir import ir
 
 from . import symdims
-from .builder import (Builder, broadcast_dims, constant_ints, defining_op, dims, element_type,
-                      ints_attr, nested_ops, tensor_type)
+from .builder import (Builder, broadcast_dims, dims, element_type, ints_attr, nested_ops,
+                      tensor_type)
 
 
 def bool_where(f: ir.Operation, opset: int, ops: list[ir.Operation] | None = None) -> int:
@@ -129,7 +129,7 @@ def expand_zero_extents(f: ir.Operation, opset: int) -> int:
         x, shape = op.operands
         # what ONNX Runtime folds: constants, Concats of Shape slices of
         # statically shaped values... (unknown entries None)
-        target, xd = symdims.shape_value(shape, _inferred_dims), dims(x)
+        target, xd = symdims.shape_value(shape, dims), dims(x)
         if not target or 0 not in target or xd is None:
             continue
         off = len(target) - len(xd)
@@ -142,29 +142,3 @@ def expand_zero_extents(f: ir.Operation, opset: int) -> int:
                 x, axes, [0] * len(axes), [0] * len(axes), tensor_type(cut, element_type(x)))
         changed += 1
     return changed
-
-
-def _inferred_dims(v: ir.Value) -> list | None:
-    """dims(v), with the extents ONNX's shape inference gets for a Slice with
-    constant bounds of a value of known extents even where v's type still
-    says `?` (a Slice of a Loop result whose type the Loop rules refined
-    after import: ONNX Runtime knows its extent 0, fuzz seed 25 case 232)."""
-    d = dims(v)
-    op = defining_op(v)
-    if d is None or op is None or op.name != "onnx.Slice" or len(op.operands) < 3:
-        return d
-    src = _inferred_dims(op.operands[0])
-    bounds = [constant_ints(o) if not isinstance(o.type, ir.NoneType) else None
-              for o in op.operands[1:5]]
-    starts, ends = bounds[0], bounds[1]
-    if src is None or starts is None or ends is None or len(starts) != len(ends):
-        return d
-    axes = bounds[2] if len(bounds) > 2 and bounds[2] is not None else list(range(len(starts)))
-    steps = bounds[3] if len(bounds) > 3 and bounds[3] is not None else [1] * len(starts)
-    if len(axes) != len(starts) or len(steps) != len(starts) or 0 in steps:
-        return d
-    out = list(d)
-    for a, b, e, st in zip(axes, starts, ends, steps):
-        if -len(src) <= a < len(src) and isinstance(src[a], int) and not isinstance(out[a], int):
-            out[a] = len(range(src[a])[b:e:st])  # ONNX's clamping is NumPy's
-    return out

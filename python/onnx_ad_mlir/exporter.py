@@ -162,7 +162,7 @@ class _Exporter:
             if a is not None and "onnx.initializer" in a:
                 self._tensor(a["onnx.initializer"], name, graph.initializer)
         terminator = _terminator(block)
-        outputs = self._claim_outputs(list(terminator.operands),
+        outputs = self._claim_outputs(block, list(terminator.operands),
                                       [_str_attr(a, "onnx.name") for a in res_attrs])
         self._block(block, graph, set(outputs))
         self._graph_outputs(graph, list(terminator.operands), outputs, res_attrs)
@@ -186,18 +186,22 @@ class _Exporter:
         operands = list(terminator.operands)
         if len(wanted) != len(operands):
             wanted = [None] * len(operands)
-        outputs = self._claim_outputs(operands, wanted)
+        outputs = self._claim_outputs(block, operands, wanted)
         self._block(block, graph, set(outputs))
         self._graph_outputs(graph, operands, outputs, [None] * len(operands))
         graph.name = graph_name or self.names.fresh("graph")
 
-    def _claim_outputs(self, values: list[ir.Value], wanted: list[str | None]) -> list[str]:
+    def _claim_outputs(self, block: ir.Block, values: list[ir.Value],
+                       wanted: list[str | None]) -> list[str]:
         """Graph output names, claimed before the body so they win over names
         inside it. A value produced in this block and not yet an output takes
-        the output name itself; others will need an Identity."""
+        the output name itself; others will need an Identity (also a value of
+        an enclosing graph that has the wanted name: ONNX wants a subgraph's
+        outputs made inside it)."""
         outputs = []
         for value, name in zip(values, wanted):
-            if value in self.value_names and self.value_names[value] == name:
+            if isinstance(value, ir.BlockArgument) and value.owner == block and \
+                    self.value_names.get(value) == name:
                 outputs.append(name)  # an argument passed straight through
                 continue
             name = self.names.claim(name, "output")

@@ -19,6 +19,9 @@ Outcomes:
   ok-fd64     a float32 model "wrong" against float32 finite differences
               (step 1e-2: truncation error), but agrees (float32 tolerances)
               with finite differences of the same model in float64
+  ok-fd-roundoff  "wrong", but agrees within the differences' rounding
+              error, 4 eps max|y| / step added to the absolute tolerance
+              (outputs far larger than their derivatives)
   ok-fd-step  "wrong", but agrees (same tolerances) with finite differences
               at a smaller step: float32 ones at 1e-3 instead of 1e-2 (when
               no float64 runtime has all its ops), float64 ones at 1e-8
@@ -218,8 +221,11 @@ def _run_generated(model, feeds, folder, i) -> dict:
             out = {"outcome": "ok-fd64", "detail": "agrees with float64 finite differences; "
                    "float32 ones (step 1e-2) did not\n" + detail}
         elif outcome == "wrong" and _agrees_at_smaller_step(model, feeds, i):
-            out = {"outcome": "ok-fd-step", "detail": "agrees with float32 finite differences "
-                   "at step 1e-3; those at 1e-2 did not\n" + detail}
+            out = {"outcome": "ok-fd-step", "detail": "agrees with finite differences at a "
+                   "smaller step (float32 1e-3, float64 1e-8)\n" + detail}
+        elif outcome == "wrong" and _agrees_within_roundoff(model, feeds, i):
+            out = {"outcome": "ok-fd-roundoff", "detail": "agrees with finite differences "
+                   "within their rounding error (4 eps max|y| / step)\n" + detail}
         elif outcome == "wrong" and _agrees_without_ort_fusions(model, feeds, i):
             out = {"outcome": "ok-ort-bug", "detail": "agrees with ORT graph optimizations "
                    "at BASIC; ORT_ENABLE_ALL computes the primal model wrongly\n" + detail}
@@ -333,6 +339,27 @@ def _agrees_at_smaller_step(model, feeds, i) -> bool:
         step, rtol, atol = plain(dtype)
         return (step / 10 if dtype == np.float32 else step / 100), rtol, atol
     return _checks_with(model, feeds, i, _tol=smaller)
+
+
+def _agrees_within_roundoff(model, feeds, i) -> bool:
+    """Central differences carry a rounding error of about eps * |y| / step:
+    outputs near 7e4 with derivatives near 0.1 (nested Scans and Loops of
+    squares, seed 28 case 1340) put it above float64's tolerance while
+    forward and reverse agree to 1e-16. Checked again with 4 eps max|y| /
+    step added to the absolute tolerance."""
+    import numpy as np
+    import adcheck
+    ys = [y for y in adcheck.run(model, feeds).values()
+          if np.issubdtype(np.asarray(y).dtype, np.floating) and np.size(y)]
+    if not ys:
+        return False
+    top = max(float(np.abs(np.asarray(y, np.float64)).max()) for y in ys)
+    plain = adcheck._tol
+
+    def widened(dtype):
+        step, rtol, atol = plain(dtype)
+        return step, rtol, atol + 4 * float(np.finfo(dtype).eps) * top / step
+    return _checks_with(model, feeds, i, _tol=widened)
 
 
 def _agrees_without_ort_fusions(model, feeds, i) -> bool:

@@ -300,18 +300,17 @@ def _concat_dims(op: ir.Operation, operands: list[ir.Value]) -> list | None:
 def _slice_dims(op: ir.Operation) -> list | None:
     """A Slice's extents from its data's where its bounds (starts, ends and
     the optional axes, steps) are constants; unknown extents None."""
-    from .builder import constant_ints, dims
+    from .builder import dims
+    from .rules.shape import slice_args
     d = dims(op.operands[0])
-    bounds = [None if isinstance(o.type, ir.NoneType) else constant_ints(o)
-              for o in op.operands[1:5]]
-    if d is None or len(bounds) < 2 or bounds[0] is None or bounds[1] is None:
+    if d is None:
         return None
-    starts, ends = bounds[0], bounds[1]
-    axes = bounds[2] if len(bounds) > 2 else list(range(len(starts)))
-    steps = bounds[3] if len(bounds) > 3 else [1] * len(starts)
-    if axes is None or steps is None or 0 in steps or \
-            not len(starts) == len(ends) == len(axes) == len(steps) or \
-            any(not -len(d) <= a < len(d) for a in axes):
+    try:
+        starts, ends, axes, steps = slice_args(op, len(d))
+    except UnsupportedOp:
+        return None
+    if 0 in steps or not len(starts) == len(ends) == len(axes) == len(steps) or \
+            any(not 0 <= a < len(d) for a in axes):
         return None
     out = list(d)
     for a, b, e, st in zip(axes, starts, ends, steps):

@@ -218,7 +218,7 @@ def _zeros_like_derivative(b: Builder, linear_value: ir.Value, k: ir.Value) -> i
     return b.expand(b.scalar(0.0, linear_value), target, None if d is None else [None] + d[1:])
 
 
-def _slice_args(op: ir.Operation, r: int) -> tuple[list[int], list[int], list[int], list[int]]:
+def slice_args(op: ir.Operation, r: int) -> tuple[list[int], list[int], list[int], list[int]]:
     """Constant starts, ends, axes (normalized), steps of a Slice, or refuse."""
     if len(op.operands) == 1:  # Slice-1: attributes
         starts, ends = attribute(op, "starts"), attribute(op, "ends")
@@ -252,7 +252,7 @@ def _slice(b: Builder, op, tangents):
         raise UnsupportedOp("Slice needs its operand's rank")
     out = b.derivative_type(op.results[0])
     try:
-        starts, ends, axes, steps = _slice_args(op, r)
+        starts, ends, axes, steps = slice_args(op, r)
         return [b.slice(tangents[0], [a + 1 for a in axes], starts, ends, out, steps)] + \
             [None] * (len(op.operands) - 1)
     except UnsupportedOp:
@@ -296,7 +296,7 @@ def _t_slice(b: Builder, op, cts, linear):
         cts = [b.expand(cts[0], b.shape(op.results[0]),
                         rd if rd is not None and len(rd) == len(d) else [None] * len(d))]
     try:
-        starts, ends, axes, steps = _slice_args(op, len(d))
+        starts, ends, axes, steps = slice_args(op, len(d))
     except UnsupportedOp:
         starts = None
         axes = _slice_axes(op, len(d))

@@ -66,20 +66,26 @@ def diff_prefix(names: list[str], kind: str) -> str:
 def select(names: list[str], values: list[ir.Value], wanted: list[str] | None,
            what: str) -> list[int]:
     """Indices of the values to differentiate: the named ones, else every
-    floating-point one."""
+    floating-point one. Each must have a known rank: seeds and derivatives
+    are laid out along its axes."""
     if wanted is None:
         chosen = [i for i, v in enumerate(values) if is_float(v)]
         if not chosen:
             raise UnsupportedOp(f"the function has no floating-point {what} to differentiate")
-        return chosen
-    chosen = []
-    for name in wanted:
-        if name not in names:
-            raise UnsupportedOp(f"'{name}' is not a function {what}; {what}s are {names}")
-        i = names.index(name)
-        if not is_float(values[i]):
-            raise UnsupportedOp(f"{what} '{name}' is not floating-point: {values[i].type}")
-        chosen.append(i)
+    else:
+        chosen = []
+        for name in wanted:
+            if name not in names:
+                raise UnsupportedOp(f"'{name}' is not a function {what}; {what}s are {names}")
+            i = names.index(name)
+            if not is_float(values[i]):
+                raise UnsupportedOp(f"{what} '{name}' is not floating-point: {values[i].type}")
+            chosen.append(i)
+    for i in chosen:
+        if dims(values[i]) is None:
+            raise UnsupportedOp(f"the derivative of {what} '{names[i]}' needs the rank of its "
+                                "value, which is unknown: declare its shape, or run "
+                                "onnx.shape_inference on the model")
     return chosen
 
 
@@ -115,16 +121,9 @@ def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str) -> d
     return {"onnx": onnx_layout, "casadi": casadi}
 
 
-def _boundary_dims(primal: ir.Value) -> list:
-    d = dims(primal)
-    if d is None:
-        raise UnsupportedOp(f"a derivative at the boundary needs the rank of {primal.type}")
-    return d
-
-
 def boundary_type(primal: ir.Value, layout: str) -> ir.Type:
     """The type of a seed or derivative of `primal` at the function boundary."""
-    d = _boundary_dims(primal)
+    d = dims(primal)
     elem = element_type(primal)
     if layout == "onnx":
         return tensor_type(d + [None], elem)
@@ -155,7 +154,7 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Valu
 
 def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
     """Internal [k] + shape -> boundary layout."""
-    d = _boundary_dims(primal)
+    d = dims(primal)
     r = len(d)
     if layout == "onnx":
         return b.transpose(t, list(range(1, r + 1)) + [0])
@@ -181,7 +180,7 @@ def seed_count(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.
 def zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
     """A zero derivative [k] + shape(primal), for requested results that do
     not depend on the differentiated values (CasADi needs every result)."""
-    d = _boundary_dims(primal)
+    d = dims(primal)
     target = b.concat([k, b.shape(primal)], 0)
     zero = b.scalar(0.0, primal)
     return b.expand(zero, target, [None] + d)

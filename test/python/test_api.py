@@ -9,11 +9,13 @@ import sys
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
 from adcheck import run
 from onnx_ad_mlir import forward, reverse
+from onnx_ad_mlir.errors import UnsupportedOp
 
 
 def cubic() -> onnx.ModelProto:
@@ -79,3 +81,17 @@ def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path):
     assert not out.exists() and os.listdir(tmp_path) == ["bad.onnx"]
     result = _cli("forward", str(tmp_path / "f.onnx"), str(out), "--inputs", "nope")
     assert result.returncode == 1 and "error:" in result.stderr
+
+
+def test_unranked_input_refused_in_both_modes():
+    """A differentiated input declared without a shape: both modes refuse it,
+    naming the input (reverse mode raised a TypeError laying out its
+    derivative; fuzz seeds 35 and 36)."""
+    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g",
+                                  [h.make_tensor_value_info("x", TP.FLOAT, None)],
+                                  [h.make_tensor_value_info("y", TP.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 18)])
+    for mode in (forward, reverse):
+        for layout in ("onnx", "casadi"):
+            with pytest.raises(UnsupportedOp, match="derivative of input 'x' needs the rank"):
+                mode(m, layout=layout)

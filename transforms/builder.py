@@ -492,7 +492,7 @@ class Builder:
             ax = a % len(d) if d is not None else a
             if d is None or d[ax] is None:
                 raise UnsupportedOp("Slice with steps needs opset >= 10 or static extents")
-            idx = list(range(d[ax]))[slice(st, en, sp)]
+            idx = list(range(d[ax])[slice(st, en, sp)])
             cur = dims(out)
             cur = None if cur is None else cur[:ax] + [len(idx)] + cur[ax + 1:]
             out = self.op("Gather", [out, self.ints(idx)],

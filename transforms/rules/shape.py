@@ -321,13 +321,13 @@ def _t_slice(b: Builder, op, cts, linear):
     for i in reversed(range(len(axes))):
         a = axes[i]
         if starts is not None and d[a] is not None and steps[i] > 0:
-            kept = list(range(d[a]))[slice(starts[i], ends[i], steps[i])]
+            kept = range(d[a])[slice(starts[i], ends[i], steps[i])]
             if kept and None not in dims(ct)[a + 1:]:
                 done.add(a)
                 ct = _interleave(b, ct, a, kept[0], len(kept), steps[i], d[a])
                 continue
         if starts is not None and d[a] is not None:
-            idx = b.ints(list(range(d[a]))[slice(starts[i], ends[i], steps[i])])
+            idx = b.ints(list(range(d[a])[slice(starts[i], ends[i], steps[i])]))
         else:
             idx = _slice_indices(b, op, x, i, a)
         done.add(a)

@@ -237,6 +237,9 @@ class _ModelImporter:
                 arg_types.append(_default_region_arg(op_type, i, operands, node, self))
             else:
                 arg_types.append(self._value_type(vi, scope)[0])
+        if op_type == "Loop":  # body argument k >= 2 starts as carried operand k
+            for k in range(2, min(len(arg_types), len(operands))):
+                _check_carried(node, g.input[k].name, arg_types[k], operands[k].type)
         locs = [ir.Location.name(vi.name, context=self.context) for vi in g.input]
         block = ir.Block.create_at_start(region, arg_types, locs)
         for vi, arg in zip(g.input, block.arguments):
@@ -643,6 +646,19 @@ def _type_bytes(declared: Declared) -> dict[str, bytes]:
 def _has_shape(tp: onnx.TypeProto) -> bool:
     return tp.WhichOneof("value") not in ("tensor_type", None) or \
         tp.tensor_type.HasField("shape")
+
+
+def _check_carried(node: onnx.NodeProto, name: str, declared: ir.Type, initial: ir.Type) -> None:
+    """A Loop body's declared argument type against the value it starts
+    from: a different rank or static extent is a model whose types do not
+    hold at run time (the rules would build for the declared one)."""
+    if not (isinstance(declared, ir.RankedTensorType) and isinstance(initial, ir.RankedTensorType)):
+        return
+    a, b = declared.shape, initial.shape
+    dyn = ir.ShapedType.get_dynamic_size()
+    if len(a) != len(b) or any(x != y and dyn not in (x, y) for x, y in zip(a, b)):
+        raise ImportFailure(f"node '{node.name}' (Loop): the body declares '{name}' as {declared}, "
+                            f"but the loop starts it from a value of type {initial}")
 
 
 def _default_region_arg(op_type: str, index: int, operands: list[ir.Value],

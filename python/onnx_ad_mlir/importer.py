@@ -237,7 +237,8 @@ class _ModelImporter:
                 arg_types.append(_default_region_arg(op_type, i, operands, node, self))
             else:
                 arg_types.append(self._value_type(vi, scope)[0])
-        if op_type == "Loop":  # body argument k >= 2 starts as carried operand k
+        if op_type == "Loop":  # body argument k >= 2 starts as carried operand k (ONNX's
+            # inference checks Scan's states, not these)
             for k in range(2, min(len(arg_types), len(operands))):
                 _check_carried(node, g.input[k].name, arg_types[k], operands[k].type)
         locs = [ir.Location.name(vi.name, context=self.context) for vi in g.input]
@@ -657,8 +658,8 @@ def _check_carried(node: onnx.NodeProto, name: str, declared: ir.Type, initial: 
     a, b = declared.shape, initial.shape
     dyn = ir.ShapedType.get_dynamic_size()
     if len(a) != len(b) or any(x != y and dyn not in (x, y) for x, y in zip(a, b)):
-        raise ImportFailure(f"node '{node.name}' (Loop): the body declares '{name}' as {declared}, "
-                            f"but the loop starts it from a value of type {initial}")
+        raise ImportFailure(f"node '{node.name}' (Loop): the body declares '{name}' as "
+                            f"{declared}, but the loop starts it from a value of type {initial}")
 
 
 def _default_region_arg(op_type: str, index: int, operands: list[ir.Value],

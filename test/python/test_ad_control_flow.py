@@ -414,3 +414,35 @@ def test_unranked_output_refused_in_both_modes(op):
     for mode in (forward, reverse):
         with pytest.raises(OnnxAdError, match="needs the rank"):
             mode(m, layout="onnx")
+
+
+@pytest.mark.parametrize("op", ["Loop", "Scan"])
+def test_state_declared_against_its_start_refused(op):
+    """A body state declared [1] that starts from a scalar: ORT broadcasts its
+    way through, the rules would build for the declared rank; refused at
+    import, naming the node (the Loop's state and both types: our check,
+    fuzz seed 42 case 965; the Scan's: ONNX's strict inference)."""
+    from onnx_ad_mlir.errors import OnnxAdError
+    state = h.make_tensor_value_info("v", TP.FLOAT, [1])
+    out = h.make_tensor_value_info("vo", TP.FLOAT, [1])
+    if op == "Loop":
+        body = h.make_graph([h.make_node("Identity", ["c"], ["co"]), h.make_node("Tanh", ["v"], ["vo"])],
+                            "body", [h.make_tensor_value_info("i", TP.INT64, []),
+                                     h.make_tensor_value_info("c", TP.BOOL, []), state],
+                            [h.make_tensor_value_info("co", TP.BOOL, []), out])
+        nodes = [h.make_node("Constant", [], ["n"], value=h.make_tensor("n", TP.INT64, [], [2])),
+                 h.make_node("Constant", [], ["t"], value=h.make_tensor("t", TP.BOOL, [], [1])),
+                 h.make_node("Loop", ["n", "t", "x"], ["y"], body=body)]
+        inputs = [h.make_tensor_value_info("x", TP.FLOAT, [])]
+    else:
+        body = h.make_graph([h.make_node("Add", ["v", "s"], ["vo"])], "body",
+                            [state, h.make_tensor_value_info("s", TP.FLOAT, [])], [out])
+        nodes = [h.make_node("Scan", ["x", "xs"], ["y"], body=body, num_scan_inputs=1)]
+        inputs = [h.make_tensor_value_info("x", TP.FLOAT, []),
+                  h.make_tensor_value_info("xs", TP.FLOAT, [4])]
+    m = h.make_model(h.make_graph(nodes, "g", inputs, [h.make_tensor_value_info("y", TP.FLOAT, None)]),
+                     opset_imports=[h.make_opsetid("", 18)])
+    why = ("the body declares 'v' as tensor<1xf32>, but the loop starts it from a value of "
+           "type tensor<f32>") if op == "Loop" else "strict ONNX shape inference rejects"
+    with pytest.raises(OnnxAdError, match=f"\\({op}\\): {why}"):
+        reverse(m, inputs=["x"], layout="onnx")

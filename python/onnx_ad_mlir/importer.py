@@ -237,8 +237,9 @@ class _ModelImporter:
                 arg_types.append(_default_region_arg(op_type, i, operands, node, self))
             else:
                 arg_types.append(self._value_type(vi, scope)[0])
-        if op_type == "Loop":  # body argument k >= 2 starts as carried operand k (ONNX's
-            # inference checks Scan's states, not these)
+        # Loop body argument k >= 2 starts as carried operand k (ONNX's
+        # inference checks Scan states against their start, not these)
+        if op_type == "Loop":
             for k in range(2, min(len(arg_types), len(operands))):
                 _check_carried(node, g.input[k].name, arg_types[k], operands[k].type)
         locs = [ir.Location.name(vi.name, context=self.context) for vi in g.input]

@@ -165,6 +165,7 @@ def _check_window(node, attrs, r: int) -> None:
 
 _WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool")
 _AXES_OPS = ("Slice", "Squeeze")  # and Reduce*: `axes` attribute or constant operand
+_CONST_OPS = (*_AXES_OPS, "Reshape")  # ops whose constant operands are checked
 # The ops _check_node_attributes looks at (with Reduce*): filtered first, as
 # building attribute dicts for every node costs more than all the checks.
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS,
@@ -177,14 +178,14 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
     """`rows`, `declared`, `inits`: the graph's node_fields, declared_types
     and initializer_fields, when already read."""
     ranks = _ranks(graph, outer or {}, declared, inits)
-    consts: dict[str, list[int]] | None = None  # built when an axes operand needs them
+    consts: dict[str, list[int]] | None = None  # built when a _CONST_OPS op needs them
     for node, op, domain, inputs, _, _, _, attributes, _ in \
             node_fields(graph) if rows is None else rows:
         if not isinstance(op, str) or not isinstance(domain, str):
             raise ImportFailure(f"node {node.name!r}: op type {op!r} or domain "
                                 f"{domain!r} is not valid UTF-8 text")
         if domain in ("", "ai.onnx") and (op in _ATTR_OPS or op.startswith("Reduce")):
-            if consts is None and (op in _AXES_OPS or op.startswith("Reduce")):
+            if consts is None and (op in _CONST_OPS or op.startswith("Reduce")):
                 consts = _constants(graph)
             _check_node_attributes(node, op, inputs, attributes, ranks, consts or {})
         if op in _GRAPH_OPS:
@@ -216,6 +217,13 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         if len({len(v) for _, v in known}) > 1:
             raise ImportFailure(f"{_label(node)}: " + ", ".join(
                 f"{role} has {len(v)}" for role, v in known) + " entries (must be equal)")
+    if op == "Reshape" and len(inputs) > 1 and inputs[1] in consts:
+        # ONNX Runtime fails on these at run time; the rules would size
+        # tangents by them first
+        shape = consts[inputs[1]]
+        if any(d < -1 for d in shape) or shape.count(-1) > 1:
+            raise ImportFailure(f"{_label(node)}: shape {shape} is invalid (extents >= 0, "
+                                "at most one -1)")
     # flags ONNX defines for 0 and 1 only, and runtimes read differently
     # otherwise (ONNX Runtime's Reshape honours zeros for allowzero == 1 only)
     flags = ("keepdims", "noop_with_empty_axes") if op.startswith("Reduce") else \

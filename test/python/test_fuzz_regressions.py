@@ -74,6 +74,9 @@ INVALID = {
     # allowzero -2^62: read as true (zeros literal) where ONNX and ONNX
     # Runtime honour zeros for allowzero == 1 only (fuzz seed 24 case 706)
     "bad_reshape_allowzero.onnx": "allowzero is -4611686018427387904",
+    # a constant shape entry < -1, which ONNX Runtime refuses at run time
+    # (fuzz seeds 45 case 898 and 46 case 1245, bit-flipped shape constants)
+    "bad_reshape_shape.onnx": "shape [2, -8796093022209] is invalid",
     # a scalar input (mutated rank) carried by a Loop whose body declares it
     # [1]: ORT broadcasts its way through; the derivative, built for the
     # declared [1], reshaped a [3, 3] tangent to [3, 1, 1] (fuzz seed 42 case 965)

@@ -235,13 +235,13 @@ def _without_sum_expands(contributions: list[ir.Value]) -> list[ir.Value]:
     Sum broadcasts the Expand's operand the same way. Dropped here, where the
     k-uniformity is known, rather than by a walk over the function later."""
     shapes = [_static_tail(c) for c in contributions]
-    droppable = []
+    droppable = []  # each Expand once: Add(x, x) contributes the same one twice
     for c, d in zip(contributions, shapes):
         owner = c.owner
         if d is not None and isinstance(owner, (ir.Operation, ir.OpView)) and \
                 owner.operation.name.startswith("onnx.Expand") and \
                 _static_tail(owner.operation.operands[0]) is not None and \
-                not list(c.uses):
+                not list(c.uses) and c not in droppable:
             droppable.append(c)
     if not droppable:
         return contributions
@@ -252,15 +252,12 @@ def _without_sum_expands(contributions: list[ir.Value]) -> list[ir.Value]:
             # no summand has the whole shape yet: this Expand stays and provides it
             keep.append(c)
             full.append(c)
-    out = []
-    for c in contributions:
-        if c in keep:
-            out.append(c)
-            continue
-        op = c.owner.operation
-        out.append(op.operands[0])
-        symdims.forget(op)
-        op.erase()
+    out = [c if c in keep else c.owner.operation.operands[0] for c in contributions]
+    for c in droppable:
+        if c not in keep:
+            op = c.owner.operation
+            symdims.forget(op)
+            op.erase()
     return out
 
 

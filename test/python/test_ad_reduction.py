@@ -36,6 +36,21 @@ def const(name, values):
     return nh.from_array(np.asarray(values, dtype=np.int64), name)
 
 
+def test_expanded_cotangent_contributed_twice():
+    """Add(t, t) hands ReduceSum's expanded cotangent to t twice; the Sum of
+    t's contributions drops that Expand (Max's contribution already has the
+    full shape) once, and reads its operand for both (a RuntimeError on the
+    erased op before; fuzz seed 50 case 1370)."""
+    m = model([h.make_node("Transpose", ["x"], ["t"], perm=[1, 2, 0]),
+               h.make_node("Add", ["t", "t"], ["a"]),
+               h.make_node("ReduceSum", ["a"], ["r"], keepdims=0),
+               h.make_node("Max", ["r", "t"], ["y"])],
+              [("x", D, [2, 2, 2])], [("y", D, [2, 2, 2])])
+    # r = 2 sum(x) = 0.1: Max takes r at four positions, t at the others
+    x = np.array([0.9, -0.8, 0.5, -0.45, 0.3, -0.2, 0.7, -0.9]).reshape(2, 2, 2)
+    check("expanded_twice", m, {"x": x}, hessian=False)
+
+
 @pytest.mark.parametrize("keepdims", [0, 1])
 def test_reduce_prod(keepdims):
     out = [2, 1, 4] if keepdims else [2, 4]

@@ -218,8 +218,8 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
             raise ImportFailure(f"{_label(node)}: " + ", ".join(
                 f"{role} has {len(v)}" for role, v in known) + " entries (must be equal)")
     if op == "Reshape" and len(inputs) > 1 and inputs[1] in consts:
-        # ONNX Runtime fails on these at run time; the rules would size
-        # tangents by them first
+        # the onnx checker and ONNX Runtime refuse these (at load, at run
+        # time); the Reshape rules would build tangent shapes from them
         shape = consts[inputs[1]]
         if any(d < -1 for d in shape) or shape.count(-1) > 1:
             raise ImportFailure(f"{_label(node)}: shape {shape} is invalid (extents >= 0, "

@@ -1,4 +1,5 @@
 // Hand-written parts of the onnx ops: region control flow (If, Loop, Scan),
+// the loop regions of Loop and Scan (LoopLikeOpInterface),
 // their verifiers, onnx.Yield's successor operands, and folders.
 //
 // Region signatures (ONNX semantics):
@@ -122,6 +123,11 @@ bool ONNXLoopOp::areTypesCompatible(Type lhs, Type rhs) {
   return onnxTypesCompatible(lhs, rhs);
 }
 
+// Loop-invariant code motion: the body is the loop region; values defined
+// outside it (captured outer values) are invariant.  Pure ops are
+// speculatable, so hoisting them out of a zero-trip loop is allowed.
+SmallVector<Region *> ONNXLoopOp::getLoopRegions() { return {&getBody()}; }
+
 LogicalResult ONNXLoopOp::verify() {
   Block &block = getBody().front();
   size_t numCarried = getVInitial().size();
@@ -164,6 +170,8 @@ OperandRange ONNXScanOp::getEntrySuccessorOperands(RegionSuccessor) {
 bool ONNXScanOp::areTypesCompatible(Type lhs, Type rhs) {
   return onnxTypesCompatible(lhs, rhs);
 }
+
+SmallVector<Region *> ONNXScanOp::getLoopRegions() { return {&getBody()}; }
 
 LogicalResult ONNXScanOp::verify() {
   int64_t numScan = numScanInputs(*this);

@@ -740,7 +740,7 @@ def ONNXLogSoftmaxOp : ONNX_Op<"LogSoftmax", [Pure, AllElementTypesMatch<["input
   let results = (outs TensorOf<[F16, F32, F64, BF16]>:$output);
 }
 
-def ONNXLoopOp : ONNX_Op<"Loop", [RecursiveMemoryEffects, DeclareOpInterfaceMethods<RegionBranchOpInterface, ["getEntrySuccessorOperands", "areTypesCompatible"]>]> {
+def ONNXLoopOp : ONNX_Op<"Loop", [RecursiveMemoryEffects, DeclareOpInterfaceMethods<RegionBranchOpInterface, ["getEntrySuccessorOperands", "areTypesCompatible"]>, DeclareOpInterfaceMethods<LoopLikeOpInterface>]> {
   let summary = "ONNX Loop, opset 25";
   let arguments = (ins AnyTypeOf<[TensorOf<[I64]>, NoneType]>:$M, AnyTypeOf<[TensorOf<[I1]>, NoneType]>:$cond, Variadic<AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>>:$v_initial);
   let results = (outs Variadic<AnyTypeOf<[TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>, ONNX_AnySeq, ONNX_AnyOpt]>>:$v_final_and_scan_outputs);
@@ -1271,7 +1271,7 @@ def ONNXScanV8Op : ONNX_Op<"ScanV8", [RecursiveMemoryEffects, RecursivelySpecula
   let regions = (region SizedRegion<1>:$body);
 }
 
-def ONNXScanOp : ONNX_Op<"Scan", [RecursiveMemoryEffects, RecursivelySpeculatable, DeclareOpInterfaceMethods<RegionBranchOpInterface, ["getEntrySuccessorOperands", "areTypesCompatible"]>]> {
+def ONNXScanOp : ONNX_Op<"Scan", [RecursiveMemoryEffects, RecursivelySpeculatable, DeclareOpInterfaceMethods<RegionBranchOpInterface, ["getEntrySuccessorOperands", "areTypesCompatible"]>, DeclareOpInterfaceMethods<LoopLikeOpInterface>]> {
   let summary = "ONNX Scan, opset 25";
   let arguments = (ins Variadic<TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>>:$initial_state_and_scan_inputs, OptionalAttr<I64ArrayAttr>:$scan_input_axes, OptionalAttr<I64ArrayAttr>:$scan_output_axes, OptionalAttr<I64ArrayAttr>:$scan_output_directions, OptionalAttr<I64ArrayAttr>:$scan_input_directions, SI64Attr:$num_scan_inputs);
   let results = (outs Variadic<TensorOf<[UI8, UI16, UI32, UI64, I8, I16, I32, I64, F16, F32, F64, ONNX_StringType, I1, Complex<F32>, Complex<F64>, BF16, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, UI<4>, I<4>, F4E2M1FN, F8E8M0FNU, UI<2>, I<2>]>>:$final_state_and_scan_outputs);

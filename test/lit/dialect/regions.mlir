@@ -146,3 +146,50 @@ func.func @sink_into_branch(%c: tensor<i1>, %x: tensor<2xf32>) -> tensor<2xf32> 
   }) : (tensor<i1>) -> tensor<2xf32>
   return %0 : tensor<2xf32>
 }
+
+// -----
+
+// Loop and Scan are LoopLikeOpInterface ops: loop-invariant-code-motion
+// hoists Pure ops that read only outer values (a transposed weight, and the
+// MatMul reading it only when its other operand is outer too); ops reading
+// block arguments, and effectful ones (RandomNormal), stay in the body.
+// SINK-LABEL: func.func @hoist_from_scan
+// SINK: %[[WT:.*]] = "onnx.Transpose"(%arg1)
+// SINK-NEXT: %[[B:.*]] = "onnx.MatMul"(%arg2, %[[WT]])
+// SINK-NEXT: "onnx.Scan"
+// SINK-NEXT: ^bb0
+// SINK-NEXT: "onnx.MatMul"(%{{.*}}, %[[WT]])
+// SINK-NEXT: "onnx.RandomNormal"
+// SINK-NEXT: "onnx.Add"
+// SINK-NEXT: "onnx.Add"({{.*}}, %[[B]])
+func.func @hoist_from_scan(%xs: tensor<5x4xf32>, %w: tensor<4x4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %k = "onnx.Constant"() {value = dense<0.0> : tensor<4xf32>} : () -> tensor<4xf32>
+  %0:2 = "onnx.Scan"(%k, %xs) ({
+  ^bb0(%acc: tensor<4xf32>, %e: tensor<4xf32>):
+    %wt = "onnx.Transpose"(%w) {perm = [1, 0]} : (tensor<4x4xf32>) -> tensor<4x4xf32>
+    %m = "onnx.MatMul"(%e, %wt) : (tensor<4xf32>, tensor<4x4xf32>) -> tensor<4xf32>
+    %bw = "onnx.MatMul"(%b, %wt) : (tensor<4xf32>, tensor<4x4xf32>) -> tensor<4xf32>
+    %r = "onnx.RandomNormal"() {shape = [4]} : () -> tensor<4xf32>
+    %n = "onnx.Add"(%m, %r) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    %s = "onnx.Add"(%n, %bw) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+    "onnx.Yield"(%s, %s) : (tensor<4xf32>, tensor<4xf32>) -> ()
+  }) {num_scan_inputs = 1 : si64} : (tensor<4xf32>, tensor<5x4xf32>) -> (tensor<4xf32>, tensor<5x4xf32>)
+  return %0#0 : tensor<4xf32>
+}
+
+// -----
+
+// SINK-LABEL: func.func @hoist_from_loop
+// SINK: %[[E:.*]] = "onnx.Exp"(%arg2)
+// SINK-NEXT: "onnx.Loop"
+// SINK-NEXT: ^bb0
+// SINK-NEXT: "onnx.Add"(%{{.*}}, %[[E]])
+func.func @hoist_from_loop(%m: tensor<i64>, %c: tensor<i1>, %x: tensor<2xf32>) -> tensor<2xf32> {
+  %0 = "onnx.Loop"(%m, %c, %x) ({
+  ^bb0(%i: tensor<i64>, %cond: tensor<i1>, %v: tensor<2xf32>):
+    %e = "onnx.Exp"(%x) : (tensor<2xf32>) -> tensor<2xf32>
+    %s = "onnx.Add"(%v, %e) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>
+    "onnx.Yield"(%cond, %s) : (tensor<i1>, tensor<2xf32>) -> ()
+  }) : (tensor<i64>, tensor<i1>, tensor<2xf32>) -> tensor<2xf32>
+  return %0 : tensor<2xf32>
+}

@@ -8,6 +8,8 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 
 from adcheck import check_derivatives, check_hessian
+from onnx_ad_mlir import forward, reverse
+from onnx_ad_mlir.errors import UnsupportedOp
 
 F = TP.FLOAT
 
@@ -116,7 +118,6 @@ def test_conv_chain_dynamic_batch_shares_shape_reads():
     ("ConvTranspose", (1, 4, 3, 3), (4, 1, 2, 3), dict(group=2, strides=[2, 1]))])
 def test_reverse_of_reverse(kind, xs, ws, attrs):
     """reverse(reverse(m)) against forward(reverse(m)): <J v, w> == <v, J^T w>."""
-    from onnx_ad_mlir.api import forward, reverse
     from adcheck import run
     m, feeds = conv_case(kind, xs, ws, **attrs)
     r = reverse(m, inputs=["x", "w"], layout="onnx")
@@ -260,3 +261,19 @@ def test_channel_scale_into_conv_weights(extra_use, affine, relu, group, folded)
             data |= set(n.output)
             muls += n.op_type == "Mul"
     assert muls == int(affine) + int(relu) + (not folded), muls
+
+
+@pytest.mark.parametrize("kind,xs,ws,group,fault", [
+    ("Conv", (1, 1, 5, 5), (99, 1, 3, 3), 99, "input channels 1 and group 99"),  # fuzz seed 55 case 457
+    ("Conv", (1, 2, 5, 5), (3, 1, 3, 3), 2, "input channels 2 and group 2"),      # M not a multiple
+    ("ConvTranspose", (1, 3, 5, 5), (2, 3, 3, 3), 1, "input channels 3 and group 1"),
+])
+def test_channels_contradicting_group_refused(kind, xs, ws, group, fault):
+    """Static channel counts that do not fit the group: ONNX shape inference
+    accepts them and ONNX Runtime fails only when running; both modes refuse,
+    naming the node."""
+    m, _ = conv_case(kind, xs, ws, bias=False, group=group)
+    m.graph.node[0].name = "conv0"
+    for mode in (forward, reverse):
+        with pytest.raises(UnsupportedOp, match=f"node 'conv0'.*{fault}"):
+            mode(m)

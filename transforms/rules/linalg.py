@@ -369,12 +369,30 @@ def _bias_tangent(b: Builder, t: ir.Value, y: ir.Value) -> ir.Value:
     return b.unsqueeze(t, [1] + list(range(3, r + 1)))  # [k, M] -> [k, 1, M, 1...]
 
 
+def _check_channels(kind: str, x: ir.Value, w: ir.Value, group: int) -> None:
+    """Static channel counts that contradict the group: ONNX shape inference
+    lets them through and ONNX Runtime fails only when the model runs; the
+    rules would build derivative convolutions of the same bad shapes."""
+    c, (w0, w1) = dims(x)[1], dims(w)[:2]
+    if kind == "Conv":
+        bad = c is not None and w1 is not None and c != w1 * group or \
+            w0 is not None and w0 % group != 0
+        what = f"W {dims(w)} (C = W[1] * group, W[0] a multiple of group)"
+    else:  # ConvTranspose: W [C, M/group, *K]
+        bad = c is not None and (w0 is not None and c != w0 or c % group != 0)
+        what = f"W {dims(w)} (C = W[0], a multiple of group)"
+    if bad:
+        raise UnsupportedOp(f"input channels {c} and group {group} do not fit {what}")
+
+
 def _conv_jvp(kind: str):
     def rule(b: Builder, op, tangents):
         x, w = op.operands[0], op.operands[1]
         y = op.results[0]
         if rank(x) is None or rank(w) is None or rank(y) is None:
             raise UnsupportedOp(f"{kind} needs the ranks of its operands")
+        if rank(x) >= 2 and rank(w) >= 2:
+            _check_channels(kind, x, w, attribute(op, "group") or 1)
         attrs = _conv_attrs(op, kind == "ConvTranspose")
         terms = []
         if tangents[0] is not None:

@@ -165,10 +165,23 @@ def _check_window(node, attrs, r: int) -> None:
 
 _WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool")
 _AXES_OPS = ("Slice", "Squeeze")  # and Reduce*: `axes` attribute or constant operand
-_CONST_OPS = (*_AXES_OPS, "Reshape")  # ops whose constant operands are checked
+_CONST_OPS = (*_AXES_OPS, "Reshape", "Loop")  # ops whose constant operands are checked
+# Flags ONNX defines for 0 and 1 only (and Reduce*'s keepdims and
+# noop_with_empty_axes); runtimes read other values differently: ONNX
+# Runtime's Reshape honours zeros for allowzero == 1 only, its Gemm takes any
+# non-zero transB as true where the shapes were inferred with it false.
+_FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
+          "ArgMax": ("keepdims", "select_last_index"),
+          "ArgMin": ("keepdims", "select_last_index"),
+          "CumSum": ("exclusive", "reverse"), "TopK": ("largest", "sorted"),
+          "AveragePool": ("ceil_mode", "count_include_pad"), "MaxPool": ("ceil_mode",),
+          "LpPool": ("ceil_mode",), "GRU": ("linear_before_reset", "layout"),
+          "LSTM": ("input_forget", "layout"), "RNN": ("layout",),
+          "IsInf": ("detect_negative", "detect_positive"), "Trilu": ("upper",),
+          "BatchNormalization": ("training_mode",)}
 # The ops _check_node_attributes looks at (with Reduce*): filtered first, as
 # building attribute dicts for every node costs more than all the checks.
-_ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS,
+_ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS, *_FLAGS,
              "Concat", "Transpose", "Reshape"}
 
 
@@ -224,10 +237,8 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         if any(d < -1 for d in shape) or shape.count(-1) > 1:
             raise ImportFailure(f"{_label(node)}: shape {shape} is invalid (extents >= 0, "
                                 "at most one -1)")
-    # flags ONNX defines for 0 and 1 only, and runtimes read differently
-    # otherwise (ONNX Runtime's Reshape honours zeros for allowzero == 1 only)
     flags = ("keepdims", "noop_with_empty_axes") if op.startswith("Reduce") else \
-        ("allowzero",) if op == "Reshape" else ()
+        _FLAGS.get(op, ())
     for flag in flags:
         if flag in attrs and attrs[flag].type == onnx.AttributeProto.INT and \
                 attrs[flag].i not in (0, 1):
@@ -239,6 +250,15 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
                                 "is missing")
     if op == "Scan" and "num_scan_inputs" in attrs:
         _check_scan_axes(node, attrs, inputs, ranks)
+    if op == "Loop":
+        # ONNX Runtime refuses a trip count or condition of more than one
+        # element when running; the rules read them as scalars
+        for role, name in zip(("trip count M", "condition"), inputs[:2]):
+            count = len(consts[name]) if name in consts else None
+            if name and (ranks.get(name, 0) > 1 or count not in (None, 1)):
+                raise ImportFailure(f"{_label(node)}: its {role} '{name}' is not a scalar "
+                                    f"(rank {ranks.get(name)}"
+                                    + ("" if count is None else f", {count} elements") + ")")
     if op == "Concat":
         known = [(n, ranks[n]) for n in inputs if n in ranks]
         if len({k for _, k in known}) > 1:

@@ -121,6 +121,16 @@ INVALID = {
     # a scalar scanned along axis 0 (ONNX inference accepts it): IndexError
     # typing the Scan's results (fuzz seed 16 case 256)
     "bad_scan_scalar_input.onnx": "(Scan): scan input 'x3' has rank 0, so no axis 0",
+    # static channel counts contradicting the group (C 1, group 99): ONNX
+    # accepts them, ORT fails running; derivative models with the same bad
+    # convolutions came out (fuzz seed 55 case 457)
+    "bad_conv_channels_group.onnx": "input channels 1 and group 99 do not fit W",
+    # transB -2^62 read as false by ONNX shape inference and as true by ORT's
+    # Gemm (fuzz seed 55 case 1067, accepted)
+    "bad_gemm_transb.onnx": "transB is 4611686018427387904, expected 0 or 1",
+    # a Loop trip count of two elements, which ORT refuses when running
+    # (fuzz seed 55 case 1487, accepted)
+    "bad_loop_trip_count_shape.onnx": "trip count M 'i12' is not a scalar",
 }
 
 _CHILD = r"""

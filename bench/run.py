@@ -149,7 +149,6 @@ def _derivative_io(case: dict, m: onnx.ModelProto, kind: str, peer: str) -> tupl
     seed = case["v"] if kind == "fwd" else case["u"]
     assert len(seeds) == 1, (case["name"], peer, kind, seeds)
     feeds[seeds[0]] = seed[..., None]
-    primal_out = {o.name for o in case["model"].graph.output}
     outs = [o.name for o in m.graph.output]
     return feeds, outs
 
@@ -256,7 +255,6 @@ def measure(case: dict, variants: dict, rounds: int, ort_training_python: str = 
 def _deriv_name(r: dict, case: dict) -> str:
     if r["peer"] == "ort-training":
         return r["outs"][0]
-    primal_out = {o.name for o in case["model"].graph.output}
     return next(o for o in r["outs"] if o not in primal_out)
 
 

@@ -40,6 +40,12 @@ def _registrar(table: dict, op_types: tuple[str, ...]):
     def register(rule):
         for t in op_types:
             for name in mlir_names(t):
+                # a second rule would win or lose by import order (Det was
+                # listed as zero-derivative and had a rule)
+                if name in table:
+                    raise ValueError(f"two rules for {name}: {table[name].__module__}."
+                                     f"{table[name].__qualname__} and {rule.__module__}."
+                                     f"{rule.__qualname__}")
                 table[name] = rule
         return rule
     return register

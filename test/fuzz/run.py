@@ -164,10 +164,8 @@ def _cli_check(inp: str, folder: str, mode: str) -> tuple[str | None, str]:
 def run_case(i: int, base: int, cli: bool | None = None) -> dict:
     """One case, in the current process (the worker)."""
     _setup_child()
-    import numpy as np
-    import onnx
-    from generate import generate, validate, GeneratorRejected
-    from mutate import mutate, mutate_mlir
+    from generate import generate, GeneratorRejected
+    from mutate import mutate
 
     seed = case_seed(base, i)
     kind = case_kind(i)

@@ -54,7 +54,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 from ..builder import Builder, attribute, constant_ints, constant_value, dims, element_type, \
     ints_attr, is_float, nested_ops, op_type, rank, tensor_type
 from ..linearize import REGION_RULES, Tangents
-from ..registry import JVP, TRANSPOSE, jvp, mlir_names
+from ..registry import JVP, TRANSPOSE, mlir_names
 
 # The linear stand-in of a region op in reverse mode: a builtin op (always
 # registered, any operands and results) tagged with the region's id; it never

@@ -305,7 +305,7 @@ zero_derivative(
     "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Shape", "Size", "NonZero",
     "ArgMax", "ArgMin", "Hardmax", "OneHot", "ConstantOfShape", "EyeLike", "RandomNormal",
     "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
-    "QuantizeLinear", "NonMaxSuppression", "BitCast", "Det", "Constant")
+    "QuantizeLinear", "NonMaxSuppression", "BitCast", "Constant")
 
 
 # ---- transposes of the linear ops the rules above emit ----------------------

@@ -525,7 +525,7 @@ def _global_lp_pool(b: Builder, op, tangents):
 
 @jvp("MaxUnpool")
 def _max_unpool(b: Builder, op, tangents):
-    x, idx = op.operands[0], op.operands[1]
+    idx = op.operands[1]
     y = op.results[0]
     t = tangents[0]
     if t is None:
@@ -592,7 +592,6 @@ def _resize(b: Builder, op, tangents):
         if scales is None:
             raise UnsupportedOp("Upsample with scales computed at run time")
     out = t
-    elem = element_type(t)
     for a in range(r):
         if xd[a] == yd[a] and (scales is None or scales[a] == 1.0):
             continue

@@ -13,9 +13,9 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type,
+from ..builder import (Builder, attribute, constant_ints, dims, op_type,
                        operand_or_none, rank, tensor_type)
-from ..registry import JVP, TRANSPOSE, jvp, mlir_names, transpose
+from ..registry import jvp, transpose
 
 I64 = lambda: ir.IntegerType.get_signless(64)  # noqa: E731
 I1 = lambda: ir.IntegerType.get_signless(1)  # noqa: E731
@@ -221,7 +221,7 @@ def _reduce_logsumexp(b: Builder, op, tangents):
 
 @jvp("ReduceLogSum")
 def _reduce_logsum(b: Builder, op, tangents):
-    x, y = op.operands[0], op.results[0]
+    y = op.results[0]
     return _weighted(b, op, tangents,
                      lambda axes: b.ew("Reciprocal", b.ew("Exp", axes.expand_back(y))))
 
@@ -333,100 +333,3 @@ def _topk(b: Builder, op, tangents):
 
 def _gather_elements(b: Builder, t, idx, axis, primal) -> ir.Value:
     return b.op("GatherElements", [t, idx], b.derivative_type(primal), axis=axis)
-
-
-def _zeros(b: Builder, ct: ir.Value, linear: ir.Value) -> ir.Value:
-    d = dims(linear)
-    return b.expand(b.scalar(0.0, ct), b.like_shape(ct, linear),
-                    None if d is None else [None] + d[1:])
-
-
-def _from_topk(idx: ir.Value) -> bool:
-    """Indices that are TopK's (distinct along the axis), maybe broadcast."""
-    seen = 0
-    while seen < 4 and isinstance(idx.owner, (ir.Operation, ir.OpView)):
-        op = idx.owner.operation
-        if op.name.startswith("onnx.TopK"):
-            return True
-        if not op.name.startswith(("onnx.Expand", "onnx.Unsqueeze")):
-            return False
-        idx, seen = op.operands[0], seen + 1
-    return False
-
-
-def _rebase(b: Builder, idx: ir.Value, ct: ir.Value) -> ir.Value:
-    """Directed indices (equal along the direction axis) with ct's count k:
-    in reverse mode the linear program ran with a stand-in's k = 1."""
-    d = dims(idx)
-    one = b.slice(idx, [0], [0], [1], tensor_type(None if d is None else [1] + d[1:],
-                                                    element_type(idx)))
-    return b.expand(one, b.like_shape(ct, idx), None if d is None else [None] + d[1:])
-
-
-def _scatter(b: Builder, data, idx, updates, axis, reduction) -> ir.Value:
-    attrs = {"reduction": reduction} if b.opset >= 16 else {}
-    return b.op("ScatterElements", [data, idx, updates], data.type, axis=axis, **attrs)
-
-
-def _t_gather_elements(b: Builder, op, cts, linear):
-    data, idx = op.operands
-    if b.opset < 16 and not _from_topk(idx):
-        raise UnsupportedOp("transposing GatherElements needs ScatterElements with "
-                            "reduction='add' (opset >= 16)")
-    return [_scatter(b, _zeros(b, cts[0], data), _rebase(b, idx, cts[0]), cts[0],
-                     attribute(op, "axis"), "add"), None]
-
-
-def _gather_elements_jvp(b: Builder, op, tangents):
-    t = tangents[0]
-    if t is None:
-        return [None]
-    data, idx = op.operands
-    return [_gather_elements(b, t, _directed_indices(b, idx, t), _axis(op, rank(data)) + 1,
-                             op.results[0])]
-
-
-def _scatter_elements_jvp(b: Builder, op, tangents):
-    data, idx, upd = op.operands
-    red = attribute(op, "reduction") if "reduction" in op.attributes else "none"
-    if red not in (None, "none", "add"):
-        raise UnsupportedOp(f"ScatterElements with reduction='{red}'")
-    td, tu = tangents[0], tangents[2]
-    if td is None and tu is None:
-        return [None]
-    k = td if td is not None else tu
-    td = td if td is not None else _zeros(b, tu, b.unsqueeze(data, [0]))
-    tu = tu if tu is not None else _zeros(b, td, b.unsqueeze(upd, [0]))
-    return [_scatter(b, b.fit(td, data), _directed_indices(b, idx, k), b.fit(tu, upd),
-                     _axis(op, rank(data)) + 1, red or "none")]
-
-
-def _t_scatter_elements(b: Builder, op, cts, linear):
-    data, idx, upd = op.operands
-    axis = attribute(op, "axis")
-    red = attribute(op, "reduction") if "reduction" in op.attributes else "none"
-    ct = cts[0]
-    idx = _rebase(b, idx, ct)
-    out = [None, None, None]
-    if linear[0]:
-        # Overwritten positions do not reach the data (reduction none).
-        out[0] = ct if red == "add" else _scatter(b, ct, idx, _zeros(b, ct, upd), axis, "none")
-    if linear[2]:
-        d = dims(upd)
-        out[2] = b.op("GatherElements", [ct, idx],
-                      tensor_type(None if d is None else [None] + d[1:], element_type(ct)),
-                      axis=axis)
-    return out
-
-
-def _fallback(table, op_type, rule):
-    """Registers `rule` unless a family file already did (the indexing rules
-    belong to shape/indexing; these keep TopK closed meanwhile)."""
-    for name in mlir_names(op_type):
-        table.setdefault(name, rule)
-
-
-_fallback(JVP, "GatherElements", _gather_elements_jvp)
-_fallback(TRANSPOSE, "GatherElements", _t_gather_elements)
-_fallback(JVP, "ScatterElements", _scatter_elements_jvp)
-_fallback(TRANSPOSE, "ScatterElements", _t_scatter_elements)

@@ -295,3 +295,31 @@ def test_max_pool_of_relu_dynamic_batch_ties():
     reads = [producer.get(n.input[0]) for n in rev.graph.node if n.op_type == "Resize"]
     assert any(p is not None and p.op_type == "Reshape" and p.input[0] == "y" for p in reads), \
         [p.op_type if p else None for p in reads]
+
+
+def test_dynamic_batch_second_order():
+    """forward(reverse(m)) with a dynamic batch: the reverse model upsamples
+    pooled values with Resize on [n, C, ...] (tiling MaxPool), and the Resize
+    rule needs static extents only on the axes it resizes (it refused the
+    reverse model of every CNN with a dynamic batch before)."""
+    nodes = [h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node("MaxPool", ["t"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             const("roi", np.zeros(0, np.float32)),
+             const("sc", np.asarray([1, 1, 2, 2], np.float32)),
+             h.make_node("Resize", ["p", "roi", "sc"], ["r"], mode="linear"),
+             h.make_node("Mul", ["r", "x"], ["y"])]
+    m = model(nodes, [("x", F, ["n", 2, 4, 6])], [("y", F, ["n", 2, 4, 6])])
+    rng = np.random.default_rng(13)
+    x = (rng.permutation(2 * 2 * 4 * 6).reshape(2, 2, 4, 6).astype(np.float32) - 48.0) * 0.05
+    check_hessian(m, {"x": x})
+
+
+def test_resize_dynamic_resized_axis_refused():
+    from onnx_ad_mlir.api import forward
+    from onnx_ad_mlir.errors import UnsupportedOp
+    nodes = [const("roi", np.zeros(0, np.float32)), const("sc", np.asarray([1, 1, 2, 2], np.float32)),
+             h.make_node("Resize", ["x", "roi", "sc"], ["y"], mode="nearest", name="up")]
+    m = model(nodes, [("x", F, [1, 1, "h", 4])], [("y", F, None)])
+    with pytest.raises(UnsupportedOp, match=r"node 'up'.*static extents on the axes it resizes "
+                                            r"\(axis 2: None -> None\)"):
+        forward(m)

@@ -564,8 +564,8 @@ def _resize(b: Builder, op, tangents):
         return [None] * len(op.results)
     xd, yd = dims(x), dims(y)
     kind = op_type(op)
-    if xd is None or yd is None or None in xd or None in yd:
-        raise UnsupportedOp(f"{kind} needs static extents")
+    if xd is None or yd is None:
+        raise UnsupportedOp(f"{kind} needs the ranks of its input and output")
     if kind == "Resize" and (attribute(op, "coordinate_transformation_mode") or "") == \
             "tf_crop_and_resize":
         raise UnsupportedOp("Resize with tf_crop_and_resize is affine (extrapolation)")
@@ -593,8 +593,14 @@ def _resize(b: Builder, op, tangents):
             raise UnsupportedOp("Upsample with scales computed at run time")
     out = t
     for a in range(r):
-        if xd[a] == yd[a] and (scales is None or scales[a] == 1.0):
+        # scale 1 maps every index to itself in every mode (tf_crop_and_resize
+        # refused above; antialiasing only filters when downscaling)
+        if scales is not None and scales[a] == 1.0 or \
+                scales is None and xd[a] is not None and xd[a] == yd[a]:
             continue
+        if xd[a] is None or yd[a] is None:
+            raise UnsupportedOp(f"{kind} needs static extents on the axes it resizes "
+                                f"(axis {a}: {xd[a]} -> {yd[a]})")
         m_t = _interpolation_matrix(b, op, kind, x, a, xd[a], yd[a],
                                     None if scales is None else scales[a])  # [in, out]
         perm = [i for i in range(r + 1) if i != a + 1] + [a + 1]

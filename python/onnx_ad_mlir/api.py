@@ -15,6 +15,7 @@ import onnx
 from mlir import ir
 from mlir.passmanager import PassManager
 
+from ._dialect import new_context
 from .exporter import export_onnx
 from .importer import import_onnx
 
@@ -24,7 +25,7 @@ CLEANUP = "builtin.module(func.func(canonicalize,cse))"
 def _transform(model: onnx.ModelProto | str | os.PathLike,
                run: Callable[[ir.Module], None]) -> onnx.ModelProto:
     from onnx_ad_mlir import transforms  # noqa: F401  (registers rules)
-    with ir.Context() as ctx:
+    with new_context() as ctx:
         module = import_onnx(model, context=ctx)
         run(module)
         PassManager.parse(CLEANUP).run(module.operation)

@@ -15,6 +15,7 @@ import onnx
 from mlir import ir
 
 from . import _op_table
+from ._dialect import new_context
 from ._gc import gc_paused
 from .errors import ImportFailure, UnsupportedOp
 from .import_prep import node_rows, prepare_model
@@ -37,7 +38,7 @@ def import_onnx(model: onnx.ModelProto | str | os.PathLike,
     """Imports an ONNX model (a ModelProto or a file path) into a new module
     holding `func.func @main_graph`."""
     with gc_paused():
-        module = _import(model, context or ir.Context())
+        module = _import(model, context or new_context())
     try:  # cheap (~1 us per op), and the caller gets an exception, not bad IR
         module.operation.verify()
     except ir.MLIRError as e:

@@ -391,7 +391,10 @@ def _conv_jvp(kind: str):
         y = op.results[0]
         if rank(x) is None or rank(w) is None or rank(y) is None:
             raise UnsupportedOp(f"{kind} needs the ranks of its operands")
-        if rank(x) >= 2 and rank(w) >= 2:
+        if rank(x) != rank(w):
+            raise UnsupportedOp(f"input of rank {rank(x)} and weight of rank {rank(w)}: "
+                                "both have two leading axes and the same spatial ones")
+        if rank(x) >= 2:
             _check_channels(kind, x, w, attribute(op, "group") or 1)
         attrs = _conv_attrs(op, kind == "ConvTranspose")
         terms = []

@@ -571,10 +571,23 @@ def scatter_add_into(b: Builder, ct: ir.Value, target: ir.Value, tdims: list | N
     return b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis)
 
 
+def _check_constant_indices(x: ir.Value, idx: ir.Value, axis: int) -> None:
+    """Constant indices outside [-n, n) for a static extent n: ONNX accepts
+    them and ONNX Runtime fails when running; the derivative models would
+    gather (and scatter-add) at them too."""
+    d = dims(x)
+    n = None if d is None or axis >= len(d) else d[axis]
+    values = None if n is None else constant_ints(idx)
+    if values and (min(values) < -n or max(values) >= n):
+        bad = next(v for v in values if not -n <= v < n)
+        raise UnsupportedOp(f"constant index {bad} is out of range for axis {axis} of extent {n}")
+
+
 @jvp("Gather")
 def _gather(b: Builder, op, tangents):
     x, idx = op.operands
     axis = _axis(op, rank(x))
+    _check_constant_indices(x, idx, axis)
     return [b.op("Gather", [tangents[0], idx], b.derivative_type(op.results[0]), axis=axis + 1)]
 
 
@@ -597,6 +610,7 @@ def _t_gather(b: Builder, op, cts, linear):
 def _gather_elements(b: Builder, op, tangents):
     x, idx = op.operands
     axis = _axis(op, _known_rank([x, idx]))  # the same rank (GatherElements requires it)
+    _check_constant_indices(x, idx, axis)
     t = tangents[0]
     return [b.op("GatherElements", [t, _over_directions(b, idx, b.shape(t, 0, 1))],
                  b.derivative_type(op.results[0]), axis=axis + 1)]

@@ -255,6 +255,7 @@ def measure(case: dict, variants: dict, rounds: int, ort_training_python: str = 
 def _deriv_name(r: dict, case: dict) -> str:
     if r["peer"] == "ort-training":
         return r["outs"][0]
+    primal_out = {o.name for o in case["model"].graph.output}
     return next(o for o in r["outs"] if o not in primal_out)
 
 

@@ -20,6 +20,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from onnx_ad_mlir import _op_table
+from onnx_ad_mlir._gc import gc_paused
 from onnx_ad_mlir.errors import OnnxAdError
 from onnx_ad_mlir.passes import register_pass
 
@@ -83,7 +84,10 @@ def _run(mode, module: ir.Operation, options: dict[str, str]) -> None:
     if layout not in LAYOUTS:
         raise PassOptionError(f"layout={layout}: expected one of {LAYOUTS}")
     f = target_function(module, options.get("func"))
-    with module.context, module.location:
+    # The rules' caches and builders keep a few containers per op alive to
+    # the end, so the cyclic collector would rescan a growing heap: reverse
+    # mode cost 498 us/node at 5*10**4 nodes with it, 424 without (410 at 10**4).
+    with module.context, module.location, gc_paused():
         mode(f, module_opset(module), _names(options, "inputs"), _names(options, "outputs"),
              layout, options.get("prefix"), **extra)
 

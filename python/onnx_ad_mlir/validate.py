@@ -212,14 +212,17 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
     """A default-domain node's attributes against its operands' ranks
     (`op`, `inputs`, `attributes`: its node_fields)."""
     attrs = {a.name: a for a in attributes}
-    r = ranks.get(inputs[0]) if inputs and inputs[0] else None
+    src = inputs[0] if inputs else ""
+    if op == "Concat":  # all inputs have one rank: any known one
+        src = next((n for n in inputs if n in ranks), src)
+    r = ranks.get(src) if src else None
     if r is not None and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT \
             and (op in _AXIS_OPS or op in _AXIS_INCLUSIVE):
         a = attrs["axis"].i
         hi = r if op in _AXIS_INCLUSIVE else r - 1
         if not -r <= a <= hi and not (op == "Softmax" and r == 0):
             raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its "
-                                f"rank-{r} input '{inputs[0]}'")
+                                f"rank-{r} input '{src}'")
     if op.startswith("Reduce") or op in _AXES_OPS:
         _check_axes(node, attrs, r, consts)
     if op == "Slice" and len(inputs) >= 3:

@@ -137,6 +137,13 @@ INVALID = {
     "bad_conv_rank_mismatch.onnx": "input of rank 3 and weight of rank 4",
     "bad_gather_constant_index.onnx": "constant index -33 is out of range for axis 1 of "
                                       "extent 2",
+    # Concat axis -2^62 of a Loop result (rank unknown) and a rank-2 input: the
+    # axis was checked against the first input's rank only (seed 57 case 906)
+    "bad_concat_axis_loop_and_input.onnx": "axis 4611686018427387904 is out of range for "
+                                           "its rank-2 input 'x49'",
+    # a rank-mutated [4, 4, 3] input reshaped to a constant [2, 8] (case 1086)
+    "bad_reshape_element_count.onnx": "its input [4, 4, 3] has 48 elements, its result "
+                                      "[2, 8] 16",
 }
 
 _CHILD = r"""

@@ -3,6 +3,8 @@ JVP applies the op itself to the tangent with its axes shifted past the
 direction axis, and the transpose is the adjoint data movement."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from mlir import ir
 
@@ -47,6 +49,13 @@ def _reshape(b: Builder, op, tangents):
     if t is None:
         return [None] * len(op.results)
     kind = op_type(op)
+    xd, yd = dims(op.operands[0]), dims(op.results[0])
+    if xd is not None and yd is not None and None not in xd + yd and \
+            math.prod(xd) != math.prod(yd):
+        # ONNX inference keeps a declared or constant target it cannot check
+        # against a rank-mutated input; ONNX Runtime fails when running
+        raise UnsupportedOp(f"its input {xd} has {math.prod(xd)} elements, its result "
+                            f"{yd} {math.prod(yd)}")
     axes = _squeeze_axes(op) if kind in ("Squeeze", "Unsqueeze") else None
     if axes is not None and rank(t) is not None and rank(t) == rank(op.operands[0]) + 1:
         # the op itself past the direction axis: no run-time shape to read,

@@ -134,7 +134,11 @@ def _t_expand(b: Builder, op, cts, linear):
 
 
 def _axis(op: ir.Operation, r: int | None, name: str = "axis") -> int:
+    """The op's axis in [0, r): the validator checks it against declared
+    ranks; a rank known only after import (a Loop result's) is checked here."""
     a = attribute(op, name)
+    if r is not None and not -r <= a < r:
+        raise UnsupportedOp(f"{name} {a} is out of range for a rank-{r} operand")
     if a < 0:
         if r is None:
             raise UnsupportedOp(f"negative {name} needs the operand's rank")
@@ -585,7 +589,7 @@ def _check_constant_indices(x: ir.Value, idx: ir.Value, axis: int) -> None:
     them and ONNX Runtime fails when running; the derivative models would
     gather (and scatter-add) at them too."""
     d = dims(x)
-    n = None if d is None or axis >= len(d) else d[axis]
+    n = d[axis] if d is not None and 0 <= axis < len(d) else None
     values = None if n is None else constant_ints(idx)
     if values and (min(values) < -n or max(values) >= n):
         bad = next(v for v in values if not -n <= v < n)

@@ -323,3 +323,16 @@ def test_resize_dynamic_resized_axis_refused():
     with pytest.raises(UnsupportedOp, match=r"node 'up'.*static extents on the axes it resizes "
                                             r"\(axis 2: None -> None\)"):
         forward(m)
+
+
+def test_overlapping_max_pool_taps_in_3d():
+    """A 2-D pool's primal window taps come from a 3-D Conv (ONNX Runtime
+    keeps it out of its blocked layout, whose reorder cost twice the Conv);
+    the derivatives are the same against finite differences."""
+    from onnx_ad_mlir.api import reverse
+    m, feeds = case("MaxPool", (2, 3, 7, 6), kernel_shape=[3, 3], strides=[2, 2],
+                    pads=[1, 1, 1, 1])
+    check_derivatives(m, feeds)
+    convs = [n for n in reverse(m, layout="onnx").graph.node if n.op_type == "Conv"]
+    shapes = [list(next(a.ints for a in n.attribute if a.name == "kernel_shape")) for n in convs]
+    assert [1, 3, 3] in shapes, shapes

@@ -172,34 +172,31 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
     pads = [0, 0] + p[:n] + [0, 0] + p[n:]
     padded = [sp[i] + p[i] + p[n + i] for i in range(n)]
 
-    def taps(v: ir.Value, fill: float | None) -> ir.Value:  # [M, 1, *S] -> [M, K, *O]
+    def taps(v: ir.Value, fill: float | None, lift: bool = False) -> ir.Value:
+        """[M, 1, *S] -> [M, K, *O]. `lift`: as a Conv over [M, 1, 1, *S]
+        (one more spatial axis, of extent 1). ONNX Runtime runs a 2-D Conv
+        in its blocked layout (NCHWc), K channels padded to 16, and the
+        primal's taps must come back out of it for the comparison: that
+        reorder cost twice the Conv (squeezenet reverse 4.83 -> 4.47 x primal
+        lifted)."""
         if any(p):
             v = b.pad(v, pads, tensor_type([dims(v)[0], 1] + padded, element_type(v)), fill)
-        return b.op("Conv", [v, kernel, None], tensor_type([dims(v)[0], kk] + od, element_type(v)),
-                    **conv_attrs)
-
-    def taps_3d(v: ir.Value) -> ir.Value:
-        """taps(v) of a 2-D pool's primal as a 3-D Conv over [M, 1, 1, *S]:
-        ONNX Runtime runs a 2-D one then in its blocked layout (NCHWc), K
-        channels padded to 16 and converted back for the comparison; the
-        reorder cost twice the Conv (squeezenet reverse 4.73 -> 4.41 x primal)."""
-        if any(p):
-            v = b.pad(v, pads, tensor_type([dims(v)[0], 1] + padded, element_type(v)), lowest)
-        w = b.constant(ir.DenseElementsAttr.get(onehot.reshape([kk, 1, 1] + list(ks)),
-                                                type=ir.RankedTensorType.get([kk, 1, 1] + list(ks), elem)))
-        attrs = dict(kernel_shape=[1] + list(ks), strides=[1] + list(s), dilations=[1] + list(d),
-                     group=1, pads=[0] * 6)
-        v5 = b.unsqueeze(v, [2])
-        c = b.op("Conv", [v5, w, None], tensor_type([dims(v)[0], kk, 1] + od, element_type(v)),
-                 **attrs)
-        return b.squeeze(c, [2])
+        if not lift:
+            return b.op("Conv", [v, kernel, None],
+                        tensor_type([dims(v)[0], kk] + od, element_type(v)), **conv_attrs)
+        w = b.constant(ir.DenseElementsAttr.get(onehot[:, :, None], type=ir.RankedTensorType.get(
+            [kk, 1, 1] + list(ks), elem)))
+        lifted = b.op("Conv", [b.unsqueeze(v, [2]), w, None],
+                      tensor_type([dims(v)[0], kk, 1] + od, element_type(v)),
+                      kernel_shape=[1] + list(ks), strides=[1] + list(s),
+                      dilations=[1] + list(d), group=1, pads=[0] * (2 * n + 2))
+        return b.squeeze(lifted, [2])
 
     m = None if xd[0] is None else xd[0] * xd[1]
     if m is None and b.opset < 13:
         return None  # the Mul's transpose would reduce over run-time axes
     lowest = float(np.finfo(np_elem).min)
-    flat_x = b.reshape(x, [-1, 1] + sp, [m, 1] + sp)
-    xs = taps_3d(flat_x) if n == 2 else taps(flat_x, lowest)
+    xs = taps(b.reshape(x, [-1, 1] + sp, [m, 1] + sp), lowest, lift=n == 2)
     hit = b.cast_like(_at_max(b, xs, b.reshape(y, [-1, 1] + od, [m, 1] + od)), x)
     count = b.reduce("ReduceSum", hit, [1], True)                           # [N*C, 1, *O]
     if pos is None:

@@ -25,14 +25,19 @@ from .registry import JVP, JvpRule
 REGION_RULES: dict = {}
 
 
+STANDS_FOR = "onnx_ad.stands_for"  # on reverse mode's linear stand-ins: the region op's name
+
+
 def node_label(op: ir.Operation) -> str:
     """`onnx.Tanh (node 'name')` for messages; the importer puts the ONNX node
-    name first in the op's location."""
+    name first in the op's location. A stand-in is labelled as its region op."""
     loc = str(op.location)
     start = loc.find('"')
     end = loc.find('"', start + 1)
     name = loc[start + 1:end] if 0 <= start < end else loc
-    return f"{op.name} (node '{name}')"
+    attrs = op.attributes
+    kind = ir.StringAttr(attrs[STANDS_FOR]).value if STANDS_FOR in attrs else op.name
+    return f"{kind} (node '{name}')"
 
 
 class Tangents:

@@ -55,7 +55,8 @@ def _main_function(module: ir.Module) -> ir.Operation:
     raise ExportFailure(f"expected a func.func @main_graph, found {len(funcs)} functions")
 
 
-def _restore_model_fields(attrs, model: onnx.ModelProto, op_names: set[str]) -> None:
+def _stored_versions(attrs) -> tuple[int | None, dict[str, int]]:
+    """(ir_version, {domain: version}) the module kept from its source model."""
     stored = {}
     if "onnx.opset_import" in attrs:
         for pair in ir.ArrayAttr(attrs["onnx.opset_import"]):
@@ -63,7 +64,11 @@ def _restore_model_fields(attrs, model: onnx.ModelProto, op_names: set[str]) -> 
             stored[ir.StringAttr(domain).value] = ir.IntegerAttr(version).value
     ir_version = ir.IntegerAttr(attrs["onnx.ir_version"]).value \
         if "onnx.ir_version" in attrs else None
-    ir_version, opsets = model_versions(ir_version, stored, op_names)
+    return ir_version, stored
+
+
+def _restore_model_fields(attrs, model: onnx.ModelProto, op_names: set[str]) -> None:
+    ir_version, opsets = model_versions(*_stored_versions(attrs), op_names)
     model.ir_version = ir_version
     for domain, version in opsets.items():
         model.opset_import.add(domain=domain, version=version)
@@ -146,9 +151,19 @@ class _Exporter:
         self._type_fields: dict[ir.Type, bytes] = {}
         self._fields: list[bytes] = []  # serialized GraphProto fields of the current block
         self._encoded = _Encoded()
+        ir_version, stored = _stored_versions(module.operation.attributes)
+        opset = stored.get("", stored.get("ai.onnx"))
+        # Constant before opset 9 holds float16/32/64 only: other constants
+        # (the rules' int64 shapes and axes) become main-graph initializers,
+        # also graph inputs at IR 3, where every initializer must be one
+        self._float_constants_only = opset is not None and opset < 9
+        self._initializers_are_inputs = ir_version is not None and ir_version < 4
+        self._main_graph: onnx.GraphProto | None = None
+        self._main_fields: list[bytes] = []
 
     # ----------------------------------------------------------------- graphs
     def main_graph(self, func: ir.Operation, graph: onnx.GraphProto) -> None:
+        self._main_graph = graph
         attrs = func.attributes
         block = func.regions[0].blocks[0]
         arg_attrs = _dicts(attrs, "arg_attrs", len(block.arguments))
@@ -235,6 +250,8 @@ class _Exporter:
         infos = self._infos
         outer_fields = self._fields
         self._fields = fields = []
+        if graph is self._main_graph:
+            self._main_fields = fields
         for opview in block.operations:
             op = opview.operation
             name = op.name
@@ -249,10 +266,14 @@ class _Exporter:
                 self.value_names[op.result] = ""
             elif name == "onnx.Constant" and "onnx.initializer" in (attrs := op.attributes):
                 self._initializer(op, attrs, graph)
+            elif self._float_constants_only and name.startswith("onnx.ConstantV") and \
+                    not isinstance(ir.ShapedType(op.result.type).element_type,
+                                   (ir.F16Type, ir.F32Type, ir.F64Type)):
+                self._main_initializer(op, op.attributes)
             elif name.startswith("onnx."):
                 info = self._op_info(name)
-                if name != "onnx.Constant":  # Constant: checked above every time
-                    infos[name] = info
+                if not name.startswith("onnx.ConstantV") and name != "onnx.Constant":
+                    infos[name] = info  # (Constants are checked above every time)
                 self._node(op, info, graph, outputs)
             else:
                 raise ExportFailure(f"op '{name}' is not an onnx dialect op and has no "
@@ -278,6 +299,18 @@ class _Exporter:
             sparse = self._sparse(attrs["sparse_value"])
             sparse.values.name = name
             graph.sparse_initializer.append(sparse)
+
+    def _main_initializer(self, op: ir.Operation, attrs) -> None:
+        """A constant as an initializer of the main graph (subgraphs read it
+        from the outer scope)."""
+        fields, self._fields = self._fields, self._main_fields
+        try:
+            self._initializer(op, attrs, self._main_graph)
+        finally:
+            self._fields = fields
+        if self._initializers_are_inputs:
+            vi = self._main_graph.input.add(name=self.value_names[op.result])
+            self._fill_value_info(vi, op.result.type, None)
 
     def _op_info(self, op_name: str) -> _OpInfo:
         """The export facts of an onnx op (once per op name and export)."""

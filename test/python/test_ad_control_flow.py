@@ -446,3 +446,31 @@ def test_state_declared_against_its_start_refused(op):
            "type tensor<f32>") if op == "Loop" else "strict ONNX shape inference rejects"
     with pytest.raises(OnnxAdError, match=f"\\({op}\\): {why}"):
         reverse(m, inputs=["x"], layout="onnx")
+
+
+def test_refusal_inside_a_reversed_region_names_the_region_op():
+    """A branch's Reshape to a shape that is a graph input (IR 3: every
+    initializer is one) leaves the tangent's extents unknown; before opset
+    13 reversing the broadcast back to the declared output needs run-time
+    axes, refused, and the message names the If node, not reverse mode's
+    internal stand-in for it."""
+    from onnx_ad_mlir.errors import UnsupportedOp
+    branch = lambda name, op: h.make_graph(
+        [h.make_node(op, ["x"], [name + "a"]), h.make_node("Reshape", [name + "a", "S"], [name + "r"]),
+         h.make_node("Mul", [name + "r", name + "r"], [name + "o"])], name, [],
+        [h.make_tensor_value_info(name + "o", TP.FLOAT, [4, 2])])
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             h.make_node("Greater", ["s", "z"], ["c"]),
+             h.make_node("If", ["c"], ["y"], name="choose", then_branch=branch("t", "Tanh"),
+                         else_branch=branch("e", "Sigmoid"))]
+    inits = [onnx.numpy_helper.from_array(np.array([4, 2], np.int64), "S"),
+             onnx.numpy_helper.from_array(np.array(0.0, np.float32), "z")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 4]),
+                                  h.make_tensor_value_info("S", TP.INT64, [2]),
+                                  h.make_tensor_value_info("z", TP.FLOAT, [])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [4, 2])], initializer=inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 11)])
+    m.ir_version = 3
+    with pytest.raises(UnsupportedOp, match=r"^onnx\.If\w* \(node 'choose'\): onnx\.Expand.*"
+                                            r"run time needs opset >= 13"):
+        reverse(m, inputs=["x"], layout="onnx")

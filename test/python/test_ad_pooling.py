@@ -131,6 +131,14 @@ def test_upsample_opset9():
     check_derivatives(m, feeds)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_opset10(mode):
+    """Resize-10 takes (X, scales): the scales are its second operand."""
+    m, feeds = case("Resize", (2, 1, 3, 4), extra=[const("sc", np.asarray([1, 1, 2, 1.5], np.float32))],
+                    distinct=False, opset=10, mode=mode)
+    check_derivatives(m, feeds)
+
+
 def test_roi_align_double():
     rois = np.array([[0.5, 0.3, 3.2, 2.9], [1.0, 1.5, 2.5, 3.5], [0.0, 0.0, 1.5, 1.0]], np.float64)
     nodes = [const("r", rois), const("bi", np.array([1, 0, 1])),
@@ -209,6 +217,29 @@ def test_tiling_windows(op, opset):
     m, feeds = case(op, (2, 2, 5, 6), opset=opset, distinct=op == "MaxPool", kernel_shape=[2, 3],
                     strides=[2, 3])
     check_derivatives(m, feeds)
+
+
+@pytest.mark.parametrize("opset", [8, 9, 10, 11, 13, 19])
+def test_average_pool_exact_tiles(opset):
+    """Windows tiling x exactly: the tangent is the pool itself, its transpose
+    a nearest upsample (Upsample before opset 10, its scales an attribute
+    before 9). Second derivatives go through the upsample's own rules.
+    Constants of the derivative models before opset 9 are initializers
+    (Constant holds floats only there), which the checker verifies."""
+    from onnx_ad_mlir.api import forward, reverse
+    nodes = [h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node("AveragePool", ["t"], ["p"], kernel_shape=[2, 3], strides=[2, 3]),
+             h.make_node("Tanh", ["p"], ["y"])]
+    m = model(nodes, [("x", F, [2, 3, 4, 6])], [("y", F, None)], opset=opset)
+    x = np.random.default_rng(3).standard_normal((2, 3, 4, 6)).astype(np.float32)
+    check_derivatives(m, {"x": x})
+    check_hessian(m, {"x": x})
+    fwd, adj = forward(m, layout="onnx"), reverse(m, layout="onnx")
+    assert [n.op_type for n in fwd.graph.node].count("AveragePool") == 2
+    assert {"Upsample" if opset < 10 else "Resize"} <= {n.op_type for n in adj.graph.node}
+    if opset >= 13:  # (before, reversing the reverse model's broadcasts needs run-time axes)
+        u = np.random.default_rng(4).standard_normal((2, 3, 2, 2, 1)).astype(np.float32)
+        check_derivatives(adj, {"x": x, "adj_y": u})  # reverse(reverse(m)), forward(reverse(m))
 
 
 @pytest.mark.parametrize("opset", [13, 19])

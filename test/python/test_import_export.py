@@ -383,3 +383,36 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path):
             entry.value = "../../etc/passwd"
     onnx.save(tampered, path)
     _bad(str(path), "outside the model's folder")
+
+
+@pytest.mark.parametrize("ir_version", [3, 8])
+def test_int_constants_before_opset_9(ir_version):
+    """Constant holds only float tensors before opset 9: the rules' int64
+    shapes and axes are exported as main-graph initializers, which IR 3
+    also lists as graph inputs. The derivative models pass the full check
+    and match finite differences."""
+    from adcheck import check_derivatives, check_hessian
+    from onnx_ad_mlir.api import reverse
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "W"),
+             numpy_helper.from_array(np.array([4, 2], np.int64), "S")]
+    nodes = [h.make_node("MatMul", ["x", "W"], ["m"]), h.make_node("Tanh", ["m"], ["r"]),
+             h.make_node("Reshape", ["r", "S"], ["q"]), h.make_node("Softmax", ["q"], ["y"], axis=1)]
+    declared = [h.make_tensor_value_info("W", T.FLOAT, [6, 4]),
+                h.make_tensor_value_info("S", T.INT64, [2])] if ir_version == 3 else []
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 6])] + declared,
+                     [h.make_tensor_value_info("y", T.FLOAT, [4, 2])], initializer=inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 8)])
+    m.ir_version = ir_version
+    onnx.checker.check_model(m, full_check=True)
+    x = rng.standard_normal((2, 6)).astype(np.float32)
+    check_derivatives(m, {"x": x}, inputs=["x"])
+    check_hessian(m, {"x": x}, inputs=["x"])
+    adj = reverse(m, inputs=["x"])
+    assert (adj.ir_version, adj.opset_import[0].version) == (ir_version, 8)
+    assert not [n for n in adj.graph.node if n.op_type == "Constant"
+                and n.attribute[0].t.data_type != T.FLOAT]
+    added = {t.name for t in adj.graph.initializer} - {"W", "S"}
+    assert added
+    inputs = {i.name for i in adj.graph.input}
+    assert (added <= inputs) == (ir_version == 3) and not (added & inputs and ir_version != 3)

@@ -53,7 +53,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import Builder, attribute, constant_ints, constant_value, dims, element_type, \
     ints_attr, is_float, nested_ops, op_type, rank, tensor_type
-from ..linearize import REGION_RULES, Tangents
+from ..linearize import REGION_RULES, STANDS_FOR, Tangents
 from ..registry import JVP, TRANSPOSE, mlir_names
 
 # The linear stand-in of a region op in reverse mode: a builtin op (always
@@ -413,7 +413,8 @@ def _linear_standin(op: ir.Operation, rewriter, state: Tangents) -> bool:
         ph = ir.Operation.create(
             PLACEHOLDER, results=[b.derivative_type(r) for r in floats],
             operands=[state.get(v) for v in inputs],
-            attributes={REGION_ID: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident)},
+            attributes={REGION_ID: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident),
+                        STANDS_FOR: ir.StringAttr.get(op.name)},
             loc=op.location)
     _REGIONS[ident] = (op, inputs)
     for r, t in zip(floats, ph.results):

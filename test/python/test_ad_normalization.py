@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
+from onnx import numpy_helper as nh
 
 from adcheck import check_derivatives, check_hessian
 from onnx_ad_mlir.api import forward, reverse
@@ -207,3 +208,23 @@ def test_transformer_like_block():
 
 def teardown_module(module):
     print("\nmax errors:", {k: f"{v:.1e}" for k, v in ERRORS.items()})
+
+
+@pytest.mark.parametrize("scale,ok", [((1,), True), ((4,), True), ((3, 1), True), ((3,), False),
+                                      ((2, 4), False)])
+def test_layer_norm_affine_shapes(scale, ok):
+    """Scale and B must broadcast to X.shape[axis:] = [3, 4] without growing
+    it (ONNX Runtime fails such a model only when it runs it): checked
+    against finite differences where valid, refused naming the node else."""
+    rng = np.random.default_rng(8)
+    inits = [nh.from_array(rng.standard_normal(scale).astype(np.float32), "s"),
+             nh.from_array(rng.standard_normal(scale).astype(np.float32), "b")]
+    m = model([h.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=1, name="ln")],
+              [("x", TP.FLOAT, [2, 3, 4])], [("y", TP.FLOAT, [2, 3, 4])], initializers=inits)
+    x = {"x": rng.standard_normal((2, 3, 4)).astype(np.float32)}
+    if ok:
+        check_derivatives(m, x)
+        return
+    with pytest.raises(OnnxAdError, match=r"\(node 'ln'\): Scale of shape \[.*\] does not "
+                                          r"broadcast to X.shape\[axis:\] = \[3, 4\]"):
+        reverse(m)

@@ -185,6 +185,8 @@ def _layer_norm(b: Builder, op, tangents):
     if not -r <= a < r:  # an invalid model (ONNX shape inference was skipped)
         raise ImportFailure(f"axis {a} is out of range for a rank-{r} input")
     axes = list(range(a + r if a < 0 else a, r))
+    for v, what in ((scale, "Scale"), (bias, "B")):
+        _check_affine(v, x, axes[0], what)
     results = list(op.results) + [None] * (3 - len(op.results))
     have = [v is not None and not isinstance(v.type, ir.NoneType) for v in results]
     if have[1] and have[2]:  # reuse what the op reports
@@ -216,6 +218,24 @@ def _layer_norm(b: Builder, op, tangents):
         terms.append(b.align(tb, r))
     out[0] = total(b, terms)
     return out[:len(op.results)]
+
+
+def _check_affine(v: ir.Value | None, x: ir.Value, axis: int, what: str) -> None:
+    """Scale and B broadcast to X.shape[axis:] without growing it (ONNX
+    Runtime refuses anything else when it runs the op; the rule would build
+    derivatives of the wrong shape)."""
+    vd, xd = dims(v) if v is not None else None, dims(x)
+    if vd is None or xd is None:
+        return
+    norm = xd[axis:]
+    if len(vd) > len(norm) or any(e is not None and n is not None and e not in (1, n)
+                                  for e, n in zip(vd[::-1], norm[::-1])):
+        raise UnsupportedOp(f"{what} of shape {_shape_text(vd)} does not broadcast to "
+                            f"X.shape[axis:] = {_shape_text(norm)}")
+
+
+def _shape_text(d: list) -> str:
+    return "[" + ", ".join("?" if e is None else str(e) for e in d) + "]"
 
 
 def _reports_statistics(b: Builder, op, r: int, axes: list[int]) -> bool:

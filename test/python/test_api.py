@@ -95,3 +95,17 @@ def test_unranked_input_refused_in_both_modes():
         for layout in ("onnx", "casadi"):
             with pytest.raises(UnsupportedOp, match="derivative of input 'x' needs the rank"):
                 mode(m, layout=layout)
+
+
+def test_bundled_example(tmp_path):
+    """The README's first command: examples/differentiate.py writes the
+    family and checks J v, <J v, w> = <v, J^T w> and H v in ONNX Runtime."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    model = os.path.join(root, "examples", "mlp.onnx")
+    digest = hashlib.sha256(open(model, "rb").read()).hexdigest()
+    run = subprocess.run([sys.executable, os.path.join(root, "examples", "differentiate.py"),
+                          model, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.rstrip().endswith("OK"), run.stdout + run.stderr
+    assert sorted(os.listdir(tmp_path)) == ["adj_mlp.onnx", "fwd_adj_mlp.onnx", "fwd_mlp.onnx",
+                                            "mlp.onnx"]
+    assert hashlib.sha256(open(model, "rb").read()).hexdigest() == digest

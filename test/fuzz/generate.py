@@ -1,8 +1,9 @@
 """Seeded generator of random VALID ONNX models over the differentiable op
 subset (issue 7): elementwise unary/binary ops with broadcasting (size-0 and
 size-1 dims included), MatMul/Gemm, reductions, Reshape/Transpose/Concat/
-Slice/Gather, Softmax/LayerNormalization, Conv, and nested If/Scan/Loop whose
-bodies capture outer values; float32 or float64; random shapes.
+Slice/Gather, Softmax/LayerNormalization, Conv, MaxPool/AveragePool, and
+nested If/Scan/Loop whose bodies capture outer values; float32 or float64;
+random shapes.
 
     generate(seed) -> (model, feeds)
 
@@ -306,6 +307,54 @@ class Graph:
         return self.add(self.node("Conv", ins, strides=strides, dilations=dil, pads=pads,
                                   group=group, kernel_shape=k)[0], tuple(out))
 
+    def pool_op(self, x):
+        """MaxPool (maybe of a Relu: the rules fold its mask) or AveragePool
+        over an [N, C, *S] value with random windows: tiling, overlapping,
+        padded, dilated, ceil-mode, auto_pad."""
+        r = self.gen.r
+        if self.gen.main is not self or self.gen.dtype != TP.FLOAT:  # ORT: float32 only
+            return None
+        if x is None or not 3 <= len(self.pool[x]) <= 5 or 0 in self.pool[x]:
+            nd = r.choice([1, 2, 2, 3])
+            xs = (r.choice([1, 2]), r.choice([1, 2]), *[r.randint(2, 6) for _ in range(nd)])
+            x = self.add(self.gen.input(xs), xs)
+        xs = self.pool[x]
+        nd = len(xs) - 2
+        op = r.choice(["MaxPool", "MaxPool", "AveragePool"])
+        k = [r.randint(1, min(3, e)) for e in xs[2:]]
+        tiling = r.random() < 0.4
+        strides = list(k) if tiling else [r.choice([1, 2, 3]) for _ in range(nd)]
+        dil = [1] * nd if tiling or op == "AveragePool" else [r.choice([1, 1, 2]) for _ in range(nd)]
+        eff = [(k[i] - 1) * dil[i] + 1 for i in range(nd)]
+        if any(e > d for e, d in zip(eff, xs[2:])):
+            dil, eff = [1] * nd, list(k)
+        attrs = {"kernel_shape": k, "strides": strides}
+        if op == "MaxPool":
+            attrs["dilations"] = dil
+        pads = [0] * (2 * nd)
+        if not tiling and r.random() < 0.2:
+            attrs["auto_pad"] = r.choice(["SAME_UPPER", "SAME_LOWER", "VALID"])
+            out = [-(-d // s) if attrs["auto_pad"] != "VALID" else (d - e) // s + 1
+                   for d, e, s in zip(xs[2:], eff, strides)]
+        else:
+            if not tiling:
+                pads = [r.choice([0, 0, 1]) if k[i % nd] > 1 else 0 for i in range(2 * nd)]
+                attrs["pads"] = pads
+            ceil = 0 if tiling else r.choice([0, 0, 1])
+            attrs["ceil_mode"] = ceil
+            out = []
+            for i in range(nd):
+                span = xs[2 + i] + pads[i] + pads[nd + i] - eff[i]
+                o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
+                if ceil and (o - 1) * strides[i] >= xs[2 + i] + pads[i]:
+                    o -= 1  # the last window would start in the end padding
+                out.append(o)
+        if op == "AveragePool" and any(pads) and r.random() < 0.5:
+            attrs["count_include_pad"] = 1
+        if op == "MaxPool" and r.random() < 0.4:
+            x = self.node("Relu", [x])[0]
+        return self.add(self.node(op, [x], **attrs)[0], tuple(xs[:2]) + tuple(out))
+
     # ---- control flow ----------------------------------------------------------------------
     def body_chain(self, sub: "Graph", x: str, depth: int, steps: int) -> str:
         """Shape-preserving ops from x inside `sub` (captures come from its pool)."""
@@ -425,7 +474,7 @@ class Gen:
             g.add(self.input(s), s)
         families = [g.unary, g.binary, g.binary, g.matmul, g.gemm, g.reduce, g.reshape,
                     g.transpose, g.concat, g.slice, g.gather, g.softmax, g.layernorm, g.conv,
-                    g.control, g.control]
+                    g.pool_op, g.pool_op, g.control, g.control]
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()

@@ -9,6 +9,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from adcheck import check_derivatives, check_hessian
+from onnx_ad_mlir.errors import UnsupportedOp
 
 F, I = TP.FLOAT, TP.INT64
 
@@ -67,12 +68,52 @@ AVG = [
     ("same-lower", (1, 2, 5, 5), {"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER"}),
     ("1d", (2, 2, 7), {"kernel_shape": [3], "strides": [2]}),
     ("3d", (1, 1, 4, 3, 4), {"kernel_shape": [2, 2, 2], "pads": [1, 0, 0, 0, 1, 1]}),
+    # a stride longer than the window: SAME's padding is negative, windows skip input
+    ("same-upper-skip", (2, 2, 2, 6), {"kernel_shape": [2, 1], "strides": [1, 3],
+                                       "auto_pad": "SAME_UPPER"}),
+    ("same-lower-skip", (1, 2, 7, 6), {"kernel_shape": [1, 2], "strides": [4, 5],
+                                       "auto_pad": "SAME_LOWER"}),
 ]
 
 
 @pytest.mark.parametrize("name,shape,attrs", AVG, ids=[c[0] for c in AVG])
 def test_average_pool(name, shape, attrs):
     m, feeds = case("AveragePool", shape, distinct=False, **attrs)
+    check_derivatives(m, feeds)
+
+
+def test_lp_pool_negative_same_padding():
+    m, feeds = case("LpPool", (1, 2, 3, 8), distinct=False, kernel_shape=[1, 2], strides=[2, 5],
+                    auto_pad="SAME_UPPER", p=2)
+    feeds["x"] = np.abs(feeds["x"]) + 0.5
+    check_derivatives(m, feeds)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_max_pool_negative_same_padding(relu):
+    """ONNX Runtime runs a MaxPool with negative SAME padding when it has
+    dilations (its dilated kernel crops; the plain one refuses): windows
+    skip input, after a Relu too (fuzz: the tangent was NaN there)."""
+    extra = [h.make_node("Relu", ["x"], ["r"])] if relu else []
+    nodes = extra + [h.make_node("MaxPool", ["r" if relu else "x"], ["y"], kernel_shape=[2, 1],
+                                 strides=[1, 4], dilations=[1, 2], auto_pad="SAME_UPPER")]
+    m = model(nodes, [("x", F, [1, 2, 4, 7])], [("y", F, None)])
+    x = (np.random.default_rng(6).permutation(56).reshape(1, 2, 4, 7).astype(np.float32) - 20) * 0.1
+    check_derivatives(m, {"x": x})
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_ceil_mode_last_window_in_padding(op):
+    """ceil_mode with a last window that would start in the end padding:
+    ONNX Runtime drops it, ONNX shape inference before opset 22 does not
+    (declared 3 where 2 run): refused there, differentiated at opset 22."""
+    from onnx_ad_mlir.api import forward
+    attrs = dict(kernel_shape=[1, 2], strides=[1, 4], ceil_mode=1)
+    m, feeds = case(op, (2, 1, 3, 8), opset=19, distinct=op == "MaxPool", **attrs)
+    with pytest.raises(UnsupportedOp, match=r"ceil_mode: the output extent on spatial axis 1 is "
+                                            r"3 by ONNX shape inference but 2 in ONNX Runtime"):
+        forward(m)
+    m, feeds = case(op, (2, 1, 3, 8), opset=22, distinct=op == "MaxPool", **attrs)
     check_derivatives(m, feeds)
 
 

@@ -40,9 +40,40 @@ def _verbatim(op: ir.Operation, drop: tuple = ()) -> dict:
 
 # ---- MaxPool --------------------------------------------------------------------
 
+def _check_ceil_extents(op: ir.Operation, x: ir.Value, y: ir.Value) -> None:
+    """ceil_mode before opset 22: ONNX shape inference takes the ceiling
+    plainly, ONNX Runtime drops a last window that would start in the end
+    padding (the rule opset 22 adopted). Where the two differ the model's
+    types contradict what runs; refused rather than built on either."""
+    if not ("ceil_mode" in op.attributes and attribute(op, "ceil_mode")) or \
+            (attribute(op, "auto_pad") or "NOTSET") != "NOTSET":
+        return
+    xd, yd = dims(x), dims(y)
+    if xd is None or yd is None:
+        return
+    kernel = attribute(op, "kernel_shape")
+    n = len(kernel)
+    strides = attribute(op, "strides") or [1] * n
+    dil = (attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n
+    pads = attribute(op, "pads") or [0] * (2 * n)
+    for i in range(n):
+        if xd[2 + i] is None or yd[2 + i] is None:
+            continue
+        span = xd[2 + i] + pads[i] + pads[n + i] - (kernel[i] - 1) * dil[i] - 1
+        runs = -(-span // strides[i]) + 1
+        if (runs - 1) * strides[i] >= xd[2 + i] + pads[i]:
+            runs -= 1
+        if runs != yd[2 + i]:
+            raise UnsupportedOp(
+                f"ceil_mode: the output extent on spatial axis {i} is {yd[2 + i]} by ONNX "
+                f"shape inference but {runs} in ONNX Runtime (its last window would start "
+                "in the end padding; opset 22 settles this as ONNX Runtime does)")
+
+
 @jvp("MaxPool")
 def _max_pool(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
+    _check_ceil_extents(op, x, y)
     idx = None
     if len(op.results) > 1 and not isinstance(op.results[1].type, ir.NoneType) and \
             (attribute(op, "storage_order") or 0) == 0:
@@ -166,7 +197,7 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
             not isinstance(element_type(x), ir.F32Type) or b.opset < 9:
         return None  # ONNX Runtime's Conv and ConvTranspose: float32 only (on CPU)
     geom = _pool_pads(op, x, y)
-    ks, s, d, p = geom["kernel_shape"], geom["strides"], geom["dilations"], geom["pads"]
+    ks, s, d = geom["kernel_shape"], geom["strides"], geom["dilations"]
     n = len(ks)
     kk = int(np.prod(ks))
     if kk > MAX_PATCH_WINDOW or len(xd) != n + 2:
@@ -179,8 +210,6 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
     sp, od = xd[2:], yd[2:]
     conv_attrs = dict(kernel_shape=list(ks), strides=list(s), dilations=list(d), group=1,
                       pads=[0] * (2 * n))
-    pads = [0, 0] + p[:n] + [0, 0] + p[n:]
-    padded = [sp[i] + p[i] + p[n + i] for i in range(n)]
 
     def taps(v: ir.Value, fill: float | None, lift: bool = False) -> ir.Value:
         """[M, 1, *S] -> [M, K, *O]. `lift`: as a Conv over [M, 1, 1, *S]
@@ -189,8 +218,12 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
         primal's taps must come back out of it for the comparison: that
         reorder cost twice the Conv (squeezenet reverse 4.83 -> 4.47 x primal
         lifted)."""
+        v, kept = _cropped(b, v, 2, geom)
+        p = kept["pads"]
         if any(p):
-            v = b.pad(v, pads, tensor_type([dims(v)[0], 1] + padded, element_type(v)), fill)
+            padded = [dims(v)[2 + i] + p[i] + p[n + i] for i in range(n)]
+            v = b.pad(v, [0, 0] + p[:n] + [0, 0] + p[n:],
+                      tensor_type([dims(v)[0], 1] + padded, element_type(v)), fill)
         if not lift:
             return b.op("Conv", [v, kernel, None],
                         tensor_type([dims(v)[0], kk] + od, element_type(v)), **conv_attrs)
@@ -267,6 +300,7 @@ def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list[int],
              fill: float | None) -> ir.Value:
     """Windows of v (spatial axes from `first`) stacked on a new axis first-1+... :
     [.., C, K, *O] by strided Slices of v padded with `fill` (0 when None)."""
+    v, geom = _cropped(b, v, first, geom)
     vd = dims(v)
     n = len(outs)
     k, s, d, p = geom["kernel_shape"], geom["strides"], geom["dilations"], geom["pads"]
@@ -428,8 +462,10 @@ def _pool_pads(op: ir.Operation, x: ir.Value, y: ir.Value) -> dict:
     elif auto in ("SAME_UPPER", "SAME_LOWER"):
         for i in range(n):
             o = -(-xd[2 + i] // strides[i])
-            tot = max(0, (o - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - xd[2 + i])
-            lo = tot // 2 if auto == "SAME_UPPER" else tot - tot // 2
+            tot = (o - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - xd[2 + i]
+            # halves rounded toward zero, as ONNX Runtime does; a stride longer
+            # than the window makes the total negative: the windows skip input
+            lo = int(tot / 2) if auto == "SAME_UPPER" else int((tot + 1) / 2)
             pads[i], pads[n + i] = lo, tot - lo
     if static:  # ceil_mode: extra end padding so that Conv's floor gives the pool's extents
         for i in range(n):
@@ -445,8 +481,24 @@ def _ones_kernel(b: Builder, kernel: list[int], like: ir.Value) -> ir.Value:
     return b.constant(ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(elem, 1.0)))
 
 
+def _cropped(b: Builder, v: ir.Value, first: int, geom: dict) -> tuple[ir.Value, dict]:
+    """v (spatial axes from `first`) with the input that negative pads drop
+    sliced off, and the geometry with those pads 0 (Conv takes no negative
+    pads); v and geom as they are without negative pads."""
+    pads, n = geom["pads"], len(geom["kernel_shape"])
+    if min(pads) >= 0:
+        return v, geom
+    vd = dims(v)
+    starts = [max(0, -pads[i]) for i in range(n)]
+    ends = [vd[first + i] - max(0, -pads[n + i]) for i in range(n)]
+    v = b.slice(v, list(range(first, first + n)), starts, ends,
+                tensor_type(vd[:first] + [e - s for s, e in zip(starts, ends)], element_type(v)))
+    return v, {**geom, "pads": [max(0, p) for p in pads]}
+
+
 def window_sum(b: Builder, u: ir.Value, y: ir.Value, geom: dict) -> ir.Value:
     """Sum of the derivative u [k, N, C, *S] over each pooling window: [k] + shape(y)."""
+    u, geom = _cropped(b, u, 3, geom)
     ud, yd = dims(u), dims(y)
     merged = b.reshape(u, b.concat([b.ints([-1, 1]), b.shape(u, 3)], 0),
                        [None, 1] + ud[3:])
@@ -466,6 +518,7 @@ def _average_pool(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
     if rank(x) is None or rank(y) is None:
         raise UnsupportedOp("AveragePool needs static ranks")
+    _check_ceil_extents(op, x, y)
     kernel = _tiling_kernel(op, x, y)
     if kernel is not None and _exact_tiles(x, y, kernel):
         # the pool itself on the merged directions: its transpose is one
@@ -481,8 +534,9 @@ def _average_pool(b: Builder, op, tangents):
     yd = dims(y)
     ones = _ones_image(b, x)
     avg = b.op("AveragePool", [ones], tensor_type([1, 1] + yd[2:], element_type(x)), **_verbatim(op))
-    count = b.op("Conv", [ones, _ones_kernel(b, geom["kernel_shape"], x), None],
-                 tensor_type([1, 1] + yd[2:], element_type(x)), **geom)
+    kept, kept_geom = _cropped(b, ones, 2, geom)
+    count = b.op("Conv", [kept, _ones_kernel(b, geom["kernel_shape"], x), None],
+                 tensor_type([1, 1] + yd[2:], element_type(x)), **kept_geom)
     scale = b.div(avg, b.ew("Max", count, b.scalar(1.0, x)))
     return [b.mul(window_sum(b, tangents[0], y, geom), scale)]
 
@@ -492,6 +546,7 @@ def _lp_pool(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
     if rank(x) is None or rank(y) is None:
         raise UnsupportedOp("LpPool needs static ranks")
+    _check_ceil_extents(op, x, y)
     p = attribute(op, "p")
     p = 2 if p is None else p
     geom = _pool_pads(op, x, y)

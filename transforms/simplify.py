@@ -37,7 +37,7 @@ from mlir import ir
 from onnx_ad_mlir import _op_table
 
 from . import symdims
-from .builder import Builder, attribute, constant_value, defining_op, dims
+from .builder import Builder, attribute, constant_uniform, constant_value, defining_op, dims
 from .rules.reduction import reduce_axes
 
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Where", "Pow", "Mean"}
@@ -316,18 +316,48 @@ def _standardized(b, op: ir.Operation) -> int:
     if not isinstance(st, ir.RankedTensorType) or not st.has_static_shape or \
             not isinstance(st.element_type, ir.FloatType):
         return 0
-    with ir.InsertionPoint(op):
-        ones = b.constant(ir.DenseElementsAttr.get_splat(st, ir.FloatAttr.get(st.element_type, 1.0)))
-        attrs = {k: ln.attributes[k] for k in ("axis", "epsilon", "stash_type")
-                 if k in ln.attributes}
-        none = ir.NoneType.get()
-        new = b.create("LayerNormalization", [x, ones, None], [x.type, none, none], **attrs)[0]
+    attrs = {k: ln.attributes[k] for k in ("axis", "epsilon", "stash_type") if k in ln.attributes}
+    new = _unit_layer_norm(x, attrs, op)
+    if new is None:
+        with ir.InsertionPoint(op):
+            ones = b.constant(ir.DenseElementsAttr.get_splat(st, ir.FloatAttr.get(st.element_type,
+                                                                                  1.0)))
+            none = ir.NoneType.get()
+            new = b.create("LayerNormalization", [x, ones, None], [x.type, none, none], **attrs)[0]
     op.results[0].replace_all_uses_with(new)
     symdims.forget(op)
     op.erase()
     symdims.forget(sub)
     sub.erase()
     return 1
+
+
+def _unit_layer_norm(x: ir.Value, attrs: dict, before: ir.Operation) -> ir.Value | None:
+    """The result of a LayerNormalization(x, ones) with these attributes and
+    no bias that already exists ahead of `before` in its block (in a Hessian,
+    the reverse model's own, now reporting statistics for its rule), else
+    None. A second one would repeat the kernel, and ONNX Runtime's CSE pairs
+    up the outputs of same-operand twins by position even where one of them
+    leaves an output out."""
+    before = before.operation
+    for use in x.uses:
+        ln = use.owner.operation
+        if ln.name != "onnx.LayerNormalization" or ln.operands[0] != x or \
+                ln.block != before.block or \
+                (len(ln.operands) > 2 and not isinstance(ln.operands[2].type, ir.NoneType)) or \
+                ln.results[0].type != x.type or \
+                any(ln.attributes[k] != v for k, v in attrs.items()) or \
+                len(ln.attributes) != len(attrs) or constant_uniform(ln.operands[1]) != 1.0:
+            continue
+        if not ln.is_before_in_block(before):  # moved up: x is defined above `before`
+            ones = defining_op(ln.operands[1])
+            if ones is None or ones.operation.block != before.block:
+                continue
+            if not ones.operation.is_before_in_block(before):
+                ones.operation.move_before(before)
+            ln.move_before(before)
+        return ln.results[0]
+    return None
 
 
 def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:

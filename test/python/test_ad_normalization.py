@@ -228,3 +228,22 @@ def test_layer_norm_affine_shapes(scale, ok):
     with pytest.raises(OnnxAdError, match=r"\(node 'ln'\): Scale of shape \[.*\] does not "
                                           r"broadcast to X.shape\[axis:\] = \[3, 4\]"):
         reverse(m)
+
+
+def test_layer_norm_reporting_only_inv_std_dev():
+    """A LayerNormalization that reports InvStdDev but not Mean (reverse
+    models have them): the rule's statistics-reporting replacement takes
+    over its InvStdDev too, so one LayerNormalization is left. Two were left
+    before, with the same operands: ONNX Runtime's CSE merged them and
+    failed to load the model (fuzz: forward(reverse(m)))."""
+    from adcheck import session
+    m = model([h.make_node("LayerNormalization", ["x", "s"], ["n", "", "inv"], axis=1),
+               h.make_node("Mul", ["n", "inv"], ["y"])],
+              [("x", TP.FLOAT, [2, 3, 4])], [("y", TP.FLOAT, [2, 3, 4])],
+              initializers=[nh.from_array(np.linspace(0.5, 2, 12, dtype=np.float32).reshape(3, 4), "s")])
+    x = {"x": np.random.default_rng(9).standard_normal((2, 3, 4)).astype(np.float32)}
+    check_derivatives(m, x)
+    for d in (forward(m, layout="onnx"), forward(reverse(m, layout="onnx"), layout="onnx")):
+        same = [tuple(n.input) for n in d.graph.node if n.op_type == "LayerNormalization"]
+        assert len(same) == len(set(same))
+        session(d)  # ONNX Runtime's default optimizations, CSE included

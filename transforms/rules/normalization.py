@@ -254,6 +254,15 @@ def _reports_statistics(b: Builder, op, r: int, axes: list[int]) -> bool:
     new = b.create("LayerNormalization", list(op.operands), [y.type, f32, f32], **attrs)
     y.replace_all_uses_with(new[0])
     b.replaced = [(y, new[0])]  # linearize gives the new result y's tangent
+    for old, made in zip(list(op.results)[1:], new[1:]):
+        # a statistic the op already reported (a reverse model's InvStdDev):
+        # read from the new op, so that the old one dies; kept, it would be a
+        # twin that ONNX Runtime's CSE merges by operands, pairing its missing
+        # Mean with the other's (fuzz seed 303 case 192: "Argument type
+        # mismatch when adding edge")
+        if not isinstance(old.type, ir.NoneType):
+            old.replace_all_uses_with(made)
+            b.replaced.append((old, made))
     b.stats = new[1:]
     return True
 

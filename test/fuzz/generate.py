@@ -1,9 +1,10 @@
 """Seeded generator of random VALID ONNX models over the differentiable op
 subset (issue 7): elementwise unary/binary ops with broadcasting (size-0 and
 size-1 dims included), MatMul/Gemm, reductions, Reshape/Transpose/Concat/
-Slice/Gather, Softmax/LayerNormalization, Conv, MaxPool/AveragePool, and
-nested If/Scan/Loop whose bodies capture outer values; float32 or float64;
-random shapes.
+Slice/Gather, Softmax/LayerNormalization, Conv, MaxPool/AveragePool, Pad/
+Expand/Tile/Split/Where/CumSum/Clip/Einsum/Flatten/Unsqueeze, and nested
+If/Scan/Loop whose bodies capture outer values; float32 or float64; random
+shapes.
 
     generate(seed) -> (model, feeds)
 
@@ -307,6 +308,75 @@ class Graph:
         return self.add(self.node("Conv", ins, strides=strides, dilations=dil, pads=pads,
                                   group=group, kernel_shape=k)[0], tuple(out))
 
+    def shaping(self, x):
+        """Pad, Expand, Tile, Split, Where, CumSum, Clip, Einsum, Flatten,
+        Unsqueeze/Squeeze: one of them on x."""
+        r = self.gen.r
+        s = self.pool[x]
+        op = r.choice(["Pad", "Expand", "Tile", "Split", "Where", "CumSum", "Clip", "Einsum",
+                       "Flatten", "Unsqueeze"])
+        if op == "Pad" and s and 0 not in s:
+            mode = r.choice(["constant", "constant", "reflect", "edge"])
+            lim = [d - 1 if mode == "reflect" else 2 for d in s]
+            pads = [r.randint(-1 if d > 1 else 0, lim[i % len(s)]) if mode == "constant" else
+                    r.randint(0, lim[i % len(s)]) for i, d in enumerate(s + s)]
+            out = tuple(d + pads[i] + pads[len(s) + i] for i, d in enumerate(s))
+            if min(out) < 1:
+                return None
+            ins = [x, self.i64(pads)] + ([self.const(np.asarray(0.5, self.gen.npdtype))]
+                                        if mode == "constant" and r.random() < 0.5 else [])
+            return self.add(self.node("Pad", ins, mode=mode)[0], out)
+        if op == "Expand" and len(s) <= 3:
+            target = tuple(r.choice([d, 2]) if d == 1 else d for d in s)
+            target = tuple(r.choice([1, 2]) for _ in range(r.randint(0, 1))) + target
+            return self.add(self.node("Expand", [x, self.i64(list(target))])[0],
+                            _bcast(s, target))
+        if op == "Tile" and s:
+            reps = [r.choice([1, 1, 2]) for _ in s]
+            return self.add(self.node("Tile", [x, self.i64(reps)])[0],
+                            tuple(d * k for d, k in zip(s, reps)))
+        if op == "Split" and s and max(s) > 1:
+            axis = r.choice([a for a in range(len(s)) if s[a] > 1])
+            cut = r.randint(1, s[axis] - 1)
+            outs = self.node("Split", [x, self.i64([cut, s[axis] - cut])], n_out=2, axis=axis)
+            first = tuple(cut if a == axis else d for a, d in enumerate(s))
+            self.add(outs[1], tuple(s[axis] - cut if a == axis else d for a, d in enumerate(s)))
+            return self.add(outs[0], first)
+        if op == "Where":
+            y = self.operand(s)
+            cond = self.node("Greater", [x, self.const(np.asarray(0.0, self.gen.npdtype))])[0]
+            a, b = (x, y) if r.random() < 0.5 else (y, x)
+            return self.add(self.node("Where", [cond, a, b])[0], s)
+        if op == "CumSum" and s:
+            axis = r.randrange(len(s))
+            return self.add(self.node("CumSum", [x, self.i64(axis)], exclusive=r.randint(0, 1),
+                                      reverse=r.randint(0, 1))[0], s)
+        if op == "Clip":
+            lo, hi = sorted([float(r.uniform(-1, 1)), float(r.uniform(-1, 1))])
+            ins = [x, self.const(np.asarray(lo, self.gen.npdtype))] + \
+                ([self.const(np.asarray(hi, self.gen.npdtype))] if r.random() < 0.7 else [])
+            return self.add(self.node("Clip", ins)[0], s)
+        if op == "Einsum" and 1 <= len(s) <= 3:
+            letters = "abc"[:len(s)]
+            n = r.choice([1, 2, 3])
+            w = self.fconst((s[-1], n), 0.5)
+            keep = letters[:-1]
+            eq = f"{letters},{letters[-1]}z->{keep}z" if r.random() < 0.6 else \
+                f"{letters},{letters[-1]}z->z{keep[::-1]}"
+            out = tuple(s[:-1]) + (n,) if "->" + keep in eq else (n,) + tuple(s[:-1][::-1])
+            return self.add(self.node("Einsum", [x, w], equation=eq)[0], out)
+        if op == "Flatten" and s:
+            axis = r.randint(0, len(s))
+            a, b = int(np.prod(s[:axis])), int(np.prod(s[axis:]))
+            return self.add(self.node("Flatten", [x], axis=axis)[0], (a, b))
+        if op == "Unsqueeze" and len(s) <= 3:
+            axis = r.randint(0, len(s))
+            u = self.node("Unsqueeze", [x, self.i64([axis])])[0]
+            if r.random() < 0.5:
+                return self.add(self.node("Squeeze", [u, self.i64([axis])])[0], s)
+            return self.add(u, s[:axis] + (1,) + s[axis:])
+        return None
+
     def pool_op(self, x):
         """MaxPool (maybe of a Relu: the rules fold its mask) or AveragePool
         over an [N, C, *S] value with random windows: tiling, overlapping,
@@ -474,7 +544,7 @@ class Gen:
             g.add(self.input(s), s)
         families = [g.unary, g.binary, g.binary, g.matmul, g.gemm, g.reduce, g.reshape,
                     g.transpose, g.concat, g.slice, g.gather, g.softmax, g.layernorm, g.conv,
-                    g.pool_op, g.pool_op, g.control, g.control]
+                    g.pool_op, g.pool_op, g.shaping, g.shaping, g.control, g.control]
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()

@@ -90,6 +90,19 @@ def test_tile():
     run([const("r", [2, 1, 3]), h.make_node("Tile", ["x", "r"], ["y"])], (2, 3, 2))
 
 
+@pytest.mark.parametrize("opset", [13, 18])
+def test_tile_of_empty_tensor(opset):
+    """Repeating an axis of an empty tensor: its cotangent is empty too, not
+    a Reshape to a shape with a literal 0 (fuzz: ONNX Runtime refused the
+    reverse model, 'Invalid position of 0')."""
+    from onnx_ad_mlir.api import reverse
+    from adcheck import run as ort_run
+    m = model([const("r", [1, 2]), h.make_node("Tile", ["x", "r"], ["y"])],
+              [("x", D, [2, 0])], [("y", D, [2, 0])], opset=opset)
+    got = ort_run(reverse(m, layout="onnx"), {"x": np.zeros((2, 0)), "adj_y": np.zeros((2, 0, 3))})
+    assert got["adj_x"].shape == (2, 0, 3)
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 def test_pad(mode):
     run([const("p", [1, 0, 2, 3]), h.make_node("Pad", ["x", "p"], ["y"], mode=mode)], (3, 4),

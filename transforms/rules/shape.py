@@ -885,7 +885,10 @@ def _t_tile(b: Builder, op, cts, linear):
         out += [rp, e]
     if not axes:
         return [ct, None]
-    split = b.reshape(ct, b.concat(pieces, 0), out)
+    if 0 in d[1:] and None not in d[1:]:  # x is empty: so is its cotangent
+        return [b.expand(b.scalar(0.0, ct), b.concat([b.shape(ct, 0, 1), b.ints(d[1:])], 0),
+                         [None] + d[1:]), None]
+    split = b.reshape_to(ct, b.concat(pieces, 0), out)  # (a 0 extent needs allowzero)
     return [b.reduce("ReduceSum", split, axes, False), None]
 
 

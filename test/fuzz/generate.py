@@ -377,6 +377,28 @@ class Graph:
             return self.add(u, s[:axis] + (1,) + s[axis:])
         return None
 
+    def same_window(self, x):
+        """A Conv (C -> C channels, constant weights) or a MaxPool/AveragePool
+        whose padding keeps x's shape [N, C, *S]: a window op a loop body can
+        carry in its state (an ODE step over a CNN, say)."""
+        r = self.gen.r
+        s = self.pool[x]
+        if self.gen.dtype != TP.FLOAT or not 3 <= len(s) <= 4 or 0 in s:
+            return None
+        nd = len(s) - 2
+        k = [r.choice([1, 3]) if d >= 3 else 1 for d in s[2:]]
+        pads = [kk // 2 for kk in k] * 2
+        op = r.choice(["Conv", "Conv", "MaxPool", "AveragePool"])
+        if op == "Conv":
+            ins = [x, self.fconst((s[1], s[1], *k), 0.3)] + \
+                ([self.fconst((s[1],))] if r.random() < 0.5 else [])
+            return self.add(self.node("Conv", ins, kernel_shape=k, pads=pads)[0], s)
+        if op == "MaxPool" and r.random() < 0.4:
+            x = self.node("Relu", [x])[0]
+        attrs = {"count_include_pad": r.randint(0, 1)} if op == "AveragePool" else {}
+        return self.add(self.node(op, [x], kernel_shape=k, pads=pads, strides=[1] * nd,
+                                  **attrs)[0], s)
+
     def pool_op(self, x):
         """MaxPool (maybe of a Relu: the rules fold its mask) or AveragePool
         over an [N, C, *S] value with random windows: tiling, overlapping,
@@ -431,10 +453,12 @@ class Graph:
         r = self.gen.r
         for _ in range(steps):
             pick = r.random()
-            if pick < 0.4:
+            if pick < 0.35:
                 x = sub.unary(x)
-            elif pick < 0.8:
+            elif pick < 0.7:
                 x = sub.binary(x)
+            elif pick < 0.8:
+                x = sub.same_window(x) or x
             elif depth > 0:
                 x = sub.control(x, depth - 1) or x
             else:

@@ -94,6 +94,12 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
         inferred = validate.infer_shapes(skeleton, data_prop=False)
         if _propagates_data(model.graph, rows, inits) and not _long_vectors(inferred.graph):
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
+        carried = _carried_loop_types(inferred.graph)
+        if carried:  # declared, then inferred again: the shapes reach the Loops' users
+            skeleton = onnx.ModelProto()
+            skeleton.CopyFrom(inferred)
+            skeleton.graph.value_info.extend(carried)
+            inferred = validate.infer_shapes(skeleton, data_prop=False)
     except ImportFailure:
         raise
     except Exception:  # inference errors on odd but importable models
@@ -102,6 +108,47 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
         inferred.graph.ClearField("initializer")
         inferred.graph.initializer.extend(model.graph.initializer)
     return inferred
+
+
+def _carried_loop_types(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """Types of main-graph Loop results that ONNX's inference leaves without
+    a shape (it keeps only the element type of loop-carried values, which may
+    change shape from one iteration to the next): a value whose start, body
+    argument and body result all have the same static shape keeps it through
+    any number of iterations, zero included."""
+    known = {v.name: v.type for v in list(graph.input) + list(graph.value_info) +
+             list(graph.output)}
+    for t in graph.initializer:
+        known.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+    found = []
+    for node in graph.node:
+        if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
+            continue
+        body = next((a.g for a in node.attribute if a.name == "body"), None)
+        if body is None:
+            continue
+        for j, result in enumerate(node.output[:len(node.input) - 2]):
+            if not result or _static_shape(known.get(result)) is not None:
+                continue
+            start = _static_shape(known.get(node.input[2 + j])) if 2 + j < len(node.input) else None
+            if start is None or j + 2 >= len(body.input) or j + 1 >= len(body.output) or \
+                    _static_shape(body.input[2 + j].type) != start or \
+                    _static_shape(body.output[1 + j].type) != start:
+                continue
+            vi = onnx.ValueInfoProto(name=result)
+            vi.type.CopyFrom(body.input[2 + j].type)
+            found.append(vi)
+    return found
+
+
+def _static_shape(t: onnx.TypeProto | None) -> tuple | None:
+    """(elem_type, dims) of a tensor type whose extents are all values."""
+    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    dims = t.tensor_type.shape.dim
+    if not all(d.HasField("dim_value") for d in dims):
+        return None
+    return t.tensor_type.elem_type, tuple(d.dim_value for d in dims)
 
 
 def _inferred_rows(graph: onnx.GraphProto, rows: list[NodeRow]) -> list[NodeRow]:

@@ -396,12 +396,13 @@ def test_unranked_output_refused_in_both_modes(op):
     """A differentiated output whose rank nothing knows (a Flatten or Hardmax
     of a Loop result, output declared without a shape): both modes refuse it
     naming the reason. Forward mode used to raise a TypeError building its
-    zero or packed derivative."""
+    zero or packed derivative. (The body leaves the state's shape open:
+    with one shape throughout, the import would know the result's.)"""
     from onnx_ad_mlir.errors import OnnxAdError
     body = h.make_graph([h.make_node("Identity", ["c"], ["co"]), h.make_node("Tanh", ["v"], ["vo"])],
                         "body", [h.make_tensor_value_info("i", TP.INT64, []),
                                  h.make_tensor_value_info("c", TP.BOOL, []),
-                                 h.make_tensor_value_info("v", TP.FLOAT, [2, 3, 4])],
+                                 h.make_tensor_value_info("v", TP.FLOAT, None)],
                         [h.make_tensor_value_info("co", TP.BOOL, []),
                          h.make_tensor_value_info("vo", TP.FLOAT, [2, 3, 4])])
     nodes = [h.make_node("Constant", [], ["n"], value=h.make_tensor("n", TP.INT64, [], [2])),
@@ -474,3 +475,30 @@ def test_refusal_inside_a_reversed_region_names_the_region_op():
     with pytest.raises(UnsupportedOp, match=r"^onnx\.If\w* \(node 'choose'\): onnx\.Expand.*"
                                             r"run time needs opset >= 13"):
         reverse(m, inputs=["x"], layout="onnx")
+
+
+def test_loop_carried_shape_reaches_its_users():
+    """ONNX's inference keeps only the element type of a Loop's carried
+    results (a state may change shape per iteration); one whose start, body
+    argument and body result share a static shape keeps it, and the import
+    declares it so that later ops (here Flatten, Slice) get ranks: they were
+    refused before ('Slice needs its operand's rank', fuzz)."""
+    body = h.make_graph([h.make_node("Identity", ["c"], ["co"]), h.make_node("Tanh", ["v"], ["t"]),
+                         h.make_node("Mul", ["t", "w"], ["vo"])],
+                        "body", [h.make_tensor_value_info("i", TP.INT64, []),
+                                 h.make_tensor_value_info("c", TP.BOOL, []),
+                                 h.make_tensor_value_info("v", TP.DOUBLE, [2, 3, 2])],
+                        [h.make_tensor_value_info("co", TP.BOOL, []),
+                         h.make_tensor_value_info("vo", TP.DOUBLE, [2, 3, 2])])
+    nodes = [const("n", np.asarray(3, np.int64), TP.INT64), const("t0", np.asarray(True), TP.BOOL),
+             const("w", np.linspace(0.5, 1.5, 12).reshape(2, 3, 2)),
+             h.make_node("Loop", ["n", "t0", "x"], ["l"], body=body),
+             h.make_node("Flatten", ["l"], ["f"], axis=2),
+             const("st", np.asarray([1], np.int64), TP.INT64),
+             const("en", np.asarray([4], np.int64), TP.INT64),
+             const("ax", np.asarray([1], np.int64), TP.INT64),
+             h.make_node("Slice", ["f", "st", "en", "ax"], ["y"])]
+    m = model(nodes, [("x", D, [2, 3, 2])], [("y", D, None)])
+    from onnx_ad_mlir import import_onnx
+    assert "-> tensor<6x1xf64>" in str(import_onnx(m))  # the Slice result, typed
+    check_derivatives(m, {"x": np.random.default_rng(4).standard_normal((2, 3, 2))})

@@ -94,12 +94,11 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
         inferred = validate.infer_shapes(skeleton, data_prop=False)
         if _propagates_data(model.graph, rows, inits) and not _long_vectors(inferred.graph):
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
-        carried = _carried_loop_types(inferred.graph)
-        if carried:  # declared, then inferred again: the shapes reach the Loops' users
-            skeleton = onnx.ModelProto()
-            skeleton.CopyFrom(inferred)
-            skeleton.graph.value_info.extend(carried)
-            inferred = validate.infer_shapes(skeleton, data_prop=False)
+        declared = onnx.ModelProto()
+        declared.CopyFrom(inferred)
+        if _declare_carried_shapes(declared.graph, {}):
+            # inferred again: the shapes reach the Loops' users
+            inferred = validate.infer_shapes(declared, data_prop=False)
     except ImportFailure:
         raise
     except Exception:  # inference errors on odd but importable models
@@ -110,18 +109,23 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
     return inferred
 
 
-def _carried_loop_types(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
-    """Types of main-graph Loop results that ONNX's inference leaves without
-    a shape (it keeps only the element type of loop-carried values, which may
-    change shape from one iteration to the next): a value whose start, body
+def _declare_carried_shapes(graph: onnx.GraphProto, outer: dict[str, onnx.TypeProto]) -> int:
+    """Declares (in value_info, in place) the shapes of Loop results that
+    ONNX's inference leaves without one, in `graph` and its subgraphs; how
+    many. ONNX keeps only the element type of a loop-carried value, which may
+    change shape from one iteration to the next; one whose start, body
     argument and body result all have the same static shape keeps it through
     any number of iterations, zero included."""
-    known = {v.name: v.type for v in list(graph.input) + list(graph.value_info) +
-             list(graph.output)}
+    known = dict(outer)
+    known.update({v.name: v.type for v in list(graph.input) + list(graph.value_info) +
+                  list(graph.output)})
     for t in graph.initializer:
         known.setdefault(t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims)))
-    found = []
+    count = 0
     for node in graph.node:
+        for a in node.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                count += _declare_carried_shapes(a.g, known)
         if node.op_type != "Loop" or node.domain not in ("", "ai.onnx"):
             continue
         body = next((a.g for a in node.attribute if a.name == "body"), None)
@@ -130,15 +134,17 @@ def _carried_loop_types(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
         for j, result in enumerate(node.output[:len(node.input) - 2]):
             if not result or _static_shape(known.get(result)) is not None:
                 continue
-            start = _static_shape(known.get(node.input[2 + j])) if 2 + j < len(node.input) else None
+            start = _static_shape(known.get(node.input[2 + j]))
             if start is None or j + 2 >= len(body.input) or j + 1 >= len(body.output) or \
                     _static_shape(body.input[2 + j].type) != start or \
                     _static_shape(body.output[1 + j].type) != start:
                 continue
-            vi = onnx.ValueInfoProto(name=result)
+            vi = next((v for v in graph.value_info if v.name == result), None) or \
+                graph.value_info.add(name=result)  # (inference's own entry: no shape)
             vi.type.CopyFrom(body.input[2 + j].type)
-            found.append(vi)
-    return found
+            known[result] = vi.type
+            count += 1
+    return count
 
 
 def _static_shape(t: onnx.TypeProto | None) -> tuple | None:

@@ -502,3 +502,29 @@ def test_loop_carried_shape_reaches_its_users():
     from onnx_ad_mlir import import_onnx
     assert "-> tensor<6x1xf64>" in str(import_onnx(m))  # the Slice result, typed
     check_derivatives(m, {"x": np.random.default_rng(4).standard_normal((2, 3, 2))})
+
+
+def test_loop_carried_shape_in_a_branch():
+    """The same inside an If branch: a MaxPool of the Loop's result there
+    took the Indices path for lack of a rank, and reverse mode refused it
+    (fuzz: window ops in bodies)."""
+    body = h.make_graph([h.make_node("Identity", ["c"], ["co"]), h.make_node("Tanh", ["v"], ["vo"])],
+                        "body", [h.make_tensor_value_info("i", TP.INT64, []),
+                                 h.make_tensor_value_info("c", TP.BOOL, []),
+                                 h.make_tensor_value_info("v", TP.FLOAT, [1, 2, 5])],
+                        [h.make_tensor_value_info("co", TP.BOOL, []),
+                         h.make_tensor_value_info("vo", TP.FLOAT, [1, 2, 5])])
+    then = h.make_graph([const("n", np.asarray(2, np.int64), TP.INT64),
+                         const("t0", np.asarray(True), TP.BOOL),
+                         h.make_node("Loop", ["n", "t0", "x"], ["l"], body=body),
+                         h.make_node("MaxPool", ["l"], ["p"], kernel_shape=[3], pads=[1, 1])],
+                        "then", [], [h.make_tensor_value_info("p", TP.FLOAT, [1, 2, 5])])
+    other = h.make_graph([h.make_node("Neg", ["x"], ["q"])], "else", [],
+                         [h.make_tensor_value_info("q", TP.FLOAT, [1, 2, 5])])
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             const("z", np.asarray(0.0, np.float32), TP.FLOAT), h.make_node("Greater", ["s", "z"], ["c"]),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    m = model(nodes, [("x", TP.FLOAT, [1, 2, 5])], [("y", TP.FLOAT, [1, 2, 5])])
+    x = np.random.default_rng(5).permutation(10).reshape(1, 2, 5).astype(np.float32) * 0.1 + 0.05
+    check_derivatives(m, {"x": x})
+    check_derivatives(m, {"x": -x})

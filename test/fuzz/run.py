@@ -230,18 +230,10 @@ def _judged(e: BaseException, model, feeds, i) -> dict:
     """The outcome of a failed check; a "wrong" one re-judged by finite
     differences that can resolve it (see the module docstring)."""
     outcome, detail = _classify_exception(e)
-    if outcome == "wrong" and _agrees_in_float64(model, feeds, i):
-        return {"outcome": "ok-fd64", "detail": "agrees with float64 finite differences; "
-                "float32 ones (step 1e-2) did not\n" + detail}
-    if outcome == "wrong" and _agrees_at_smaller_step(model, feeds, i):
-        return {"outcome": "ok-fd-step", "detail": "agrees with finite differences at a "
-                "smaller step (float32 1e-3, float64 1e-8)\n" + detail}
-    if outcome == "wrong" and _agrees_within_roundoff(model, feeds, i):
-        return {"outcome": "ok-fd-roundoff", "detail": "agrees with finite differences "
-                "within their rounding error (4 eps max|y| / step)\n" + detail}
-    if outcome == "wrong" and _agrees_without_ort_fusions(model, feeds, i):
-        return {"outcome": "ok-ort-bug", "detail": "agrees with ORT graph optimizations "
-                "at BASIC; ORT_ENABLE_ALL computes the primal model wrongly\n" + detail}
+    if outcome == "wrong":
+        for agrees, verdict, why in _REJUDGES:
+            if agrees(model, feeds, i):
+                return {"outcome": verdict, "detail": why + "\n" + detail}
     return {"outcome": outcome, "detail": detail}
 
 
@@ -413,6 +405,19 @@ def _agrees_without_ort_fusions(model, feeds, i) -> bool:
         o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
         return ort.InferenceSession(m.SerializeToString(), o, providers=["CPUExecutionProvider"])
     return _checks_with(model, feeds, i, session=basic)
+
+
+_REJUDGES = [
+    (_agrees_in_float64, "ok-fd64",
+     "agrees with float64 finite differences; float32 ones (step 1e-2) did not"),
+    (_agrees_at_smaller_step, "ok-fd-step",
+     "agrees with finite differences at a smaller step (float32 1e-3, float64 1e-8)"),
+    (_agrees_within_roundoff, "ok-fd-roundoff",
+     "agrees with finite differences within their rounding error (4 eps max|y| / step)"),
+    (_agrees_without_ort_fusions, "ok-ort-bug",
+     "agrees with ORT graph optimizations at BASIC; ORT_ENABLE_ALL computes the primal "
+     "model wrongly"),
+]
 
 
 def _declared_feeds(m, feeds):

@@ -41,13 +41,12 @@ def _verbatim(op: ir.Operation, drop: tuple = ()) -> dict:
 # ---- MaxPool --------------------------------------------------------------------
 
 def _check_ceil_extents(op: ir.Operation, x: ir.Value, y: ir.Value) -> None:
-    """ceil_mode before opset 22: ONNX shape inference takes the ceiling
-    plainly, ONNX Runtime drops a last window that would start in the end
-    padding (the rule opset 22 adopted). Where the two differ the model's
-    types contradict what runs; refused rather than built on either."""
-    if not ("ceil_mode" in op.attributes and attribute(op, "ceil_mode")) or \
-            (attribute(op, "auto_pad") or "NOTSET") != "NOTSET":
-        return
+    """The pool's output extents as ONNX Runtime computes them, against the
+    types (ONNX shape inference's). They differ for ceil_mode before opset
+    22 (ONNX Runtime drops a last window that would start in the end
+    padding, the rule opset 22 adopted) and for SAME padding with dilations
+    (ONNX Runtime pads for the undilated window). There the model's types
+    contradict what runs: refused rather than built on either."""
     xd, yd = dims(x), dims(y)
     if xd is None or yd is None:
         return
@@ -56,18 +55,29 @@ def _check_ceil_extents(op: ir.Operation, x: ir.Value, y: ir.Value) -> None:
     strides = attribute(op, "strides") or [1] * n
     dil = (attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n
     pads = attribute(op, "pads") or [0] * (2 * n)
+    auto = attribute(op, "auto_pad") or "NOTSET"
+    ceil = "ceil_mode" in op.attributes and attribute(op, "ceil_mode")
     for i in range(n):
-        if xd[2 + i] is None or yd[2 + i] is None:
+        e, k, st, d = xd[2 + i], kernel[i], strides[i], dil[i]
+        if e is None or yd[2 + i] is None:
             continue
-        span = xd[2 + i] + pads[i] + pads[n + i] - (kernel[i] - 1) * dil[i] - 1
-        runs = -(-span // strides[i]) + 1
-        if (runs - 1) * strides[i] >= xd[2 + i] + pads[i]:
+        head = pads[i]
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            total = (-(-e // st) - 1) * st + k - e
+            head = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        else:
+            total = 0 if auto == "VALID" else pads[i] + pads[n + i]
+        span = e + total - d * (k - 1) - 1
+        runs = (-(-span // st) if ceil else int(span / st)) + 1
+        if ceil and (runs - 1) * st >= e + head:
             runs -= 1
         if runs != yd[2 + i]:
             raise UnsupportedOp(
-                f"ceil_mode: the output extent on spatial axis {i} is {yd[2 + i]} by ONNX "
-                f"shape inference but {runs} in ONNX Runtime (its last window would start "
-                "in the end padding; opset 22 settles this as ONNX Runtime does)")
+                f"the output extent on spatial axis {i} is {yd[2 + i]} by ONNX shape inference "
+                f"but {runs} in ONNX Runtime (" + (
+                    "ceil_mode: its last window would start in the end padding; opset 22 "
+                    "settles this as ONNX Runtime does)" if ceil else
+                    f"auto_pad {auto} with dilations: it pads for the undilated window)"))
 
 
 @jvp("MaxPool")

@@ -89,9 +89,32 @@ def einsum(b: Builder, terms: list[str], out: str, operands: list[ir.Value]) -> 
                 equation=",".join(terms) + "->" + out)
 
 
+def _check_terms(terms: list[str], operands: list[ir.Value]) -> None:
+    """The equation fits the operands: one term each, as many subscripts as
+    a term's operand has axes ('...' standing for any number), and one
+    extent per letter. ONNX's inference rejects anything else; a model
+    imported without it was differentiated as if it fitted."""
+    if len(terms) != len(operands):
+        raise UnsupportedOp(f"the equation has {len(terms)} input terms for "
+                            f"{len(operands)} operands")
+    seen: dict[str, int] = {}
+    for i, (t, v) in enumerate(zip(terms, operands)):
+        d, n = dims(v), len(_letters(t))
+        if d is None:
+            continue
+        if ("..." in t and n > len(d)) or ("..." not in t and n != len(d)):
+            raise UnsupportedOp(f"term '{t}' has {n} subscripts for operand {i} of rank {len(d)}")
+        head = _letters(t.partition("...")[0])
+        tail = _letters(t.partition("...")[2]) if "..." in t else []
+        for c, e in list(zip(head, d)) + list(zip(tail, d[len(d) - len(tail):])):
+            if e is not None and seen.setdefault(c, e) != e:
+                raise UnsupportedOp(f"subscript '{c}' has extents {seen[c]} and {e}")
+
+
 @jvp("Einsum")
 def _einsum(b: Builder, op, tangents):
     terms, out = parse(attribute(op, "equation"))
+    _check_terms(terms, list(op.operands))
     d = _fresh(terms, out)
     operands = list(op.operands)
     parts = []

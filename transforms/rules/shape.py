@@ -861,6 +861,9 @@ def _t_scatter_nd(b: Builder, op, cts, linear):
 def _tile(b: Builder, op, tangents):
     x, reps = op.operands
     c = constant_ints(reps)
+    if c is not None and rank(x) is not None and (len(c) != rank(x) or min(c, default=0) < 0):
+        raise UnsupportedOp(f"repeats {c} do not fit an input of rank {rank(x)} (one count "
+                            ">= 0 per axis)")
     rv = b.ints([1] + c) if c is not None else b.concat([b.ints([1]), reps], 0)
     return [b.op("Tile", [tangents[0], rv], b.derivative_type(op.results[0])), None]
 

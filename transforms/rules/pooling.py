@@ -40,6 +40,17 @@ def _verbatim(op: ir.Operation, drop: tuple = ()) -> dict:
 
 # ---- MaxPool --------------------------------------------------------------------
 
+def _window(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[int], str]:
+    """A pool's kernel_shape, strides, dilations and pads (defaults filled
+    in; pads a fresh list) and auto_pad."""
+    kernel = list(attribute(op, "kernel_shape"))
+    n = len(kernel)
+    strides = list(attribute(op, "strides") or [1] * n)
+    dil = list((attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n)
+    pads = list(attribute(op, "pads") or [0] * (2 * n))
+    return kernel, strides, dil, pads, attribute(op, "auto_pad") or "NOTSET"
+
+
 def _check_ceil_extents(op: ir.Operation, x: ir.Value, y: ir.Value) -> None:
     """The pool's output extents as ONNX Runtime computes them, against the
     types (ONNX shape inference's). They differ for ceil_mode before opset
@@ -50,12 +61,8 @@ def _check_ceil_extents(op: ir.Operation, x: ir.Value, y: ir.Value) -> None:
     xd, yd = dims(x), dims(y)
     if xd is None or yd is None:
         return
-    kernel = attribute(op, "kernel_shape")
+    kernel, strides, dil, pads, auto = _window(op)
     n = len(kernel)
-    strides = attribute(op, "strides") or [1] * n
-    dil = (attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n
-    pads = attribute(op, "pads") or [0] * (2 * n)
-    auto = attribute(op, "auto_pad") or "NOTSET"
     ceil = "ceil_mode" in op.attributes and attribute(op, "ceil_mode")
     for i in range(n):
         e, k, st, d = xd[2 + i], kernel[i], strides[i], dil[i]
@@ -353,12 +360,8 @@ def _tiling_kernel(op: ir.Operation, x: ir.Value, y: ir.Value) -> list[int] | No
     xd, yd = dims(x), dims(y)
     if xd is None or yd is None or None in xd[2:] or None in yd[2:]:
         return None
-    kernel = attribute(op, "kernel_shape")
+    kernel, strides, dil, pads, auto = _window(op)
     n = len(kernel)
-    strides = attribute(op, "strides") or [1] * n
-    dil = (attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n
-    pads = attribute(op, "pads") or [0] * (2 * n)
-    auto = attribute(op, "auto_pad") or "NOTSET"
     if list(strides) != list(kernel) or any(v != 1 for v in dil) or any(pads) or \
             auto not in ("NOTSET", "VALID"):
         return None
@@ -388,10 +391,7 @@ def _unpool_groups(op: ir.Operation, x: ir.Value, y: ir.Value) -> list[int] | No
     xd, yd = dims(x), dims(y)
     if xd is None or yd is None or None in xd[1:] or None in yd[1:]:
         return None
-    kernel = attribute(op, "kernel_shape")
-    n = len(kernel)
-    strides = attribute(op, "strides") or [1] * n
-    dil = (attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n
+    kernel, strides, dil, _, _ = _window(op)
     return [-(-((k - 1) * d + 1) // s) for k, d, s in zip(kernel, dil, strides)]
 
 
@@ -456,12 +456,8 @@ GATHER_TRANSPOSE_HOOKS.append(_maxpool_gather_transpose)
 def _pool_pads(op: ir.Operation, x: ir.Value, y: ir.Value) -> dict:
     """Explicit Conv geometry reproducing the pool's windows and output extents."""
     xd, yd = dims(x), dims(y)
-    kernel = attribute(op, "kernel_shape")
+    kernel, strides, dil, pads, auto = _window(op)
     n = len(kernel)
-    strides = attribute(op, "strides") or [1] * n
-    dil = (attribute(op, "dilations") if "dilations" in op.attributes else None) or [1] * n
-    pads = list(attribute(op, "pads") or [0] * (2 * n))
-    auto = attribute(op, "auto_pad") or "NOTSET"
     ceil = attribute(op, "ceil_mode") if "ceil_mode" in op.attributes else 0
     static = xd is not None and yd is not None and None not in xd[2:] and None not in yd[2:]
     if auto in ("SAME_UPPER", "SAME_LOWER") or ceil:

@@ -2,9 +2,10 @@
 subset (issue 7): elementwise unary/binary ops with broadcasting (size-0 and
 size-1 dims included), MatMul/Gemm, reductions, Reshape/Transpose/Concat/
 Slice/Gather, Softmax/LayerNormalization, Conv, MaxPool/AveragePool, Pad/
-Expand/Tile/Split/Where/CumSum/Clip/Einsum/Flatten/Unsqueeze, and nested
-If/Scan/Loop whose bodies capture outer values; float32 or float64; random
-shapes.
+Expand/Tile/Split/Where/CumSum/Clip/Einsum/Flatten/Unsqueeze, image ops
+(Batch/InstanceNormalization, ConvTranspose, Resize, DepthToSpace/
+SpaceToDepth, LRN), and nested If/Scan/Loop whose bodies capture outer
+values; float32 or float64; random shapes.
 
     generate(seed) -> (model, feeds)
 
@@ -377,6 +378,56 @@ class Graph:
             return self.add(u, s[:axis] + (1,) + s[axis:])
         return None
 
+    def image_op(self, x):
+        """On an [N, C, *S] float32 value: BatchNormalization (inference),
+        InstanceNormalization, ConvTranspose, Resize (nearest or linear,
+        integer or fractional scales), DepthToSpace/SpaceToDepth, LRN."""
+        r = self.gen.r
+        if self.gen.main is not self or self.gen.dtype != TP.FLOAT:  # ORT: float32 only
+            return None
+        if x is None or not 3 <= len(self.pool[x]) <= 4 or 0 in self.pool[x]:
+            xs = (r.choice([1, 2]), r.choice([1, 2, 4]), *[r.randint(2, 4) for _ in range(r.choice([1, 2]))])
+            x = self.add(self.gen.input(xs), xs)
+        s = self.pool[x]
+        n, c, sp = s[0], s[1], s[2:]
+        op = r.choice(["BatchNormalization", "InstanceNormalization", "ConvTranspose", "Resize",
+                       "DepthToSpace", "LRN"])
+        if op == "BatchNormalization":
+            var = self.const(np.abs(self.gen.np.standard_normal(c)).astype(np.float32) + 0.5)
+            return self.add(self.node(op, [x, self.fconst((c,)), self.fconst((c,)), self.fconst((c,)),
+                                           var], epsilon=1e-3)[0], s)
+        if op == "InstanceNormalization":
+            return self.add(self.node(op, [x, self.fconst((c,)), self.fconst((c,))],
+                                      epsilon=1e-3)[0], s)
+        if op == "ConvTranspose":
+            m = r.choice([1, 2])
+            k = [r.choice([1, 2, 3]) for _ in sp]
+            st = [r.choice([1, 2]) for _ in sp]
+            out = tuple((e - 1) * t + kk for e, t, kk in zip(sp, st, k))
+            ins = [x, self.fconst((c, m, *k), 0.5)] + ([self.fconst((m,))] if r.random() < 0.5 else [])
+            return self.add(self.node(op, ins, kernel_shape=k, strides=st)[0], (n, m) + out)
+        if op == "Resize":
+            mode = r.choice(["nearest", "linear"])
+            scales = [1.0, 1.0] + [r.choice([2.0, 1.5, 0.5]) for _ in sp]
+            out = tuple(int(np.floor(e * f)) for e, f in zip(sp, scales[2:]))
+            if min(out) < 1:
+                return None
+            roi = self.const(np.zeros(0, np.float32))
+            return self.add(self.node(op, [x, roi, self.const(np.asarray(scales, np.float32))],
+                                      mode=mode)[0], (n, c) + out)
+        if op == "DepthToSpace" and len(sp) == 2:
+            if c % 4 == 0:
+                return self.add(self.node(op, [x], blocksize=2, mode=r.choice(["DCR", "CRD"]))[0],
+                                (n, c // 4, sp[0] * 2, sp[1] * 2))
+            if sp[0] % 2 == 0 and sp[1] % 2 == 0:
+                return self.add(self.node("SpaceToDepth", [x], blocksize=2)[0],
+                                (n, c * 4, sp[0] // 2, sp[1] // 2))
+            return None
+        if op == "LRN" and len(sp) == 2:  # ONNX Runtime: 4-D only
+            return self.add(self.node(op, [x], size=r.choice([1, 3]), alpha=1e-2, beta=0.75,
+                                      bias=1.0)[0], s)
+        return None
+
     def same_window(self, x):
         """A Conv (C -> C channels, constant weights) or a MaxPool/AveragePool
         whose padding keeps x's shape [N, C, *S]: a window op a loop body can
@@ -568,7 +619,8 @@ class Gen:
             g.add(self.input(s), s)
         families = [g.unary, g.binary, g.binary, g.matmul, g.gemm, g.reduce, g.reshape,
                     g.transpose, g.concat, g.slice, g.gather, g.softmax, g.layernorm, g.conv,
-                    g.pool_op, g.pool_op, g.shaping, g.shaping, g.control, g.control]
+                    g.pool_op, g.pool_op, g.shaping, g.shaping, g.image_op, g.control,
+                    g.control]
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()

@@ -94,11 +94,11 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
         inferred = validate.infer_shapes(skeleton, data_prop=False)
         if _propagates_data(model.graph, rows, inits) and not _long_vectors(inferred.graph):
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
-        declared = onnx.ModelProto()
-        declared.CopyFrom(inferred)
-        if _declare_carried_shapes(declared.graph, {}):
+        # (inferred is inference's own copy: declared in place, no copy of
+        # the weights; on failure below the model is imported as given)
+        if _declare_carried_shapes(inferred.graph, {}):
             # inferred again: the shapes reach the Loops' users
-            inferred = validate.infer_shapes(declared, data_prop=False)
+            inferred = validate.infer_shapes(inferred, data_prop=False)
     except ImportFailure:
         raise
     except Exception:  # inference errors on odd but importable models

@@ -51,7 +51,7 @@ def _window(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[int
     return kernel, strides, dil, pads, attribute(op, "auto_pad") or "NOTSET"
 
 
-def _check_ceil_extents(op: ir.Operation, x: ir.Value, y: ir.Value) -> None:
+def _check_output_extents(op: ir.Operation, x: ir.Value, y: ir.Value) -> None:
     """The pool's output extents as ONNX Runtime computes them, against the
     types (ONNX shape inference's). They differ for ceil_mode before opset
     22 (ONNX Runtime drops a last window that would start in the end
@@ -90,7 +90,7 @@ def _check_ceil_extents(op: ir.Operation, x: ir.Value, y: ir.Value) -> None:
 @jvp("MaxPool")
 def _max_pool(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
-    _check_ceil_extents(op, x, y)
+    _check_output_extents(op, x, y)
     idx = None
     if len(op.results) > 1 and not isinstance(op.results[1].type, ir.NoneType) and \
             (attribute(op, "storage_order") or 0) == 0:
@@ -141,21 +141,31 @@ def _exact_tiles(x: ir.Value, y: ir.Value, kernel: list[int]) -> bool:
 
 
 def _upsample(b: Builder, v: ir.Value, kernel: list[int], out: list) -> ir.Value:
-    """Each element of v [N, C, *O] repeated over its window: [N, C, *(O * kernel)]."""
-    scales = ir.DenseElementsAttr.get(np.asarray([1.0, 1.0] + [float(k) for k in kernel],
-                                                 dtype=np.float32))
-    result = tensor_type(out, element_type(v))
-    if b.opset < 9:  # Upsample, its scales an attribute
-        return b.op("Upsample", [v], result, mode="nearest",
-                    scales=[1.0, 1.0] + [float(k) for k in kernel])
-    if b.opset < 11:  # Upsample, then Resize-10: (X, scales), asymmetric, floor
-        return b.op("Upsample" if b.opset < 10 else "Resize", [v, b.constant(scales)], result,
-                    mode="nearest")
-    # Resize-11 and 12 need an roi operand (unused but for tf_crop_and_resize)
-    roi = None if b.opset >= 13 else b.constant(ir.DenseElementsAttr.get(
-        np.zeros([0], np.float32), type=ir.RankedTensorType.get([0], ir.F32Type.get())))
-    return b.op("Resize", [v, roi, b.constant(scales), None], result, mode="nearest",
-                coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    """Each element of v [N, C, *O] repeated over its window: [N, C, *(O * kernel)]
+    (before Resize-11, nearest is asymmetric and rounds down by definition)."""
+    nearest = {"mode": "nearest"} if b.opset < 11 else dict(
+        mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    return _resample(b, v, [1.0, 1.0] + [float(k) for k in kernel],
+                     tensor_type(out, element_type(v)), nearest)
+
+
+def _resample(b: Builder, v: ir.Value, scales: list[float], result: ir.Type,
+              attrs: dict) -> ir.Value:
+    """v resized by constant `scales` with the op the opset has: Upsample
+    (its scales an attribute before opset 9), Resize-10 (X, scales), Resize-11
+    and 12 (an roi operand, unused but for tf_crop_and_resize), Resize."""
+    if b.opset < 9:
+        return b.op("Upsample", [v], result, scales=list(scales), **attrs)
+    sc = b.constant(ir.DenseElementsAttr.get(np.asarray(scales, np.float32)))
+    if b.opset < 11:
+        return b.op("Upsample" if b.opset < 10 else "Resize", [v, sc], result, **attrs)
+    return b.op("Resize", [v, None if b.opset >= 13 else _empty_floats(b), sc, None], result,
+                **attrs)
+
+
+def _empty_floats(b: Builder) -> ir.Value:
+    """A float32 tensor of extent 0 (Resize-11/12's roi, and its scales when sizes are given)."""
+    return b.constant(ir.DenseElementsAttr.get(np.zeros([0], np.float32)))
 
 
 def _tile_pool(b: Builder, t: ir.Value, kernel: list[int], y: ir.Value) -> ir.Value:
@@ -524,7 +534,7 @@ def _average_pool(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
     if rank(x) is None or rank(y) is None:
         raise UnsupportedOp("AveragePool needs static ranks")
-    _check_ceil_extents(op, x, y)
+    _check_output_extents(op, x, y)
     kernel = _tiling_kernel(op, x, y)
     if kernel is not None and _exact_tiles(x, y, kernel):
         # the pool itself on the merged directions: its transpose is one
@@ -552,7 +562,7 @@ def _lp_pool(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
     if rank(x) is None or rank(y) is None:
         raise UnsupportedOp("LpPool needs static ranks")
-    _check_ceil_extents(op, x, y)
+    _check_output_extents(op, x, y)
     p = attribute(op, "p")
     p = 2 if p is None else p
     geom = _pool_pads(op, x, y)
@@ -720,31 +730,14 @@ def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: 
     e = e if isinstance(elem, (ir.F64Type, ir.F32Type)) else b.cast_like(e, x)
     out_shape = list(shape)
     out_shape[a] = n_out
-    if kind == "Resize" and b.opset < 11:  # Resize-10: (X, scales)
+    result = tensor_type(out_shape, elem)
+    if kind == "Resize" and scale is None and b.opset >= 11:  # by sizes
+        empty = None if b.opset >= 13 else _empty_floats(b)  # Resize-11/12: roi, scales
+        res = b.op("Resize", [e, empty, empty, b.ints(out_shape)], result, **_verbatim(op))
+    else:  # (Resize-10 takes scales only)
         sv = [1.0] * r
         sv[a] = scale if scale is not None else n_out / n_in
-        res = b.op("Resize", [e, b.constant(ir.DenseElementsAttr.get(np.asarray(sv, np.float32)))],
-                   tensor_type(out_shape, elem), **_verbatim(op))
-    elif kind == "Resize":
-        if scale is not None:
-            sv = [1.0] * r
-            sv[a] = scale
-            operands = [e, None, b.constant(ir.DenseElementsAttr.get(np.asarray(sv, np.float32))), None]
-        else:
-            operands = [e, None, None, b.ints(out_shape)]
-        if b.opset < 13:  # Resize-11 needs roi and scales tensors (may be empty)
-            operands[1] = operands[1] or b.constant(ir.DenseElementsAttr.get(np.zeros([0], np.float32)))
-            operands[2] = operands[2] or b.constant(ir.DenseElementsAttr.get(np.zeros([0], np.float32)))
-        res = b.op("Resize", operands, tensor_type(out_shape, elem), **_verbatim(op))
-    else:
-        sv = [1.0] * r
-        sv[a] = scale
-        if "scales" in op.attributes:
-            res = b.op("Upsample", [e], tensor_type(out_shape, elem), mode=attribute(op, "mode"),
-                       scales=sv)
-        else:
-            res = b.op("Upsample", [e, b.constant(ir.DenseElementsAttr.get(np.asarray(sv, np.float32)))],
-                       tensor_type(out_shape, elem), mode=attribute(op, "mode"))
+        res = _resample(b, e, sv, result, _verbatim(op, ("scales",)))
     if batch < a:
         return b.reshape(res, [n_in, n_out], [n_in, n_out])
     return b.transpose(b.reshape(res, [n_out, n_in], [n_out, n_in]), [1, 0])

@@ -249,10 +249,14 @@ def _onnx_dtype(elem: ir.Type) -> int:
 class Builder:
     """Creates onnx ops at the ambient insertion point for one module opset."""
 
-    def __init__(self, opset: int, location: ir.Location | None = None):
+    def __init__(self, opset: int, location: ir.Location | None = None,
+                 seed: ir.Value | None = None):
         self.opset = opset
         self.location = location or ir.Location.unknown()
         self._none: ir.Value | None = None
+        # transposition: a seed cotangent, whose axis 0 is the direction count
+        # (the linear program ran with one direction)
+        self.seed = seed
 
     # ---- generic creation -------------------------------------------------
     def create(self, op_type_: str, operands: Sequence[ir.Value | None],

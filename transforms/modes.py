@@ -188,7 +188,7 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
             t = state.get(y)
             if t is not None:
                 cotangents[t].append(seed)
-        _transpose(linear_ops, linear, cotangents, opset)
+        _transpose(linear_ops, linear, cotangents, opset, seeds[0][1] if seeds else None)
         out = [_total(b, cotangents.pop(t, [])) for t in stand_ins]
     for op in list(reversed(linear_ops)) + [t.owner for t in stand_ins] + [k.owner]:
         if not any(True for r in op.results for _ in r.uses):
@@ -262,9 +262,10 @@ def _without_sum_expands(contributions: list[ir.Value]) -> list[ir.Value]:
 
 
 def _transpose(ops: list[ir.Operation], linear: set[ir.Value],
-               cotangents: dict[ir.Value, list[ir.Value]], opset: int) -> None:
+               cotangents: dict[ir.Value, list[ir.Value]], opset: int,
+               seed: ir.Value | None) -> None:
     for op in reversed(ops):
-        b = Builder(opset, op.location)
+        b = Builder(opset, op.location, seed)
         cts = [_total(b, cotangents.pop(r, [])) for r in op.results]
         if all(ct is None for ct in cts):
             continue

@@ -528,3 +528,27 @@ def test_loop_carried_shape_in_a_branch():
     x = np.random.default_rng(5).permutation(10).reshape(1, 2, 5).astype(np.float32) * 0.1 + 0.05
     check_derivatives(m, {"x": x})
     check_derivatives(m, {"x": -x})
+
+
+@pytest.mark.parametrize("M", [0, 3])
+def test_flattened_stack_of_a_loop_that_may_not_run(M):
+    """The stacked output of a Loop that runs M times (its extent known only
+    at run time), flattened: the Reshape's transpose cannot write its
+    direction axis as -1 beside that extent when M is 0 (ONNX Runtime refuses
+    -1 among zero elements). The reverse model differentiated again where
+    the Loop runs (with M = 0 its seed for z is empty, an extent the caller
+    feeds: the second reverse writes -1 there)."""
+    m = loop_model(M=M)
+    m.graph.node.extend([const("flat", [-1], I64),
+                         h.make_node("Reshape", ["V", "flat"], ["Vf"], name="fl_reshape"),
+                         h.make_node("Sin", ["Vf"], ["z"], name="fl_sin")])
+    m.graph.output.append(vi("z", D, ["N"]))
+    feeds = {"v0": np.array([0.3, 0.4]), "w": np.array([0.5, -0.2])}
+    outs = ["vT", "z"]
+    check_derivatives(m, feeds, outputs=outs)
+    y = run(m, feeds)
+    assert y["z"].shape == (2 * min(M, 7),)
+    if M:
+        adj = reverse(m, outputs=outs, layout="onnx")
+        seeds = {f"adj_{o}": RNG.standard_normal(y[o].shape + (1,)) for o in outs}
+        check_derivatives(adj, {**feeds, **seeds})

@@ -8,10 +8,13 @@ import math
 import numpy as np
 from mlir import ir
 
+from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
                        rank, tensor_type)
+from .. import symdims
+from ..linearize import STANDS_FOR
 from ..registry import jvp, transpose
 from .linalg import matmul
 
@@ -66,21 +69,51 @@ def _reshape(b: Builder, op, tangents):
     return [_reshape_like(b, t, op.results[0])] + [None] * (len(op.results) - 1)
 
 
+# ops whose result extents follow the data, not a shape: 0 in ordinary use
+_DATA_EXTENTS = {"Loop", "Scan", "If", "NonZero", "Compress", "Unique"}
+
+
+def _may_be_empty(x: ir.Value) -> bool:
+    """Whether one of x's extents past axis 0 comes from such an op (or from
+    reverse mode's linear stand-in for one)."""
+    for e in symdims.dims(x)[1:]:
+        src = symdims.source(e) if isinstance(e, tuple) and e[0] != "param" else None
+        owner = None if src is None else src[0].owner
+        if not isinstance(owner, (ir.Operation, ir.OpView)):
+            continue
+        attrs = owner.operation.attributes
+        name = ir.StringAttr(attrs[STANDS_FOR]).value if STANDS_FOR in attrs \
+            else owner.operation.name
+        if _op_table.OPS.get(name.removeprefix("onnx."), {}).get("op_type") in _DATA_EXTENTS:
+            return True
+    return False
+
+
 @transpose("Reshape")
 def _t_reshape(b: Builder, op, cts, linear):
     x = op.operands[0]
     d = dims(x)
     # The direction axis is -1, not 0 (copy): a rule may merge k into axis 0
     # (k*N for a batch) as long as the trailing extents do not depend on k.
+    computed = False
     if d is not None and None not in d[1:] and 0 not in d[1:]:
         target = b.ints([-1] + d[1:])
-    elif d is not None and 0 not in d[1:]:
+    elif d is not None and 0 not in d[1:] and \
+            (b.seed is None or b.opset < 14 or not _may_be_empty(x)):
         target = b.concat([b.ints([-1]), b.shape(x, 1)], 0)
+    elif d is not None and 0 not in d[1:]:
+        # ONNX Runtime refuses -1 beside a 0 extent (a Loop that did not
+        # run): x's own leading extent (one direction, or a batch merged
+        # with it) times the seed count. Reading axis 0 of x keeps the
+        # linear program computing x alive, so only where an op makes
+        # extents from data
+        k = b.concat([b.shape(b.seed, 0, 1), b.ints([1] * (len(d) - 1))], 0)
+        target, computed = b.mul(b.shape(x), k), True
     else:
         target = b.like_shape(cts[0], x)
     # a run-time (or folded) shape holding a real 0 extent needs allowzero,
     # else the 0 copies the cotangent's extent there (a wrong shape)
-    allow = {"allowzero": 1} if b.opset >= 14 and (d is None or 0 in d[1:]) else {}
+    allow = {"allowzero": 1} if b.opset >= 14 and (d is None or 0 in d[1:] or computed) else {}
     return [b.op("Reshape", [cts[0], target], tensor_type(
         None if d is None else [None] + d[1:], element_type(cts[0])), **allow), None]
 

@@ -626,6 +626,8 @@ class Builder:
         is not, over the ranks aligned to the right; then a Reshape. The
         direction axis is ct's: in reverse mode `target` may be a stand-in."""
         cr, tr = rank(ct), rank(target)
+        if self.opset < 13:
+            return self._unbroadcast_per_axis(ct, target)
         i1, i64 = ir.IntegerType.get_signless(1), ir.IntegerType.get_signless(64)
         k = self.shape(ct, 0, 1)
         padded = [k, self.shape(target, 1)]
@@ -649,6 +651,33 @@ class Builder:
                              out=None if cr is None else [None] * cr)
         return self.reshape_to(summed, self.like_shape(ct, target),
                                None if tr is None else [None] + (dims(target)[1:]))
+
+    def _unbroadcast_per_axis(self, ct: ir.Value, target: ir.Value) -> ir.Value:
+        """_unbroadcast_dynamic before opset 13, where ReduceSum's axes are
+        an attribute: every axis that may be a broadcast one is summed, and
+        the sum taken where target's extent is 1 at run time (Where
+        broadcasts it back, a Slice to target's extent keeps one copy)."""
+        cd, td = dims(ct), dims(target)
+        if cd is None or td is None or len(cd) < len(td) or self.opset < 10:
+            raise UnsupportedOp("summing a broadcast cotangent over axes known only at run "
+                                "time needs opset >= 13 (or >= 10 with ranked values)")
+        lead = len(cd) - len(td)
+        out = self.reduce("ReduceSum", ct, list(range(1, 1 + lead)), keepdims=False) \
+            if lead else ct
+        for i in range(1, len(td)):
+            c, t = dims(out)[i], td[i]
+            if c == 1 or (t is not None and t != 1):
+                continue  # nothing to sum: the extents agree (or ct's is 1)
+            summed = self.reduce("ReduceSum", out, [i], keepdims=True)
+            if t == 1:
+                out = summed
+                continue
+            extent = self.shape(target, i, i + 1)
+            picked = self.where(self.compare("Equal", extent, self.ints([1])), summed, out)
+            out = self.op("Slice", [picked, self.ints([0]), extent, self.ints([i])],
+                          tensor_type(dims(out)[:i] + [None] + dims(out)[i + 1:],
+                                      element_type(out)))
+        return out
 
     def reshape_to(self, x: ir.Value, shape: ir.Value, out: Dims | None) -> ir.Value:
         """Reshape to a shape read at run time (like_shape, Shape slices):

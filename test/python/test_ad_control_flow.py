@@ -451,10 +451,10 @@ def test_state_declared_against_its_start_refused(op):
 
 def test_refusal_inside_a_reversed_region_names_the_region_op():
     """A branch's Reshape to a shape that is a graph input (IR 3: every
-    initializer is one) leaves the tangent's extents unknown; before opset
-    13 reversing the broadcast back to the declared output needs run-time
-    axes, refused, and the message names the If node, not reverse mode's
-    internal stand-in for it."""
+    initializer is one) leaves the tangent's extents unknown; at opset 9
+    reversing the broadcast back to the declared output (a sum over axes
+    known at run time) is refused, and the message names the If node, not
+    reverse mode's internal stand-in for it."""
     from onnx_ad_mlir.errors import UnsupportedOp
     branch = lambda name, op: h.make_graph(
         [h.make_node(op, ["x"], [name + "a"]), h.make_node("Reshape", [name + "a", "S"], [name + "r"]),
@@ -470,7 +470,7 @@ def test_refusal_inside_a_reversed_region_names_the_region_op():
                                   h.make_tensor_value_info("S", TP.INT64, [2]),
                                   h.make_tensor_value_info("z", TP.FLOAT, [])],
                      [h.make_tensor_value_info("y", TP.FLOAT, [4, 2])], initializer=inits)
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 11)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 9)])
     m.ir_version = 3
     with pytest.raises(UnsupportedOp, match=r"^onnx\.If\w* \(node 'choose'\): onnx\.Expand.*"
                                             r"run time needs opset >= 13"):

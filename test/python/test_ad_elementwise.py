@@ -96,6 +96,31 @@ def test_dynamic_batch_broadcast():
     check_derivatives(m, {"a": rng.standard_normal((4, 3)), "b": rng.standard_normal((1, 3))})
 
 
+@pytest.mark.parametrize("opset", [10, 11, 13])
+def test_broadcast_decided_at_run_time(opset):
+    """x * reshape(w, S), S fed at run time: whether the product broadcasts
+    reshape(w) on an axis is known only then, and reverse mode sums its
+    cotangent there. Before opset 13 ReduceSum takes its axes as an
+    attribute: each candidate axis is summed, and the sum kept where the
+    extent is 1 at run time; opset 9 (Slice's ends an attribute) refuses."""
+    nodes = [h.make_node("Reshape", ["w", "S"], ["b"]), h.make_node("Mul", ["x", "b"], ["p"]),
+             h.make_node("Sin", ["p"], ["y"])]
+    m = model(nodes, [("x", D, [3, 4]), ("w", D, ["n"]), ("S", TP.INT64, [2])],
+              [("y", D, [3, 4])], opset=opset)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 4))
+    for shape in ([1, 4], [3, 4], [3, 1], [1, 1]):
+        feeds = {"x": x, "w": rng.standard_normal(int(np.prod(shape))), "S": np.array(shape)}
+        errors = check_derivatives(m, feeds, inputs=["x", "w"])
+        assert errors["fd"] < 1e-7 and errors["dot"] < 1e-12
+    if opset == 10:
+        from onnx_ad_mlir.api import reverse
+        from onnx_ad_mlir.errors import UnsupportedOp
+        m.opset_import[0].version = 9
+        with pytest.raises(UnsupportedOp, match=r"run time needs opset >= 13 \(or >= 10"):
+            reverse(m, inputs=["w"])
+
+
 def test_where_clip_sum_mean():
     nodes = [h.make_node("Greater", ["a", "b"], ["c"]), h.make_node("Where", ["c", "a", "b"], ["w"]),
              h.make_node("Clip", ["w", "lo", "hi"], ["k"]), h.make_node("Sum", ["k", "a", "b"], ["s"]),

@@ -564,6 +564,7 @@ def primal_of(t: ir.Value) -> ir.Value | None:
 
 def reset_all() -> None:
     _cache.clear()
+    _holds_data_op.clear()
     _primal.clear()
     _alike.clear()
     _alikes_of.clear()
@@ -592,3 +593,40 @@ def forget(op: ir.Operation) -> None:
             hit = _primal.get(t)
             if hit is not None and hit[1] == r:
                 del _primal[t]
+
+
+# ops whose result extents follow data, not shapes: 0 in ordinary use
+_DATA_EXTENTS = {"Loop", "Scan", "If", "NonZero", "Compress", "Unique"}
+_holds_data_op: dict = {}  # func op -> whether an op under it is one of those
+
+
+def may_be_empty(v: ir.Value, start: int = 0) -> bool:
+    """Whether an extent of v (from axis `start`) that is neither static nor
+    a named input extent can be 0 in ordinary use: its function holds an op
+    making extents from data (a Loop that did not run), through which any
+    unnamed extent may have passed (a Reshape's -1, a Slice's end)."""
+    if not any(isinstance(e, tuple) and e[0] != "param" for e in dims(v)[start:]):
+        return False
+    owner = v.owner
+    op = owner.owner if isinstance(owner, ir.Block) else owner
+    op = op.operation if isinstance(op, ir.OpView) else op
+    while op is not None and op.name != "func.func":
+        op = op.parent
+        op = None if op is None else op.operation
+    if op is None:
+        return True
+    hit = _holds_data_op.get(op)
+    if hit is None:
+        hit = _holds_data_op[op] = _under(op)
+    return hit
+
+
+def _under(root: ir.Operation) -> bool:
+    for region in root.regions:
+        for block in region.blocks:
+            for op in block.operations:
+                op = op.operation
+                kind = _op_table.OPS.get(op.name.removeprefix("onnx."), {}).get("op_type")
+                if kind in _DATA_EXTENTS or _under(op):
+                    return True
+    return False

@@ -535,9 +535,8 @@ def test_flattened_stack_of_a_loop_that_may_not_run(M):
     """The stacked output of a Loop that runs M times (its extent known only
     at run time), flattened: the Reshape's transpose cannot write its
     direction axis as -1 beside that extent when M is 0 (ONNX Runtime refuses
-    -1 among zero elements). The reverse model differentiated again where
-    the Loop runs (with M = 0 its seed for z is empty, an extent the caller
-    feeds: the second reverse writes -1 there)."""
+    -1 among zero elements), in reverse mode and in the reverse model
+    differentiated again."""
     m = loop_model(M=M)
     m.graph.node.extend([const("flat", [-1], I64),
                          h.make_node("Reshape", ["V", "flat"], ["Vf"], name="fl_reshape"),
@@ -548,7 +547,68 @@ def test_flattened_stack_of_a_loop_that_may_not_run(M):
     check_derivatives(m, feeds, outputs=outs)
     y = run(m, feeds)
     assert y["z"].shape == (2 * min(M, 7),)
-    if M:
-        adj = reverse(m, outputs=outs, layout="onnx")
-        seeds = {f"adj_{o}": RNG.standard_normal(y[o].shape + (1,)) for o in outs}
-        check_derivatives(adj, {**feeds, **seeds})
+    adj = reverse(m, outputs=outs, layout="onnx")
+    seeds = {f"adj_{o}": RNG.standard_normal(y[o].shape + (1,)) for o in outs}
+    check_derivatives(adj, {**feeds, **seeds})
+
+
+def _stack_users():
+    """One user (or a short chain) of the stack V [T, 2, 3] per entry: the
+    ops, and z's declared shape."""
+    c = lambda name, v, t=I64: const(name, v, t)
+    return {
+        "reshape": ([c("s", [-1, 3]), h.make_node("Reshape", ["V", "s"], ["z0"]),
+                     h.make_node("Tanh", ["z0"], ["z"])], ["N", 3]),
+        "flatten": ([h.make_node("Flatten", ["V"], ["z0"], axis=1),
+                     h.make_node("Tanh", ["z0"], ["z"])], ["N", 6]),
+        "flatten0": ([h.make_node("Flatten", ["V"], ["z0"], axis=0),
+                      h.make_node("Tanh", ["z0"], ["z"])], [1, "N"]),
+        "transpose": ([h.make_node("Transpose", ["V"], ["z0"], perm=[2, 0, 1]),
+                       h.make_node("Tanh", ["z0"], ["z"])], [3, "N", 2]),
+        "reduce": ([c("a", [1]), h.make_node("ReduceSum", ["V", "a"], ["z0"], keepdims=1),
+                    h.make_node("Mul", ["z0", "V"], ["z"])], ["N", 2, 3]),
+        "matmul": ([c("W", np.linspace(-1, 1, 12).reshape(3, 4), D),
+                    h.make_node("MatMul", ["V", "W"], ["z0"]),
+                    h.make_node("Tanh", ["z0"], ["z"])], ["N", 2, 4]),
+        "gram": ([h.make_node("Transpose", ["V"], ["Vt"], perm=[0, 2, 1]),
+                  h.make_node("MatMul", ["Vt", "V"], ["z"])], ["N", 3, 3]),
+        "softmax": ([h.make_node("Softmax", ["V"], ["z"], axis=0)], ["N", 2, 3]),
+        "gather": ([c("ix", [1, 0]), h.make_node("Gather", ["V", "ix"], ["z0"], axis=1),
+                    h.make_node("Sin", ["z0"], ["z"])], ["N", 2, 3]),
+        "expand": ([c("u", [1]), h.make_node("Unsqueeze", ["V", "u"], ["z0"]),
+                    c("e", [1, 2, 2, 3]), h.make_node("Expand", ["z0", "e"], ["z1"]),
+                    h.make_node("Sin", ["z1"], ["z"])], ["N", 2, 2, 3]),
+        "cumsum": ([c("ax", 0), h.make_node("CumSum", ["V", "ax"], ["z0"]),
+                    h.make_node("Sin", ["z0"], ["z"])], ["N", 2, 3]),
+        "split": ([c("sp", [1, 1]), h.make_node("Split", ["V", "sp"], ["a1", "a2"], axis=1),
+                   h.make_node("Mul", ["a1", "a2"], ["z"])], ["N", 1, 3]),
+        "layernorm": ([c("g", np.ones(3), D), c("b", np.zeros(3), D),
+                       h.make_node("LayerNormalization", ["V", "g", "b"], ["z"])], ["N", 2, 3]),
+        "pad_slice": ([c("p", [1, 0, 0, 0, 0, 0]), h.make_node("Pad", ["V", "p"], ["z0"]),
+                       c("st", [1]), c("en", [100]), c("ax", [0]),
+                       h.make_node("Slice", ["z0", "st", "en", "ax"], ["z"])], ["N", 2, 3]),
+    }
+
+
+@pytest.mark.parametrize("user", list(_stack_users()))
+def test_users_of_the_stack_of_a_loop_that_did_not_run(user):
+    """The stack of a Loop that ran 0 times (a trip count only known at run
+    time) through shaping, contracting and normalizing ops: both modes and
+    the reverse model differentiated again. Reshapes whose extents may be 0
+    use allowzero and never -1 beside them (ONNX Runtime refuses -1 among
+    zero elements, and its Reshape fusion writes -1 for a shape it reads)."""
+    body = h.make_graph([h.make_node("Sin", ["v"], ["vn"]), h.make_node("Mul", ["vn", "w"], ["so"]),
+                         h.make_node("Identity", ["cin"], ["cn"])], "body",
+                        [vi("i", I64, []), vi("cin", B, []), vi("v", D, [2, 3])],
+                        [vi("cn", B, []), vi("vn", D, [2, 3]), vi("so", D, [2, 3])])
+    nodes, zshape = _stack_users()[user]
+    m = model([const("M", 0, I64), const("t", True, B),
+               h.make_node("Loop", ["M", "t", "v0"], ["vT", "V"], body=body)] + nodes,
+              [("v0", D, [2, 3]), ("w", D, [2, 3])], [("vT", D, [2, 3]), ("z", D, zshape)])
+    rng = np.random.default_rng(6)
+    feeds = {"v0": rng.standard_normal((2, 3)), "w": rng.standard_normal((2, 3))}
+    check_derivatives(m, feeds)
+    y = run(m, feeds)
+    assert y["z"].size == 0
+    seeds = {f"adj_{o}": rng.standard_normal(y[o].shape + (1,)) for o in ("vT", "z")}
+    check_derivatives(reverse(m, layout="onnx"), {**feeds, **seeds})

@@ -8,13 +8,11 @@ import math
 import numpy as np
 from mlir import ir
 
-from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
                        rank, tensor_type)
 from .. import symdims
-from ..linearize import STANDS_FOR
 from ..registry import jvp, transpose
 from .linalg import matmul
 
@@ -27,7 +25,10 @@ def _reshape_like(b: Builder, t: ir.Value, primal: ir.Value) -> ir.Value:
     else:
         target = b.concat([b.shape(t, 0, 1), b.shape(primal)], 0)
     out = None if d is None else [None] + d
-    allow = {"allowzero": 1} if b.opset >= 14 and d is not None and 0 in d else {}
+    # a 0 extent (static, or from a Loop that did not run) is "copy" without
+    # allowzero, and ONNX Runtime's Reshape fusion turns the k read into -1
+    allow = {"allowzero": 1} if b.opset >= 14 and d is not None and \
+        (0 in d or symdims.may_be_empty(primal)) else {}
     return b.op("Reshape", [t, target], tensor_type(out, element_type(t)), **allow)
 
 
@@ -69,26 +70,6 @@ def _reshape(b: Builder, op, tangents):
     return [_reshape_like(b, t, op.results[0])] + [None] * (len(op.results) - 1)
 
 
-# ops whose result extents follow the data, not a shape: 0 in ordinary use
-_DATA_EXTENTS = {"Loop", "Scan", "If", "NonZero", "Compress", "Unique"}
-
-
-def _may_be_empty(x: ir.Value) -> bool:
-    """Whether one of x's extents past axis 0 comes from such an op (or from
-    reverse mode's linear stand-in for one)."""
-    for e in symdims.dims(x)[1:]:
-        src = symdims.source(e) if isinstance(e, tuple) and e[0] != "param" else None
-        owner = None if src is None else src[0].owner
-        if not isinstance(owner, (ir.Operation, ir.OpView)):
-            continue
-        attrs = owner.operation.attributes
-        name = ir.StringAttr(attrs[STANDS_FOR]).value if STANDS_FOR in attrs \
-            else owner.operation.name
-        if _op_table.OPS.get(name.removeprefix("onnx."), {}).get("op_type") in _DATA_EXTENTS:
-            return True
-    return False
-
-
 @transpose("Reshape")
 def _t_reshape(b: Builder, op, cts, linear):
     x = op.operands[0]
@@ -99,7 +80,7 @@ def _t_reshape(b: Builder, op, cts, linear):
     if d is not None and None not in d[1:] and 0 not in d[1:]:
         target = b.ints([-1] + d[1:])
     elif d is not None and 0 not in d[1:] and \
-            (b.seed is None or b.opset < 14 or not _may_be_empty(x)):
+            (b.seed is None or b.opset < 14 or not symdims.may_be_empty(x, 1)):
         target = b.concat([b.ints([-1]), b.shape(x, 1)], 0)
     elif d is not None and 0 not in d[1:]:
         # ONNX Runtime refuses -1 beside a 0 extent (a Loop that did not

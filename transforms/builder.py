@@ -250,13 +250,15 @@ class Builder:
     """Creates onnx ops at the ambient insertion point for one module opset."""
 
     def __init__(self, opset: int, location: ir.Location | None = None,
-                 seed: ir.Value | None = None):
+                 seed: ir.Value | None = None, linear_k=None):
         self.opset = opset
         self.location = location or ir.Location.unknown()
         self._none: ir.Value | None = None
-        # transposition: a seed cotangent, whose axis 0 is the direction count
-        # (the linear program ran with one direction)
+        # transposition: a seed cotangent, whose axis 0 is the direction
+        # count, and the symbol (symdims) of the linear program's direction
+        # axis (it ran with one direction)
         self.seed = seed
+        self.linear_k = linear_k
 
     # ---- generic creation -------------------------------------------------
     def create(self, op_type_: str, operands: Sequence[ir.Value | None],
@@ -688,6 +690,17 @@ class Builder:
         zero = out is None or any(e is None or e == 0 for e in out[1:])
         allow = {"allowzero": 1} if self.opset >= 14 and zero else {}
         return self.op("Reshape", [x, shape], tensor_type(out, element_type(x)), **allow)
+
+    def reshape_k(self, x: ir.Value, k_of: ir.Value, like: ir.Value, out: Dims | None) -> ir.Value:
+        """x reshaped to [k] + shape(like), k read from axis 0 of `k_of`. The
+        target reads like's run-time extents (symdims follows them), so it
+        holds real extents: allowzero, else an extent of 0 (a batch of 0, a
+        Loop that did not run) would copy x's extent there."""
+        d = dims(like)
+        target = self.concat([self.shape(k_of, 0, 1), self.shape(like)], 0)
+        allow = {"allowzero": 1} if self.opset >= 14 and (d is None or None in d or 0 in d) \
+            else {}
+        return self.op("Reshape", [x, target], tensor_type(out, element_type(x)), **allow)
 
     def like_shape(self, ct: ir.Value, target: ir.Value) -> ir.Value:
         """[k of ct] + shape(target)[1:]: the run-time shape of a cotangent for

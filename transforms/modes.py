@@ -188,7 +188,12 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
             t = state.get(y)
             if t is not None:
                 cotangents[t].append(seed)
-        _transpose(linear_ops, linear, cotangents, opset, seeds[0][1] if seeds else None)
+        seeded = [(state.get(y), seed) for y, seed in seeds if state.get(y) is not None]
+        linear_k = None
+        if seeded and symdims.dims(seeded[0][0]):
+            linear_k = symdims.dims(seeded[0][0])[0]
+        _transpose(linear_ops, linear, cotangents, opset, seeds[0][1] if seeds else None,
+                   linear_k)
         out = [_total(b, cotangents.pop(t, [])) for t in stand_ins]
     for op in list(reversed(linear_ops)) + [t.owner for t in stand_ins] + [k.owner]:
         if not any(True for r in op.results for _ in r.uses):
@@ -263,9 +268,9 @@ def _without_sum_expands(contributions: list[ir.Value]) -> list[ir.Value]:
 
 def _transpose(ops: list[ir.Operation], linear: set[ir.Value],
                cotangents: dict[ir.Value, list[ir.Value]], opset: int,
-               seed: ir.Value | None) -> None:
+               seed: ir.Value | None, linear_k) -> None:
     for op in reversed(ops):
-        b = Builder(opset, op.location, seed)
+        b = Builder(opset, op.location, seed, linear_k)
         cts = [_total(b, cotangents.pop(r, [])) for r in op.results]
         if all(ct is None for ct in cts):
             continue

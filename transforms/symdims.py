@@ -404,9 +404,10 @@ def _rule(ot, op, idx, ins) -> list | None:
         return None if a is None or s is None else broadcast(a, s)
     if ot == "Reshape":
         a, s = _of(ins[0]), shape_value(ins[1])
-        if a is None or s is None or _attr(op, "allowzero", 0):
+        if a is None or s is None:
             return None
-        out = [a[i] if e == 0 and i < len(a) else e for i, e in enumerate(s)]
+        copies = not _attr(op, "allowzero", 0)  # else a 0 is an extent
+        out = [a[i] if copies and e == 0 and i < len(a) else e for i, e in enumerate(s)]
         if -1 in out:
             known = [e for e in out if e != -1]
             syms_in = [e for e in a if not isinstance(e, (int, np.integer))]

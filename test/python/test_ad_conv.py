@@ -3,6 +3,7 @@ identity and Hessians (ONNX Runtime has no double kernels: float32)."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
@@ -88,6 +89,53 @@ def test_conv_dynamic_batch_forward_and_reverse():
     rng = np.random.default_rng(3)
     check_derivatives(m, {"x": rng.standard_normal((3, 2, 4, 4)).astype(np.float32),
                           "w": 0.3 * rng.standard_normal((3, 2, 3, 3)).astype(np.float32)})
+
+
+def _empty_batch_models():
+    """Dynamic-batch models whose derivative programs reshape through the
+    batch: Conv/Relu/MaxPool/Flatten/Gemm, and split attention heads."""
+    rng = np.random.default_rng(8)
+    w = lambda *s: onnx.numpy_helper.from_array((0.3 * rng.standard_normal(s)).astype(np.float32),
+                                                f"w{len(s)}_{s[0]}")
+    cw, fw = w(4, 2, 3, 3), w(5, 16)
+    cnn = h.make_model(h.make_graph(
+        [h.make_node("Conv", ["x", cw.name], ["c"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c"], ["r"]),
+         h.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         h.make_node("Flatten", ["p"], ["f"]), h.make_node("Gemm", ["f", fw.name], ["y"], transB=1)],
+        "cnn", [h.make_tensor_value_info("x", F, ["N", 2, 4, 4])],
+        [h.make_tensor_value_info("y", F, ["N", 5])], [cw, fw]),
+        opset_imports=[h.make_opsetid("", 18)])
+    qw = w(8, 8)
+    heads = onnx.numpy_helper.from_array(np.array([0, 3, 2, 4], np.int64), "heads")
+    back = onnx.numpy_helper.from_array(np.array([0, 3, 8], np.int64), "back")
+    att = h.make_model(h.make_graph(
+        [h.make_node("MatMul", ["x", qw.name], ["q"]), h.make_node("Reshape", ["q", "heads"], ["qh"]),
+         h.make_node("Transpose", ["qh"], ["qt"], perm=[0, 2, 1, 3]),
+         h.make_node("Transpose", ["qh"], ["kt"], perm=[0, 2, 3, 1]),
+         h.make_node("MatMul", ["qt", "kt"], ["s"]), h.make_node("Softmax", ["s"], ["a"], axis=-1),
+         h.make_node("MatMul", ["a", "qt"], ["o"]),
+         h.make_node("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+         h.make_node("Reshape", ["ot", "back"], ["y"])],
+        "att", [h.make_tensor_value_info("x", F, ["N", 3, 8])],
+        [h.make_tensor_value_info("y", F, ["N", 3, 8])], [qw, heads, back]),
+        opset_imports=[h.make_opsetid("", 18)])
+    return {"cnn": (cnn, (2, 4, 4)), "attention": (att, (3, 8))}
+
+
+@pytest.mark.parametrize("name", ["cnn", "attention"])
+def test_empty_batch(name):
+    """A batch of 0 runs through both derivative models (extents written
+    -1 beside a 0, or a 0 read into a Reshape target without allowzero,
+    fail in ONNX Runtime), and the same models are exact at batch 2."""
+    from adcheck import run
+    m, tail = _empty_batch_models()[name]
+    rng = np.random.default_rng(9)
+    check_derivatives(m, {"x": rng.standard_normal((2,) + tail).astype(np.float32)})
+    x = np.zeros((0,) + tail, np.float32)
+    y = run(m, {"x": x})["y"]
+    fwd = run(forward(m, layout="onnx"), {"x": x, "fwd_x": np.zeros(x.shape + (2,), np.float32)})
+    adj = run(reverse(m, layout="onnx"), {"x": x, "adj_y": np.zeros(y.shape + (2,), np.float32)})
+    assert fwd["fwd_y"].shape == y.shape + (2,) and adj["adj_x"].shape == x.shape + (2,)
 
 
 def test_conv_chain_dynamic_batch_shares_shape_reads():

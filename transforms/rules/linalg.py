@@ -254,7 +254,7 @@ def _conv_on_batch(b: Builder, kind: str, t: ir.Value, w: ir.Value, y: ir.Value,
     yd = dims(y)
     conv = b.op(kind, [merged, w, None], tensor_type(None if yd is None else [None] + yd[1:],
                                                       element_type(t)), **attrs)
-    return b.reshape(conv, b.concat([_k(b, t), b.shape(y)], 0), None if yd is None else [None] + yd)
+    return b.reshape_k(conv, t, y, None if yd is None else [None] + yd)
 
 
 def _fold_conv(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value, attrs: dict,
@@ -315,7 +315,7 @@ def _conv_on_weight(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value
     split = b.reshape(front, b.concat([b.ints([g]), _k(b, t), b.shape(t, 2, 3), b.shape(x, 0, 1),
                                        b.shape(y, 2)], 0), [g, None, mg, yd[0]] + yd[2:])
     back = b.transpose(split, [1, 3, 0, 2] + list(range(4, ry + 2)))
-    return b.reshape(back, b.concat([_k(b, t), b.shape(y)], 0), [None] + yd)
+    return b.reshape_k(back, t, y, [None] + yd)
 
 
 def conv_geometry_of(attrs: dict, x: ir.Value) -> dict | None:
@@ -361,7 +361,7 @@ def _grouped_weight_tangent(b: Builder, x: ir.Value, t: ir.Value, y: ir.Value,
     split = b.reshape(prod, b.concat([b.ints([-1, g, m // g]), b.shape(x, 0, 1), b.ints(outs)], 0),
                       [td[0], g, m // g, xd[0]] + outs)
     back = b.transpose(split, [0, 3, 1, 2] + list(range(4, 4 + n)))
-    return b.reshape(back, b.concat([_k(b, t), b.shape(y)], 0), [None] + yd)
+    return b.reshape_k(back, t, y, [None] + yd)
 
 
 def _bias_tangent(b: Builder, t: ir.Value, y: ir.Value) -> ir.Value:

@@ -174,8 +174,7 @@ def _tile_pool(b: Builder, t: ir.Value, kernel: list[int], y: ir.Value) -> ir.Va
     merged = b.reshape(t, [-1] + td[2:], [None] + td[2:])
     pooled = b.op("AveragePool", [merged], tensor_type([None] + yd[1:], element_type(t)),
                   kernel_shape=list(kernel), strides=list(kernel))
-    target = b.concat([b.shape(t, 0, 1), b.shape(y)], 0)  # [k] + shape(y): N stays symbolic
-    return b.reshape(pooled, target, [td[0]] + yd)
+    return b.reshape_k(pooled, t, y, [td[0]] + yd)
 
 
 def _plain_layout(b: Builder, y: ir.Value) -> ir.Value:
@@ -520,7 +519,7 @@ def window_sum(b: Builder, u: ir.Value, y: ir.Value, geom: dict) -> ir.Value:
                        [None, 1] + ud[3:])
     conv = b.op("Conv", [merged, _ones_kernel(b, geom["kernel_shape"], u), None],
                 tensor_type([None, 1] + yd[2:], element_type(u)), **geom)
-    return b.reshape(conv, b.concat([b.shape(u, 0, 1), b.shape(y)], 0), [None] + yd)
+    return b.reshape_k(conv, u, y, [None] + yd)
 
 
 def _ones_image(b: Builder, x: ir.Value) -> ir.Value:
@@ -777,7 +776,7 @@ def _roi_align(b: Builder, op, tangents):
     tg = b.op("Gather", [t, bi], tensor_type([None, yd[0]] + xd[1:], elem), axis=1)
     tr = b.reshape(tg, [0, 0, 0, -1], [None, yd[0], xd[1], p])
     prod = matmul(b, tr, mr)
-    return [b.reshape(prod, b.concat([b.shape(t, 0, 1), b.shape(y)], 0), [None] + yd)]
+    return [b.reshape_k(prod, t, y, [None] + yd)]
 
 
 # ---- Col2Im ---------------------------------------------------------------------------
@@ -803,7 +802,7 @@ def _col2im(b: Builder, op, tangents):
     merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
     res = b.op("Col2Im", [merged, op.operands[1], op.operands[2]],
                tensor_type([None] + yd[1:], element_type(t)), **_verbatim(op))
-    return [b.reshape(res, b.concat([b.shape(t, 0, 1), b.shape(y)], 0), [None] + yd), None, None]
+    return [b.reshape_k(res, t, y, [None] + yd), None, None]
 
 
 @transpose("Col2Im")

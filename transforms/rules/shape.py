@@ -20,16 +20,10 @@ from .linalg import matmul
 def _reshape_like(b: Builder, t: ir.Value, primal: ir.Value) -> ir.Value:
     """t reinterpreted as [k] + shape(primal)."""
     d = dims(primal)
-    if d is not None and None not in d:
-        target = b.ints([0] + d) if 0 not in d else b.concat([b.shape(t, 0, 1), b.ints(d)], 0)
-    else:
-        target = b.concat([b.shape(t, 0, 1), b.shape(primal)], 0)
     out = None if d is None else [None] + d
-    # a 0 extent (static, or from a Loop that did not run) is "copy" without
-    # allowzero, and ONNX Runtime's Reshape fusion turns the k read into -1
-    allow = {"allowzero": 1} if b.opset >= 14 and d is not None and \
-        (0 in d or symdims.may_be_empty(primal)) else {}
-    return b.op("Reshape", [t, target], tensor_type(out, element_type(t)), **allow)
+    if d is not None and None not in d and 0 not in d:
+        return b.reshape(t, [0] + d, out)
+    return b.reshape_k(t, t, primal, out)
 
 
 def _squeeze_axes(op) -> list[int] | None:
@@ -79,6 +73,11 @@ def _t_reshape(b: Builder, op, cts, linear):
     computed = False
     if d is not None and None not in d[1:] and 0 not in d[1:]:
         target = b.ints([-1] + d[1:])
+    elif d is not None and 0 not in d[1:] and b.seed is not None and b.opset >= 14 and \
+            (symdims.primal_of(x) is not None or symdims.dims(x)[0] in (1, b.linear_k)):
+        # x's axis 0 is the one direction of the linear program (a stand-in,
+        # or a derivative): k from the seed, and allowzero (a batch of 0)
+        target, computed = b.concat([b.shape(b.seed, 0, 1), b.shape(x, 1)], 0), True
     elif d is not None and 0 not in d[1:] and \
             (b.seed is None or b.opset < 14 or not symdims.may_be_empty(x, 1)):
         target = b.concat([b.ints([-1]), b.shape(x, 1)], 0)

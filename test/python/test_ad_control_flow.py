@@ -612,3 +612,33 @@ def test_users_of_the_stack_of_a_loop_that_did_not_run(user):
     assert y["z"].size == 0
     seeds = {f"adj_{o}": rng.standard_normal(y[o].shape + (1,)) for o in ("vT", "z")}
     check_derivatives(reverse(m, layout="onnx"), {**feeds, **seeds})
+
+
+@pytest.mark.parametrize("M", [0, 1, 4])
+def test_loop_whose_state_grows(M):
+    """v <- Concat(v, w * sin(v[-1:])) M times: the carried value changes
+    shape every iteration, so reverse mode cannot stack its states as scan
+    outputs (ONNX Runtime requires their slices to agree); the reverse Loop
+    recomputes the state of iteration i by running the body i times from
+    the start (a Loop inside its body, no stored history). Both modes,
+    and Hessians (forward over reverse) through the recomputing Loop."""
+    body = h.make_graph([const("st", [-1], I64), const("en", [2 ** 40], I64), const("ax", [0], I64),
+                         h.make_node("Slice", ["v", "st", "en", "ax"], ["last"]),
+                         h.make_node("Sin", ["last"], ["sl"]), h.make_node("Mul", ["sl", "w"], ["nw"]),
+                         h.make_node("Concat", ["v", "nw"], ["vn"], axis=0),
+                         h.make_node("Identity", ["cin"], ["cn"])], "body",
+                        [vi("i", I64, []), vi("cin", B, []), vi("v", D, ["L"])],
+                        [vi("cn", B, []), vi("vn", D, ["L2"])])
+    m = model([const("M", M, I64), const("t", True, B),
+               h.make_node("Loop", ["M", "t", "v0"], ["vT"], body=body, name="grow"),
+               h.make_node("Tanh", ["vT"], ["y"])],
+              [("v0", D, [2]), ("w", D, [1])], [("y", D, ["K"])])
+    feeds = {"v0": np.array([0.3, 0.7]), "w": np.array([1.3])}
+    assert run(m, feeds)["y"].shape == (2 + M,)
+    errors = check_derivatives(m, feeds)
+    assert errors["fd"] < 1e-7 and errors["dot"] < 1e-12
+    check_hessian(m, feeds)
+    rev = reverse(m, layout="onnx")
+    loops = [n for n in rev.graph.node if n.op_type == "Loop"]
+    assert len(loops) == 2 and len(loops[0].output) == 2  # vT, the iteration numbers
+    assert "Loop" in [n.op_type for n in loops[1].attribute[0].g.node]

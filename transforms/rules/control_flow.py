@@ -35,6 +35,10 @@ whose transpose rule is a direct reverse rule:
         scan outputs; the number of iterations it ran is the length of
         that output; a second Loop sweeps over exactly that many
         iterations backwards (Gather at T-1-j), zero iterations included.
+        A carried value that changes shape between iterations (its type
+        lost a static extent of its start) cannot be stacked: the primal
+        emits only its iteration numbers, and the reverse body recomputes
+        the state of iteration i by a Loop of i primal steps (O(T^2)).
 The derivative program only contains If/Loop/Scan/Gather and the ops the
 other rules emit, so forward(reverse(m)) works through all three ops.
 
@@ -551,14 +555,18 @@ def _reuse_marked(blk: ir.Block, results: list[ir.Value]) -> None:
                     user.operands[use.operand_number] = r
 
 
-def _with_history(op: ir.Operation, name: str) -> tuple[ir.Operation, list[ir.Value]]:
+def _with_history(op: ir.Operation, name: str, states: bool = True
+                  ) -> tuple[ir.Operation, list[ir.Value]]:
     """Replaces the primal Loop/Scan by one that also emits, per iteration,
-    its carried values (and, for Loop, the iteration number) as scan outputs."""
+    its carried values (unless not `states`) and, for Loop, the iteration
+    number as scan outputs."""
     inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
     body = op.regions[0].blocks[0]
     # the iteration number only where the body reads it (or nothing else
     # would tell the number of iterations): one copy per iteration less
-    with_i = name == "Loop" and (_used(body.arguments[0]) or not cargs)
+    with_i = name == "Loop" and (_used(body.arguments[0]) or not cargs or not states)
+    if not states:
+        cargs = []
     extra = ([body.arguments[0]] if with_i else []) + cargs
     attrs = _attrs(op)
     if name == "Scan":
@@ -581,6 +589,40 @@ def _with_history(op: ir.Operation, name: str) -> tuple[ir.Operation, list[ir.Va
     n = len(op.results)
     _replace(None, op, list(new.results[:n]))
     return new, list(new.results[n:]), with_i
+
+
+def _shape_may_vary(op: ir.Operation) -> bool:
+    """Whether a carried value of a Loop may change shape between
+    iterations: its type in the body lost an extent its start has (the
+    join of start and yields, refine_region_types: a Concat-grown
+    sequence). ONNX Runtime requires a scan output's slices to agree in
+    shape, so such states cannot be stacked."""
+    inits, cargs = _loop_layout(op, "Loop")[:2]
+    for x, a in zip(inits, cargs):
+        dx, da = dims(x), dims(a)
+        if dx is not None and (da is None or any(e is not None and f is None
+                                                 for e, f in zip(dx, da))):
+            return True
+    return False
+
+
+def _recomputed_states(b: Builder, primal: ir.Operation, idx: ir.Value) -> list[ir.Value]:
+    """The carried values at the start of iteration `idx`, by running the
+    primal Loop's body `idx` times again from its inits (no stored states:
+    O(T^2) body runs, for states whose shapes change, see _shape_may_vary).
+    The recomputing Loop is plain ONNX, so the reverse model stays
+    differentiable by its own rules."""
+    inits, cargs, cys = _loop_layout(primal, "Loop")[:3]
+    n = len(cargs)
+    loop = _create(primal.name, [idx, b.none()] + inits, [a.type for a in cargs], {},
+                   primal.location, 1)
+    copy = primal.clone(ip=ir.InsertionPoint(loop))
+    cbody = copy.regions[0].blocks[0]
+    blk = loop.regions[0].blocks.append(*[a.type for a in cbody.arguments])
+    ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), list(blk.arguments))))
+    copy.erase()
+    _yield(blk, ys[:1 + n], primal.location)  # cond and carried (no scan outputs)
+    return list(loop.results)
 
 
 def _used(v: ir.Value) -> bool:
@@ -646,7 +688,8 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     k = _k_of(b, ct_of.values())
     loc = op.location
     ct_at = [ct_of.get(r) for r in op.results]  # by index: the op is replaced next
-    primal, hist, with_i = _with_history(op, name)
+    recompute = name == "Loop" and _shape_may_vary(op)
+    primal, hist, with_i = _with_history(op, name, states=not recompute)
     inits, cargs, cys, scans, sargs, outs = _loop_layout(primal, name)
     body = primal.regions[0].blocks[0]
     n, nout = len(cargs), len(outs)
@@ -738,8 +781,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     ct_v, acc = a[2:2 + len(fl)], a[2 + len(fl):]
     with ir.InsertionPoint(blk):
         idx = b.sub(last, a[0])
-        states = [b.op("Gather", [h, idx], cargs[j].type, axis=0)
-                  for j, h in enumerate(state_hist)]
+        if recompute:  # after the body's reversal, which must not see them computed
+            pending = ir.Operation.create("builtin.unrealized_conversion_cast",
+                                          results=[a.type for a in cargs], operands=[], loc=loc)
+            states = list(pending.results)
+        else:
+            states = [b.op("Gather", [h, idx], cargs[j].type, axis=0)
+                      for j, h in enumerate(state_hist)]
         it = b.op("Gather", [iters, idx], body.arguments[0].type, axis=0) if with_i else a[0]
         cty = [fixed[mm] if fixed[mm] is not None else
                b.op("Gather", [c, idx], b.derivative_type(outs[mm]), axis=1)
@@ -754,6 +802,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
         [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
     cts = _reverse_block(blk, rev, wrt, seeds, b.opset)
+    if recompute:
+        with ir.InsertionPoint(pending):
+            recomputed = _recomputed_states(b, primal, idx)
+        for v, r in zip(states, recomputed):
+            v.replace_all_uses_with(r)
+        pending.erase()
+        states = recomputed
     kk = ct_v[0] if ct_v else acc[0]
     with ir.InsertionPoint(blk):
         kin = b.shape(kk, 0, 1)

@@ -32,7 +32,7 @@ from mlir import ir
 
 from .builder import Builder, attribute, constant_ints, dims, tensor_type
 from .rules.control_flow import _all_ops, _attrs, _const_bool, _create, _loop_layout, \
-    _move_body, _terminator, _yield
+    _move_body, _shape_may_vary, _terminator, _yield
 
 
 def _true(b: Builder) -> ir.Value:
@@ -169,6 +169,8 @@ def _segment_loop(op: ir.Operation, opset: int, k: int) -> bool:
             return False
     if outs and not (has_trip and _always_true(op)):
         return False
+    if _shape_may_vary(op):
+        return False  # its reverse stores no states at all (control_flow.py)
     b = Builder(opset, op.location)
     loc = op.location
     n = len(cargs)

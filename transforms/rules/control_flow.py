@@ -55,6 +55,7 @@ from mlir import ir
 from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from .. import symdims
 from ..builder import Builder, attribute, constant_ints, constant_value, dims, element_type, \
     ints_attr, is_float, nested_ops, op_type, rank, tensor_type
 from ..linearize import REGION_RULES, STANDS_FOR, Tangents
@@ -595,14 +596,16 @@ def _shape_may_vary(op: ir.Operation) -> bool:
     """Whether a carried value of a Loop may change shape between
     iterations: its type in the body lost an extent its start has (the
     join of start and yields, refine_region_types: a Concat-grown
-    sequence). ONNX Runtime requires a scan output's slices to agree in
+    sequence, or a body typed without shapes) and symbolic extents do not
+    show the yield having the start's or the argument's extents. ONNX Runtime requires a scan output's slices to agree in
     shape, so such states cannot be stacked."""
-    inits, cargs = _loop_layout(op, "Loop")[:2]
-    for x, a in zip(inits, cargs):
+    inits, cargs, cys = _loop_layout(op, "Loop")[:3]
+    for x, a, y in zip(inits, cargs, cys):
         dx, da = dims(x), dims(a)
         if dx is not None and (da is None or any(e is not None and f is None
-                                                 for e, f in zip(dx, da))):
-            return True
+                                                 for e, f in zip(dx, da))) and \
+                symdims.dims(y) not in (symdims.dims(x), None if da is None else symdims.dims(a)):
+            return True  # unless the yield provably has the start's or the argument's extents
     return False
 
 
@@ -948,7 +951,6 @@ def refine_region_types(f: ir.Operation) -> None:
                 changed = True
                 _retype_users(r)
     if changed:
-        from .. import symdims
         symdims.reset_all()
 
 

@@ -71,17 +71,18 @@ def _t_reshape(b: Builder, op, cts, linear):
     # The direction axis is -1, not 0 (copy): a rule may merge k into axis 0
     # (k*N for a batch) as long as the trailing extents do not depend on k.
     computed = False
-    if d is not None and None not in d[1:] and 0 not in d[1:]:
+    tail = d is not None and 0 not in d[1:]  # x's extents past axis 0, none a literal 0
+    dynamic = b.seed is not None and b.opset >= 14  # k readable, allowzero available
+    if tail and None not in d[1:]:
         target = b.ints([-1] + d[1:])
-    elif d is not None and 0 not in d[1:] and b.seed is not None and b.opset >= 14 and \
-            (symdims.primal_of(x) is not None or symdims.dims(x)[0] in (1, b.linear_k)):
+    elif tail and dynamic and (symdims.primal_of(x) is not None or
+                               symdims.dims(x)[0] in (1, b.linear_k)):
         # x's axis 0 is the one direction of the linear program (a stand-in,
         # or a derivative): k from the seed, and allowzero (a batch of 0)
         target, computed = b.concat([b.shape(b.seed, 0, 1), b.shape(x, 1)], 0), True
-    elif d is not None and 0 not in d[1:] and \
-            (b.seed is None or b.opset < 14 or not symdims.may_be_empty(x, 1)):
+    elif tail and not (dynamic and symdims.may_be_empty(x, 1)):
         target = b.concat([b.ints([-1]), b.shape(x, 1)], 0)
-    elif d is not None and 0 not in d[1:]:
+    elif tail:
         # ONNX Runtime refuses -1 beside a 0 extent (a Loop that did not
         # run): x's own leading extent (one direction, or a batch merged
         # with it) times the seed count. Reading axis 0 of x keeps the

@@ -190,11 +190,13 @@ def test_reverse_of_reverse(kind, xs, ws, attrs):
 
 @pytest.mark.parametrize("attrs,ws", [(dict(pads=[1, 0, 1, 1], strides=[2, 1]), [3, 2, 3, 2]),
                                       (dict(pads=[1, 1, 1, 1], group=2, strides=[2, 2]), [4, 1, 3, 3])])
-def test_conv_dynamic_spatial(attrs, ws):
+@pytest.mark.parametrize("channels", [2, "c"])
+def test_conv_dynamic_spatial(attrs, ws, channels):
     """Spatial extents known only at run time: ConvTranspose with the largest
-    output_padding, cut to x's extents."""
+    output_padding, cut to x's extents. A grouped weight tangent is one Conv
+    per group, x's channel count then taken from W where x's type lacks it."""
     m = model([h.make_node("Conv", ["x", "w"], ["y"], **attrs)],
-              [("x", F, ["n", 2, "h", "w"]), ("w", F, ws)], [("y", F, None)])
+              [("x", F, ["n", channels, "h", "w"]), ("w", F, ws)], [("y", F, None)])
     rng = np.random.default_rng(9)
     check_derivatives(m, {"x": rng.standard_normal((2, 2, 6, 5)).astype(np.float32),
                           "w": rng.standard_normal(ws).astype(np.float32)})

@@ -290,7 +290,8 @@ def _conv_on_weight(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value
         if geom is not None:
             return _grouped_weight_tangent(b, x, t, y, geom)
         # Spatial extents unknown: one convolution per group.
-        m, c = td[1], dims(x)[1]
+        # a valid model has C = group * (C/g of W) even where x's type lost it
+        m, c = td[1], dims(x)[1] or (None if td[2] is None else g * td[2])
         if m is None or c is None:
             raise UnsupportedOp("grouped Conv needs static channel counts")
         parts = []

@@ -6,8 +6,10 @@ forward/reverse -> export -> ONNX Runtime, each case in a child process.
 
 A benchmark-style script, not part of the test suite (a small seeded sample
 runs in CI: test/python/test_fuzz_sample.py). Case i with base seed S uses
-seed S*1_000_003 + i; i % 10 in 0..4 is a generated valid model, 5..8 a
-mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt.
+seed S*1_000_003 + i; i % 10 in 0..4 is a generated valid model (every
+fourth with all input and output extents made run-time ones,
+"gen:dynamic"), 5..8 a mutated model (mutate.py), 9 garbage MLIR text for
+onnx-ad-opt.
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes
@@ -182,6 +184,9 @@ def run_case(i: int, base: int, cli: bool | None = None) -> dict:
         rec.update(outcome="gen-rejected", detail=str(e)[:300])
         return rec
     rec["ops"] = sorted({n.op_type for n in model.graph.node} - {"Constant"})
+    if kind == "gen" and i % 4 == 3:
+        model = _dynamized(model)
+        rec["kind"] = "gen:dynamic"
     with tempfile.TemporaryDirectory(prefix="fuzz-") as folder:
         if kind == "gen":
             rec.update(_run_generated(model, feeds, folder, i))
@@ -202,6 +207,22 @@ def run_case(i: int, base: int, cli: bool | None = None) -> dict:
             if problem:
                 rec.update(outcome=problem, detail=status)
     return rec
+
+
+def _dynamized(model):
+    """The same model with every extent of its inputs and outputs a named
+    run-time extent and no intermediate shapes recorded: the rules' paths
+    for extents known only at run time, on the same feeds."""
+    import onnx
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for v in list(m.graph.input) + list(m.graph.output):
+        if v.type.tensor_type.HasField("shape"):
+            for a, d in enumerate(v.type.tensor_type.shape.dim):
+                d.Clear()
+                d.dim_param = f"{v.name}_{a}"
+    del m.graph.value_info[:]
+    return m
 
 
 def _run_generated(model, feeds, folder, i) -> dict:

@@ -1,5 +1,6 @@
 """A small seeded sample of the fuzz run (test/fuzz/run.py, issue 7): 60
-cases (30 generated valid models, 24 mutated models, 6 garbage MLIR texts)
+cases (30 generated valid models, some with run-time extents, 24 mutated
+models, 6 garbage MLIR texts)
 in a child worker process, through import -> forward/reverse -> export ->
 ONNX Runtime and the CLI. No case may crash, hang, give a wrong derivative,
 hit a RuleError, change its input file or leave a partial output."""
@@ -22,7 +23,7 @@ def test_fuzz_sample():
     assert len(results) == len(CASES)
     bugs = [r for r in results if r["outcome"] in fuzz.BUGS]
     assert not bugs, fuzz.summary(results)
-    refused = [r for r in results if r["outcome"] == "refused" and r["kind"] != "gen"]
+    refused = [r for r in results if r["outcome"] == "refused" and not r["kind"].startswith("gen")]
     assert refused, "the mutated cases should mostly be refused"
-    ok = [r for r in results if r["kind"] == "gen" and r["outcome"] == "ok"]
+    ok = [r for r in results if r["kind"].startswith("gen") and r["outcome"] == "ok"]
     assert len(ok) >= 20, fuzz.summary(results)

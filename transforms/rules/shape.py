@@ -498,11 +498,13 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
         raise UnsupportedOp("transposing Gather needs static ranks and a data axis >= 1")
     post = len(cd) - axis - q
     flat_dims = cd[:axis] + [None] + cd[axis + q:]
+    # The gathered count, never -1: an extent of ct may be 0 at run time
+    # (ONNX refuses a 0-product target with -1)
+    idd = dims(idx)
+    mid = int(np.prod(idd)) if idd is not None and None not in idd else \
+        int(np.prod(cd[axis:axis + q])) if None not in cd[axis:axis + q] else None
     allow = {}
-    if None not in cd[axis + q:]:  # a constant target keeps the rank visible after export
-        # the gathered extent itself when static: -1 cannot be inferred when
-        # a dim is 0 (ONNX refuses a 0-product target with -1)
-        mid = int(np.prod(cd[axis:axis + q])) if None not in cd[axis:axis + q] else -1
+    if None not in cd[axis + q:] and mid is not None:  # a constant target keeps the rank visible
         if b.opset >= 14 and (mid == 0 or 0 in cd[axis + q:]):
             # literal zeros are extents only with allowzero (else "copy that dim")
             target = b.concat([b.shape(ct, 0, axis), b.ints([mid] + cd[axis + q:])], 0)
@@ -510,7 +512,10 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
         else:
             target = b.ints([0] * axis + [mid] + cd[axis + q:])
     else:
-        target = b.concat([b.shape(ct, 0, axis), b.ints([-1]), b.shape(ct, axis + q)], 0)
+        count = b.ints([mid]) if mid is not None else b.reshape(
+            b.op("Size", [idx], tensor_type([], ir.IntegerType.get_signless(64))), [1], [1])
+        target = b.concat([b.shape(ct, 0, axis), count, b.shape(ct, axis + q)], 0)
+        allow = {"allowzero": 1} if b.opset >= 14 else {}
     flat = b.op("Reshape", [ct, target], tensor_type(flat_dims, element_type(ct)), **allow)
     ix = b.reshape(idx, [1] * axis + [-1] + [1] * post, [1] * axis + [None] + [1] * post)
     ix = b.expand(ix, b.shape(flat), dims(flat))

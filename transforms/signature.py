@@ -142,14 +142,20 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Valu
     if layout == "onnx":
         return b.transpose(seed, [r] + list(range(r)))
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
-        target = b.concat([b.shape(primal, 0, 1), b.ints([-1]), b.shape(primal, 1, 2)], 0)
-        split = b.reshape(seed, target, [d[0], None, d[1]])
+        if d[0] is None and d[1]:  # r may be 0 (-1 is then refused): k = (k*c) / c
+            k = b.div(b.shape(seed, 1, 2), b.ints([d[1]]))
+            target = b.concat([b.shape(primal, 0, 1), k, b.ints([d[1]])], 0)
+            split = b.reshape_to(seed, target, [d[0], None, d[1]])
+        else:
+            target = b.concat([b.shape(primal, 0, 1), b.ints([-1]), b.shape(primal, 1, 2)], 0)
+            split = b.reshape(seed, target, [d[0], None, d[1]])
         return b.transpose(split, [1, 0, 2])
     flat = b.transpose(seed, [1, 0])  # [numel, k] -> [k, numel]
     if r == 1:
         return flat
-    target = b.concat([b.ints([-1]), b.shape(primal)], 0)
-    return b.reshape(flat, target, [None] + d)
+    if None in d or 0 in d:  # an extent may be 0: k from the seed, not -1
+        return b.reshape_k(flat, flat, primal, [None] + d)
+    return b.reshape(flat, b.ints([-1] + d), [None] + d)
 
 
 def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
@@ -160,6 +166,9 @@ def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
         return b.transpose(t, list(range(1, r + 1)) + [0])
     if r == 2:  # [k, r, c] -> [r, k, c] -> [r, k*c]
         moved = b.transpose(t, [1, 0, 2])
+        if d[0] is None and d[1] is not None:  # r may be 0 (-1 is then refused)
+            kc = b.mul(b.shape(t, 0, 1), b.ints([d[1]]))
+            return b.reshape_to(moved, b.concat([b.shape(primal, 0, 1), kc], 0), [d[0], None])
         target = b.concat([b.shape(primal, 0, 1), b.ints([-1])], 0)
         return b.reshape(moved, target, [d[0], None])
     flat = t if r == 1 else b.reshape(t, [0, -1], [None, math.prod(d) if None not in d else None])

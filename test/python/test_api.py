@@ -109,3 +109,34 @@ def test_bundled_example(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["adj_mlp.onnx", "fwd_adj_mlp.onnx", "fwd_mlp.onnx",
                                             "mlp.onnx"]
     assert hashlib.sha256(open(model, "rb").read()).hexdigest() == digest
+
+
+@pytest.mark.parametrize("shape", [["N", 4], ["N", 3, 4]])
+@pytest.mark.parametrize("n", [0, 2])
+def test_casadi_layout_with_run_time_rows(shape, n):
+    """The CasADi seed layouts ([r, k*c] for matrices, [numel, k] otherwise)
+    with a leading extent fed at run time, 0 included (a -1 beside it is
+    refused by ONNX Runtime): the forward and reverse models agree,
+    <J v, w> == <v, J^T w> for each of k = 2 directions."""
+    rng = np.random.default_rng(4)
+    w = onnx.numpy_helper.from_array(rng.standard_normal((4, 5)), "W")
+    vi = h.make_tensor_value_info
+    m = h.make_model(h.make_graph(
+        [h.make_node("MatMul", ["x", "W"], ["a"]), h.make_node("Tanh", ["a"], ["y"])], "g",
+        [vi("x", TP.DOUBLE, shape)], [vi("y", TP.DOUBLE, shape[:-1] + [5])], [w]),
+        opset_imports=[h.make_opsetid("", 18)])
+    xs = (n,) + tuple(shape[1:])
+    x = rng.standard_normal(xs)
+    y = run(m, {"x": x})["y"]
+    seed = lambda a: rng.standard_normal((a.shape[0], 2 * a.shape[1]) if a.ndim == 2
+                                         else (a.size, 2))
+    v, u = seed(x), seed(y)
+    jv = run(forward(m), {"x": x, "fwd_x": v})["fwd_y"]
+    jtu = run(reverse(m), {"x": x, "adj_y": u})["adj_x"]
+    assert jv.shape == u.shape and jtu.shape == v.shape
+    if n:
+        for d in range(2):  # direction d: columns d*c:(d+1)*c of a matrix seed, column d else
+            pick = (lambda a: a.reshape(a.shape[0], 2, -1)[:, d]) if len(shape) == 2 else \
+                (lambda a: a[:, d])
+            np.testing.assert_allclose(np.sum(pick(jv) * pick(u)), np.sum(pick(v) * pick(jtu)),
+                                       rtol=1e-12)

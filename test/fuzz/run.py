@@ -532,8 +532,12 @@ def _run_mutated(data: bytes, feeds, folder, i) -> dict:
             if not any(v.type.tensor_type.elem_type in FLOAT_TYPES for v in m.graph.input):
                 out = {"outcome": "ok-noref", "detail": "no float input left"}
             else:
-                errs = check_derivatives(_sorted_copy(m), why, seed=i)
-                out = {"outcome": "ok", "detail": json.dumps(errs)}
+                checked = _sorted_copy(m)
+                try:
+                    errs = check_derivatives(checked, why, seed=i)
+                    out = {"outcome": "ok", "detail": json.dumps(errs)}
+                except Exception as e:  # noqa: BLE001 - re-judged like a generated case
+                    out = _judged(e, checked, why, i)
         elif verdict == "ort-fails":
             out = {"outcome": "accepted-ort-fails", "detail": "the onnx checker accepts "
                    "this model, ONNX Runtime cannot run it: " + why}

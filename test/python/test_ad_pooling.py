@@ -397,15 +397,36 @@ def test_dynamic_batch_second_order():
     check_hessian(m, {"x": x})
 
 
-def test_resize_dynamic_resized_axis_refused():
-    from onnx_ad_mlir.api import forward
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_of_run_time_extents(mode):
+    """Resized axes whose extents are known only at run time (no
+    interpolation matrix can be built): forward mode resizes the tangent
+    itself, k merged into the batch, against central differences (a batch
+    of 0 included); reverse mode is refused naming the node."""
+    from adcheck import run as ort_run
+    from onnx_ad_mlir.api import forward, reverse
     from onnx_ad_mlir.errors import UnsupportedOp
-    nodes = [const("roi", np.zeros(0, np.float32)), const("sc", np.asarray([1, 1, 2, 2], np.float32)),
-             h.make_node("Resize", ["x", "roi", "sc"], ["y"], mode="nearest", name="up")]
-    m = model(nodes, [("x", F, [1, 1, "h", 4])], [("y", F, None)])
-    with pytest.raises(UnsupportedOp, match=r"node 'up'.*static extents on the axes it resizes "
-                                            r"\(axis 2: None -> None\)"):
-        forward(m)
+    nodes = [h.make_node("Tanh", ["x"], ["t"]),
+             const("roi", np.zeros(0, np.float32)), const("sc", np.asarray([1, 1, 2, 1.5], np.float32)),
+             h.make_node("Resize", ["t", "roi", "sc"], ["r"], mode=mode, name="up"),
+             h.make_node("Mul", ["r", "r"], ["y"])]
+    m = model(nodes, [("x", F, ["n", 2, "h", "w"])], [("y", F, None)])
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((2, 2, 4, 6)).astype(np.float32)
+    v = rng.standard_normal(x.shape + (2,)).astype(np.float32)
+    fwd = forward(m, layout="onnx")
+    jv = ort_run(fwd, {"x": x, "fwd_x": v})["fwd_y"]
+    eps = 1e-3
+    for d in range(2):
+        fd = (ort_run(m, {"x": x + eps * v[..., d]})["y"] -
+              ort_run(m, {"x": x - eps * v[..., d]})["y"]) / (2 * eps)
+        np.testing.assert_allclose(jv[..., d], fd, rtol=2e-3, atol=2e-3)
+    empty = ort_run(fwd, {"x": np.zeros((0, 2, 4, 6), np.float32),
+                          "fwd_x": np.zeros((0, 2, 4, 6, 2), np.float32)})["fwd_y"]
+    assert empty.shape == (0, 2, 8, 9, 2)
+    with pytest.raises(UnsupportedOp, match=r"node 'up'.*reverse mode through Resize needs static "
+                                            r"extents on the axes it resizes"):
+        reverse(m)
 
 
 def test_overlapping_max_pool_taps_in_3d():

@@ -13,6 +13,9 @@ AveragePool(ones) / windowsum(ones): whatever divisor the runtime uses
 reductions. Resize/Upsample are linear in X for fixed scales/sizes and separable:
 one small interpolation matrix per resized axis, built by resizing an identity
 with the node's own attributes, applied with MatMul (no dense operator).
+Where a resized extent is known only at run time (no matrix), forward mode
+runs the node itself on the tangent with k merged into the batch; reverse
+mode refuses it (no transpose without the matrix).
 """
 from __future__ import annotations
 
@@ -690,16 +693,18 @@ def _resize(b: Builder, op, tangents):
         scales = _float_constant(op.operands[1])
         if scales is None:
             raise UnsupportedOp("Upsample with scales computed at run time")
-    out = t
-    for a in range(r):
-        # scale 1 maps every index to itself in every mode (tf_crop_and_resize
-        # refused above; antialiasing only filters when downscaling)
-        if scales is not None and scales[a] == 1.0 or \
-                scales is None and xd[a] is not None and xd[a] == yd[a]:
-            continue
-        if xd[a] is None or yd[a] is None:
+    # scale 1 maps every index to itself in every mode (tf_crop_and_resize
+    # refused above; antialiasing only filters when downscaling)
+    resized = [a for a in range(r) if not (scales is not None and scales[a] == 1.0 or
+                                           scales is None and xd[a] is not None and xd[a] == yd[a])]
+    unknown = [a for a in resized if xd[a] is None or yd[a] is None]
+    if unknown:
+        if scales is None or 0 in resized:
             raise UnsupportedOp(f"{kind} needs static extents on the axes it resizes "
-                                f"(axis {a}: {xd[a]} -> {yd[a]})")
+                                f"(axis {unknown[0]}: {xd[unknown[0]]} -> {yd[unknown[0]]})")
+        return [_resize_merged(b, op, t)] + [None] * (len(op.results) - 1)
+    out = t
+    for a in resized:
         m_t = _interpolation_matrix(b, op, kind, x, a, xd[a], yd[a],
                                     None if scales is None else scales[a])  # [in, out]
         perm = [i for i in range(r + 1) if i != a + 1] + [a + 1]
@@ -707,6 +712,26 @@ def _resize(b: Builder, op, tangents):
         prod = matmul(b, moved, m_t)
         out = _permute(b, prod, [perm.index(i) for i in range(r + 1)])
     return [out] + [None] * (len(op.results) - 1)
+
+
+def _resize_merged(b: Builder, op, t: ir.Value) -> ir.Value:
+    """The node itself on t [k, N, ...] with k merged into the batch (fixed
+    scales, batch not resized): extents known only at run time, where no
+    interpolation matrix can be built. Its transpose is refused below."""
+    y, td = op.results[0], dims(t)
+    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
+    res = ir.Operation.create(op.name, results=[tensor_type([None] + dims(y)[1:], element_type(t))],
+                              operands=[merged] + list(op.operands[1:]),
+                              attributes={n: op.attributes[n] for n in op.attributes},
+                              loc=b.location).results[0]
+    return b.reshape_k(res, t, y, [None] + dims(y))
+
+
+@transpose("Resize", "Upsample")
+def _t_resize(b: Builder, op, cts, linear):
+    # only _resize_merged puts a Resize on a derivative
+    raise UnsupportedOp("reverse mode through Resize needs static extents on the axes it "
+                        "resizes (forward mode does without)")
 
 
 def _permute(b: Builder, v: ir.Value, perm: list[int]) -> ir.Value:

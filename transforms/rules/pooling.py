@@ -26,7 +26,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, constant_value, dims, element_type,
                        is_constant_op, op_type, operand_or_none, producer, rank, tensor_type)
-from ..registry import jvp, transpose
+from ..registry import jvp, no_transpose, transpose
 from .linalg import matmul
 from .shape import GATHER_TRANSPOSE_HOOKS
 
@@ -717,7 +717,7 @@ def _resize(b: Builder, op, tangents):
 def _resize_merged(b: Builder, op, t: ir.Value) -> ir.Value:
     """The node itself on t [k, N, ...] with k merged into the batch (fixed
     scales, batch not resized): extents known only at run time, where no
-    interpolation matrix can be built. Its transpose is refused below."""
+    interpolation matrix can be built. Reverse mode refuses it (no_transpose below)."""
     y, td = op.results[0], dims(t)
     merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
     res = ir.Operation.create(op.name, results=[tensor_type([None] + dims(y)[1:], element_type(t))],
@@ -727,11 +727,8 @@ def _resize_merged(b: Builder, op, t: ir.Value) -> ir.Value:
     return b.reshape_k(res, t, y, [None] + dims(y))
 
 
-@transpose("Resize", "Upsample")
-def _t_resize(b: Builder, op, cts, linear):
-    # only _resize_merged puts a Resize on a derivative
-    raise UnsupportedOp("reverse mode through Resize needs static extents on the axes it "
-                        "resizes (forward mode does without)")
+no_transpose("Resize", "Upsample", reason="reverse mode through Resize needs static extents "
+             "on the axes it resizes (forward mode does without)")
 
 
 def _permute(b: Builder, v: ir.Value, perm: list[int]) -> ir.Value:

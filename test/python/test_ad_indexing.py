@@ -90,6 +90,16 @@ def test_tile():
     run([const("r", [2, 1, 3]), h.make_node("Tile", ["x", "r"], ["y"])], (2, 3, 2))
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 4), (0, 3, 2), (2, 1, 0)])
+def test_tile_of_run_time_extents(shape):
+    """Repeated axes whose extents are known only at run time (0 included):
+    the cotangent is split to [repeats, extent] by a target read at run time
+    and summed over the repeats (was refused)."""
+    m = model([const("r", [2, 1, 3]), h.make_node("Tile", ["x", "r"], ["t"]),
+               h.make_node("Sin", ["t"], ["y"])], [("x", D, ["a", "b", "c"])], [("y", D, None)])
+    check_derivatives(m, {"x": rng.standard_normal(shape)})
+
+
 @pytest.mark.parametrize("opset", [13, 18])
 def test_tile_of_empty_tensor(opset):
     """Repeating an axis of an empty tensor: its cotangent is empty too, not

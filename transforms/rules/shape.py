@@ -900,10 +900,9 @@ def _t_tile(b: Builder, op, cts, linear):
             pieces.append(b.shape(ct, i, i + 1) if e is None else b.ints([e]))
             out.append(e)
             continue
-        if e is None:
-            raise UnsupportedOp("transposing Tile needs static extents on repeated axes")
         axes.append(len(out))
-        pieces.append(b.ints([rp, e]))
+        pieces.append(b.ints([rp, e]) if e is not None else
+                      b.concat([b.ints([rp]), b.shape(x, i, i + 1)], 0))
         out += [rp, e]
     if not axes:
         return [ct, None]

@@ -425,8 +425,10 @@ def _t_pad(b: Builder, op, cts, linear):
     x = op.operands[0]
     d = dims(x)
     pads = list(attribute(op, "pads")) if "pads" in op.attributes else constant_ints(op.operands[1])
-    if (attribute(op, "mode") or "constant") != "constant":
-        raise UnsupportedOp("transposing Pad in a mode other than 'constant'")
+    mode = attribute(op, "mode") or "constant"
+    if mode != "constant":  # only the Pad JVP on run-time extents emits one
+        raise UnsupportedOp(f"reverse mode through Pad mode '{mode}' needs static extents on "
+                            "the padded axes (forward mode does without)")
     if pads is None or d is None or operand_or_none(op, 3) is not None:
         # Run-time pads (or axes): the zero pad's adjoint crops what it added
         # and zero-pads what it cropped, i.e. Pad by the negated pads.
@@ -991,6 +993,11 @@ def _pad(b: Builder, op, tangents):
             if pads is None or d is None:
                 raise UnsupportedOp(f"Pad mode '{mode}' needs constant pads")
             out_t = t
+            if b.opset >= 11 and any(d[a] is None and (pads[a] or pads[r + a]) for a in range(r)):
+                # no source indices without the extents: the op itself (linear),
+                # which reverse mode refuses (_t_pad)
+                return [b.op("Pad", [t, b.ints([0] + pads[:r] + [0] + pads[r:])],
+                             b.derivative_type(y), mode=mode)] + _tail(op, 1)
             for a in range(r):
                 if pads[a] == 0 and pads[r + a] == 0:
                     continue

@@ -429,6 +429,31 @@ def test_resize_of_run_time_extents(mode):
         reverse(m)
 
 
+@pytest.mark.parametrize("attrs", [dict(ceil_mode=1, strides=[2, 2]),
+                                   dict(auto_pad="SAME_UPPER", strides=[2, 1])])
+def test_average_pool_of_run_time_extents(attrs):
+    """auto_pad or ceil_mode windows on extents known only at run time: forward
+    mode pools the tangent itself (k merged into the batch) against central
+    differences; reverse mode is refused naming the node."""
+    from adcheck import run as ort_run
+    from onnx_ad_mlir.api import forward, reverse
+    from onnx_ad_mlir.errors import UnsupportedOp
+    nodes = [h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node("AveragePool", ["t"], ["p"], kernel_shape=[3, 2], name="pool", **attrs),
+             h.make_node("Mul", ["p", "p"], ["y"])]
+    m = model(nodes, [("x", F, ["n", 2, "h", "w"])], [("y", F, None)])
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((2, 2, 7, 6)).astype(np.float32)
+    v = rng.standard_normal(x.shape + (2,)).astype(np.float32)
+    jv = ort_run(forward(m, layout="onnx"), {"x": x, "fwd_x": v})["fwd_y"]
+    for d in range(2):
+        fd = (ort_run(m, {"x": x + 1e-3 * v[..., d]})["y"] -
+              ort_run(m, {"x": x - 1e-3 * v[..., d]})["y"]) / 2e-3
+        np.testing.assert_allclose(jv[..., d], fd, rtol=2e-3, atol=2e-3)
+    with pytest.raises(UnsupportedOp, match=r"node 'pool'.*needs static spatial extents"):
+        reverse(m)
+
+
 def test_overlapping_max_pool_taps_in_3d():
     """A 2-D pool's primal window taps come from a 3-D Conv (ONNX Runtime
     keeps it out of its blocked layout, whose reorder cost twice the Conv);

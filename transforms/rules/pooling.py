@@ -15,7 +15,8 @@ one small interpolation matrix per resized axis, built by resizing an identity
 with the node's own attributes, applied with MatMul (no dense operator).
 Where a resized extent is known only at run time (no matrix), forward mode
 runs the node itself on the tangent with k merged into the batch; reverse
-mode refuses it (no transpose without the matrix).
+mode refuses it (no transpose without the matrix). The same for AveragePool
+windows placed by auto_pad or ceil_mode on run-time extents.
 """
 from __future__ import annotations
 
@@ -320,7 +321,9 @@ def _t_average_pool(b: Builder, op, cts, linear):
     x, y = op.operands[0], op.results[0]
     kernel = _tiling_kernel(op, x, y)
     if kernel is None or not _exact_tiles(x, y, kernel):
-        raise UnsupportedOp("AveragePool transposed only when its windows tile the input")
+        # (the other pools on derivatives: auto_pad or ceil_mode on run-time extents)
+        raise UnsupportedOp("reverse mode through AveragePool with auto_pad or ceil_mode "
+                            "needs static spatial extents (forward mode does without)")
     scaled = b.mul(cts[0], b.scalar(1.0 / float(np.prod(kernel)), cts[0]))  # on the small side
     return [_upsample(b, scaled, kernel, [dims(cts[0])[0]] + dims(x)[1:])]
 
@@ -543,6 +546,11 @@ def _average_pool(b: Builder, op, tangents):
         # nearest upsample (densenet121 reverse -3%, forward -1 to -2% against
         # a ReduceSum of a window view, whose transpose is a 6-D Expand)
         return [_tile_pool(b, tangents[0], kernel, y)]
+    xd, yd = dims(x), dims(y)
+    if (None in xd[2:] or None in yd[2:]) and _auto_or_ceil(op):
+        # windows known only at run time: the pool itself on the merged
+        # directions (linear), which reverse mode refuses (_t_average_pool)
+        return [_pool_merged(b, op, tangents[0])]
     if kernel is not None:  # windows tile the input with a remainder: a ReduceSum of a reshape
         n = len(kernel)
         tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
@@ -557,6 +565,21 @@ def _average_pool(b: Builder, op, tangents):
                  tensor_type([1, 1] + yd[2:], element_type(x)), **kept_geom)
     scale = b.div(avg, b.ew("Max", count, b.scalar(1.0, x)))
     return [b.mul(window_sum(b, tangents[0], y, geom), scale)]
+
+
+def _auto_or_ceil(op) -> bool:
+    auto = attribute(op, "auto_pad") or "NOTSET"
+    ceil = attribute(op, "ceil_mode") if "ceil_mode" in op.attributes else 0
+    return auto in ("SAME_UPPER", "SAME_LOWER") or bool(ceil)
+
+
+def _pool_merged(b: Builder, op, t: ir.Value) -> ir.Value:
+    """AveragePool itself on t [k, N, C, *S], k merged into the batch."""
+    y, td = op.results[0], dims(t)
+    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
+    pooled = b.op("AveragePool", [merged], tensor_type([None] + dims(y)[1:], element_type(t)),
+                  **_verbatim(op))
+    return b.reshape_k(pooled, t, y, [None] + dims(y))
 
 
 @jvp("LpPool")

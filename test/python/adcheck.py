@@ -184,6 +184,20 @@ def check_derivatives(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     return errors
 
 
+def check_forward(model: onnx.ModelProto, feeds: dict[str, np.ndarray], x: str, y: str,
+                  eps: float, rtol: float, atol: float, k: int = 2, seed: int = 0) -> None:
+    """Forward mode alone (d y / d x along k random directions) against
+    central differences, for models whose reverse mode is refused."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal(feeds[x].shape + (k,)).astype(feeds[x].dtype)
+    jv = run(forward(model, inputs=[x], outputs=[y], layout="onnx"),
+             {**feeds, f"fwd_{x}": v})[f"fwd_{y}"]
+    for d in range(k):
+        step = lambda s: run(model, {**feeds, x: feeds[x] + s * eps * v[..., d]})[y]
+        np.testing.assert_allclose(jv[..., d], (step(1) - step(-1)) / (2 * eps),
+                                   rtol=rtol, atol=atol, err_msg=f"forward mode, direction {d}")
+
+
 def check_hessian(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
                   inputs: Sequence[str] | None = None, output: str | None = None,
                   k: int = 2, seed: int = 1) -> float:

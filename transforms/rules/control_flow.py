@@ -597,8 +597,9 @@ def _shape_may_vary(op: ir.Operation) -> bool:
     iterations: its type in the body lost an extent its start has (the
     join of start and yields, refine_region_types: a Concat-grown
     sequence, or a body typed without shapes) and symbolic extents do not
-    show the yield having the start's or the argument's extents. ONNX Runtime requires a scan output's slices to agree in
-    shape, so such states cannot be stacked."""
+    show the yield having the start's or the argument's extents. ONNX
+    Runtime requires a scan output's slices to agree in shape, so such
+    states cannot be stacked."""
     inits, cargs, cys = _loop_layout(op, "Loop")[:3]
     for x, a, y in zip(inits, cargs, cys):
         dx, da = dims(x), dims(a)

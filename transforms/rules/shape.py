@@ -10,9 +10,9 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from .. import symdims
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
                        rank, tensor_type)
-from .. import symdims
 from ..registry import jvp, transpose
 from .linalg import matmul
 

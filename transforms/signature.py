@@ -22,6 +22,7 @@ from mlir.dialects import func
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from . import symdims
 from .builder import Builder, dims, element_type, is_float, tensor_type
 
 NAME = "onnx.name"
@@ -108,7 +109,12 @@ def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str) -> d
     CasADi's derivative wrapper expects."""
     d = dims(primal)
     params = params + [""] * (len(d) - len(params))
-    named = [p if p else "" for p in params]
+    # an unnamed extent that is provably an input's named one gets its name:
+    # the seed then provably has its output's extents (no run-time
+    # unbroadcasting of it), and the signature says so
+    sym = symdims.dims(primal) if None in d else d
+    named = [p or (e[1] if isinstance(e, tuple) and e[0] == "param" else "")
+             for p, e in zip(params, sym)]
     onnx_layout = named + [seed_dim]
     if len(d) <= 1:
         casadi = [named[0] if d else "", seed_dim]

@@ -399,6 +399,10 @@ class Builder:
             if not isinstance(e, tuple):
                 statics.append(int(e))
                 continue
+            if e[0] == "=":  # an extent shape arithmetic proved (symdims._fill)
+                statics.append(e[1])
+                elsewhere = True
+                continue
             src = symdims.source(e)
             if src is None or src[0] == x:
                 return None

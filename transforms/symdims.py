@@ -76,7 +76,8 @@ _sources_of: dict = {}  # value -> the symbols it is the source of (for forget)
 
 def _note_sources(v: ir.Value, out: list, sig=None) -> None:
     for i, d in enumerate(out):
-        if isinstance(d, tuple) and d not in _source:
+        # (a proved extent ("=", n) is shared by values in any region: no source)
+        if isinstance(d, tuple) and d[0] != "=" and d not in _source:
             _source[d] = (sig if sig is not None else _signature(v), v, i)
             _sources_of.setdefault(v, []).append(d)
 
@@ -189,8 +190,13 @@ def _fill(out: list | None, v: ir.Value) -> list:
     for o, s in zip(out, st):
         if s is not None:
             res.append(s)
-        elif o is None or isinstance(o, (int, np.integer)):
-            res.append(fresh())  # a static claim the type does not confirm
+        elif o is None:
+            res.append(fresh())
+        elif isinstance(o, (int, np.integer)):
+            # a static claim the type does not confirm (shape arithmetic the
+            # type inference did not fold): not an int to its users, but equal
+            # to the same claim elsewhere (the sequence length of two heads)
+            res.append(("=", int(o)))
         else:
             res.append(o)
     return res
@@ -322,6 +328,9 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
         return src[starts[0]:ends[0]]
     if ot in ("Mul", "Div", "Add", "Sub"):
         a, b = shape_value(op.operands[0], dims_of), shape_value(op.operands[1], dims_of)
+        claim = lambda e: e[1] if isinstance(e, tuple) and e[0] == "=" else e
+        a = None if a is None else [claim(e) for e in a]
+        b = None if b is None else [claim(e) for e in b]
         if a is None or b is None or len(a) != len(b) or not all(
                 isinstance(e, (int, np.integer)) for e in a + b):
             return None
@@ -505,6 +514,9 @@ def _earliest(syms: list):
     for e in syms:
         if isinstance(e, (int, np.integer)):
             return e
+    claimed = [e for e in syms if isinstance(e, tuple) and e[0] == "="]
+    if claimed:
+        return claimed[0]
     named = [e for e in syms if isinstance(e, tuple) and e[0] == "param"]
     if named:
         return named[0]

@@ -700,11 +700,7 @@ class Builder:
         target reads like's run-time extents (symdims follows them), so it
         holds real extents: allowzero, else an extent of 0 (a batch of 0, a
         Loop that did not run) would copy x's extent there."""
-        d = dims(like)
-        target = self.concat([self.shape(k_of, 0, 1), self.shape(like)], 0)
-        allow = {"allowzero": 1} if self.opset >= 14 and (d is None or None in d or 0 in d) \
-            else {}
-        return self.op("Reshape", [x, target], tensor_type(out, element_type(x)), **allow)
+        return self.reshape_to(x, self.concat([self.shape(k_of, 0, 1), self.shape(like)], 0), out)
 
     def like_shape(self, ct: ir.Value, target: ir.Value) -> ir.Value:
         """[k of ct] + shape(target)[1:]: the run-time shape of a cotangent for

@@ -184,14 +184,13 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
     cotangents: dict[ir.Value, list[ir.Value]] = defaultdict(list)
     ip = ir.InsertionPoint(before) if before is not None else ir.InsertionPoint(block)
     with ip:
+        seeded = []
         for y, seed in seeds:
             t = state.get(y)
             if t is not None:
                 cotangents[t].append(seed)
-        seeded = [(state.get(y), seed) for y, seed in seeds if state.get(y) is not None]
-        linear_k = None
-        if seeded and symdims.dims(seeded[0][0]):
-            linear_k = symdims.dims(seeded[0][0])[0]
+                seeded.append(t)
+        linear_k = symdims.dims(seeded[0])[0] if seeded and symdims.dims(seeded[0]) else None
         _transpose(linear_ops, linear, cotangents, opset, seeds[0][1] if seeds else None,
                    linear_k)
         out = [_total(b, cotangents.pop(t, [])) for t in stand_ins]

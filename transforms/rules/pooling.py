@@ -42,6 +42,19 @@ def _verbatim(op: ir.Operation, drop: tuple = ()) -> dict:
     return {na.name: na.attr for na in named if na.name not in drop}
 
 
+def _on_merged_batch(b: Builder, op: ir.Operation, t: ir.Value) -> ir.Value:
+    """The node itself (same op, attributes and other operands) on its data
+    operand's derivative t [k, N, ...], k merged into the batch: for ops
+    linear in that operand whose windows or scales need no static extents."""
+    y, td = op.results[0], dims(t)
+    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
+    res = ir.Operation.create(op.name, results=[tensor_type([None] + dims(y)[1:], element_type(t))],
+                              operands=[merged] + list(op.operands[1:]),
+                              attributes={n: op.attributes[n] for n in op.attributes},
+                              loc=b.location).results[0]
+    return b.reshape_k(res, t, y, [None] + dims(y))
+
+
 # ---- MaxPool --------------------------------------------------------------------
 
 def _window(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[int], str]:
@@ -550,7 +563,7 @@ def _average_pool(b: Builder, op, tangents):
     if (None in xd[2:] or None in yd[2:]) and _auto_or_ceil(op):
         # windows known only at run time: the pool itself on the merged
         # directions (linear), which reverse mode refuses (_t_average_pool)
-        return [_pool_merged(b, op, tangents[0])]
+        return [_on_merged_batch(b, op, tangents[0])]
     if kernel is not None:  # windows tile the input with a remainder: a ReduceSum of a reshape
         n = len(kernel)
         tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
@@ -571,15 +584,6 @@ def _auto_or_ceil(op) -> bool:
     auto = attribute(op, "auto_pad") or "NOTSET"
     ceil = attribute(op, "ceil_mode") if "ceil_mode" in op.attributes else 0
     return auto in ("SAME_UPPER", "SAME_LOWER") or bool(ceil)
-
-
-def _pool_merged(b: Builder, op, t: ir.Value) -> ir.Value:
-    """AveragePool itself on t [k, N, C, *S], k merged into the batch."""
-    y, td = op.results[0], dims(t)
-    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
-    pooled = b.op("AveragePool", [merged], tensor_type([None] + dims(y)[1:], element_type(t)),
-                  **_verbatim(op))
-    return b.reshape_k(pooled, t, y, [None] + dims(y))
 
 
 @jvp("LpPool")
@@ -725,7 +729,10 @@ def _resize(b: Builder, op, tangents):
         if scales is None or 0 in resized:
             raise UnsupportedOp(f"{kind} needs static extents on the axes it resizes "
                                 f"(axis {unknown[0]}: {xd[unknown[0]]} -> {yd[unknown[0]]})")
-        return [_resize_merged(b, op, t)] + [None] * (len(op.results) - 1)
+        # no interpolation matrix without the extents: the node itself on the
+        # merged directions (fixed scales, batch not resized); reverse mode
+        # refuses it (no_transpose below)
+        return [_on_merged_batch(b, op, t)] + [None] * (len(op.results) - 1)
     out = t
     for a in resized:
         m_t = _interpolation_matrix(b, op, kind, x, a, xd[a], yd[a],
@@ -735,19 +742,6 @@ def _resize(b: Builder, op, tangents):
         prod = matmul(b, moved, m_t)
         out = _permute(b, prod, [perm.index(i) for i in range(r + 1)])
     return [out] + [None] * (len(op.results) - 1)
-
-
-def _resize_merged(b: Builder, op, t: ir.Value) -> ir.Value:
-    """The node itself on t [k, N, ...] with k merged into the batch (fixed
-    scales, batch not resized): extents known only at run time, where no
-    interpolation matrix can be built. Reverse mode refuses it (no_transpose below)."""
-    y, td = op.results[0], dims(t)
-    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
-    res = ir.Operation.create(op.name, results=[tensor_type([None] + dims(y)[1:], element_type(t))],
-                              operands=[merged] + list(op.operands[1:]),
-                              attributes={n: op.attributes[n] for n in op.attributes},
-                              loc=b.location).results[0]
-    return b.reshape_k(res, t, y, [None] + dims(y))
 
 
 no_transpose("Resize", "Upsample", reason="reverse mode through Resize needs static extents "
@@ -842,12 +836,7 @@ def _col2im(b: Builder, op, tangents):
     t = tangents[0]
     if t is None:
         return [None, None, None]
-    y = op.results[0]
-    td, yd = dims(t), dims(y)
-    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
-    res = b.op("Col2Im", [merged, op.operands[1], op.operands[2]],
-               tensor_type([None] + yd[1:], element_type(t)), **_verbatim(op))
-    return [b.reshape_k(res, t, y, [None] + yd), None, None]
+    return [_on_merged_batch(b, op, t), None, None]
 
 
 @transpose("Col2Im")

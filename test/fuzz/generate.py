@@ -317,11 +317,19 @@ class Graph:
         op = r.choice(["Pad", "Expand", "Tile", "Split", "Where", "CumSum", "Clip", "Einsum",
                        "Flatten", "Unsqueeze"])
         if op == "Pad" and s and 0 not in s:
-            mode = r.choice(["constant", "constant", "reflect", "edge"])
-            lim = [d - 1 if mode == "reflect" else 2 for d in s]
-            pads = [r.randint(-1 if d > 1 else 0, lim[i % len(s)]) if mode == "constant" else
-                    r.randint(0, lim[i % len(s)]) for i, d in enumerate(s + s)]
-            out = tuple(d + pads[i] + pads[len(s) + i] for i, d in enumerate(s))
+            mode = r.choice(["constant", "constant", "reflect", "edge"] +
+                            (["wrap"] if self.gen.opset >= 19 else []))
+            # a side crops (-1) or pads; edge/reflect/wrap pad what is left
+            # after the crops (ONNX Runtime), reflect at most its extent - 1
+            pads = [r.randint(-1 if d > 1 else 0, 2) for d in s + s]
+            n = len(s)
+            if mode != "constant":
+                for i, d in enumerate(s):
+                    left = d - max(-pads[i], 0) - max(-pads[n + i], 0)
+                    lim = left - 1 if mode == "reflect" else min(left, 2)
+                    if left < 1 or max(pads[i], pads[n + i]) > lim:
+                        pads[i], pads[n + i] = 0, 0
+            out = tuple(d + pads[i] + pads[n + i] for i, d in enumerate(s))
             if min(out) < 1:
                 return None
             ins = [x, self.i64(pads)] + ([self.const(np.asarray(0.5, self.gen.npdtype))]

@@ -427,8 +427,7 @@ def _t_pad(b: Builder, op, cts, linear):
     pads = list(attribute(op, "pads")) if "pads" in op.attributes else constant_ints(op.operands[1])
     mode = attribute(op, "mode") or "constant"
     if mode != "constant":  # only the Pad JVP on run-time extents emits one
-        raise UnsupportedOp(f"reverse mode through Pad mode '{mode}' needs static extents on "
-                            "the padded axes (forward mode does without)")
+        return [_t_pad_indexed(b, mode, x, pads, cts[0])] + [None] * (len(op.operands) - 1)
     if pads is None or d is None or operand_or_none(op, 3) is not None:
         # Run-time pads (or axes): the zero pad's adjoint crops what it added
         # and zero-pads what it cropped, i.e. Pad by the negated pads.
@@ -452,6 +451,60 @@ def _t_pad(b: Builder, op, cts, linear):
             + [None] * (len(op.operands) - 1)
     return [b.slice(ct, list(range(r)), starts, ends, tensor_type([None] + d[1:], element_type(ct)))] \
         + [None] * (len(op.operands) - 1)
+
+
+def _t_pad_indexed(b: Builder, mode: str, t: ir.Value, pads: list[int] | None,
+                   ct: ir.Value) -> ir.Value:
+    """Transpose of an edge/reflect/wrap Pad of a tangent t [k, ..] whose
+    padded extents are known only at run time. Each axis reads its own
+    source index (the pad is their tensor product), so the cotangent is
+    scatter-added axis by axis at the source indices, computed at run time
+    from the extent as _source_index computes them from a static one."""
+    d = dims(t)
+    if pads is None or d is None:
+        raise UnsupportedOp(f"reverse mode through Pad mode '{mode}' needs constant pads")
+    r = len(d)
+    for a in range(1, r):
+        pb, pe = pads[a], pads[r + a]
+        if pb == 0 and pe == 0:
+            continue
+        n = b.shape(t, a, a + 1)
+        src = b.ints(_source_index(mode, d[a], pb, pe)) if d[a] is not None else \
+            _run_time_source_index(b, mode, n, pb, pe)
+        cd = dims(ct)
+        out = cd[:a] + [d[a]] + cd[a + 1:]
+        ix = b.expand(b.reshape(src, [1] * a + [-1] + [1] * (r - a - 1), [1] * a + [None] +
+                                [1] * (r - a - 1)), b.shape(ct), cd)
+        if b.opset >= 16:
+            zeros = _zeros(b, b.concat([b.shape(ct, 0, a), n, b.shape(ct, a + 1)], 0), out, ct)
+            ct = b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=a, reduction="add")
+        else:
+            ct = _onehot_scatter(b, ct, src, a, d[a] if d[a] is not None else n)
+    return ct
+
+
+def _run_time_source_index(b: Builder, mode: str, n: ir.Value, pb: int, pe: int) -> ir.Value:
+    """_source_index on an extent n ([1] i64) read at run time."""
+    i64 = _i64()
+    vec = tensor_type([None], i64)
+    lo, hi = max(-pb, 0), max(-pe, 0)
+    if lo or hi:
+        n = b.sub(n, b.ints([lo + hi]))
+    pb, pe = max(pb, 0), max(pe, 0)
+    limit = b.squeeze(b.add(n, b.ints([pe])), [0])
+    i = b.op("Range", [b.int_scalar(-pb), limit, b.int_scalar(1)], vec)
+    last = b.sub(n, b.ints([1]))
+    if mode == "edge":
+        low = b.where(b.compare("Less", i, b.ints([0])), b.ints([0]), i)
+        src = b.where(b.compare("Greater", low, last), last, low)
+    elif mode == "wrap":
+        src = b.op("Mod", [i, n], vec)
+    else:  # reflect: period 2(n - 1), taken as 1 when n == 1 (every index reads 0)
+        period = b.add(last, last)
+        period = b.where(b.compare("Less", period, b.ints([1])), b.ints([1]), period)
+        m = b.op("Mod", [i, period], vec)
+        src = b.where(b.compare("Less", m, n), m, b.sub(period, m))
+    return b.add(src, b.ints([lo])) if lo else src
 
 
 # ---- indexing: gathers, scatters and data movement ------------------------------
@@ -547,10 +600,10 @@ def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
     return hot if isinstance(elem, ir.F32Type) else b.cast_like(hot, like)
 
 
-def _onehot_scatter(b: Builder, flat: ir.Value, idx: ir.Value, axis: int, depth: int | None
-                    ) -> ir.Value:
+def _onehot_scatter(b: Builder, flat: ir.Value, idx: ir.Value, axis: int,
+                    depth: int | ir.Value | None) -> ir.Value:
     """Before opset 16 (no scatter reduction): flat [.., n at axis, ..] times
-    OneHot(idx) [n, depth] -- duplicates accumulate."""
+    OneHot(idx) [n, depth] -- duplicates accumulate. `depth`: see onehot."""
     if depth is None:
         raise UnsupportedOp("scatter-add before opset 16 needs a static extent")
     fd = dims(flat)
@@ -937,17 +990,23 @@ def _pad_args(op: ir.Operation, r: int) -> list[int] | None:
 
 
 def _source_index(mode: str, n: int, pb: int, pe: int) -> np.ndarray:
-    """For Pad's edge/reflect/wrap: the input index read by each output index."""
-    i = np.arange(-pb, n + pe) if pb >= 0 else np.arange(-pb, n + pe)
+    """For Pad's edge/reflect/wrap: the input index read by each output
+    index. Negative pads crop first, as ONNX Runtime does (for wrap that
+    decides the period; ONNX's reference refuses them)."""
+    lo, hi = max(-pb, 0), max(-pe, 0)
+    n, pb, pe = n - lo - hi, max(pb, 0), max(pe, 0)
+    i = np.arange(-pb, n + pe)
     if mode == "edge":
-        return np.clip(i, 0, n - 1)
-    if mode == "wrap":
-        return np.mod(i, n)
-    if n == 1:
-        return np.zeros_like(i)
-    period = 2 * (n - 1)
-    m = np.mod(i, period)
-    return np.where(m < n, m, period - m)
+        src = np.clip(i, 0, n - 1)
+    elif mode == "wrap":
+        src = np.mod(i, n)
+    elif n == 1:
+        src = np.zeros_like(i)
+    else:
+        period = 2 * (n - 1)
+        m = np.mod(i, period)
+        src = np.where(m < n, m, period - m)
+    return src + lo
 
 
 @jvp("Pad")

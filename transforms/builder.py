@@ -781,6 +781,26 @@ def constant_ints(value: ir.Value) -> list[int] | None:
     return None
 
 
+def constant_floats(value: ir.Value) -> list[float] | None:
+    """The floats of a value defined by onnx.Constant, else None."""
+    attr = constant_value(value)
+    if isinstance(attr, ir.DenseFPElementsAttr):
+        return [float(v) for v in np.asarray(attr).reshape(-1)]
+    return None
+
+
+def resize_scales(op: ir.Operation) -> list[float] | None:
+    """A Resize/Upsample's constant scales; None when sizes are given or the
+    scales are computed at run time (Resize-10 and Upsample-9 take (X,
+    scales), Upsample-7 an attribute, Resize-11/12 an empty scales beside
+    sizes)."""
+    if "scales" in op.attributes:
+        return [a.value for a in ir.ArrayAttr(op.attributes["scales"])]
+    index = 1 if op.name.startswith("onnx.Upsample") or len(op.operands) == 2 else 2
+    sc = operand_or_none(op, index)
+    return (None if sc is None else constant_floats(sc)) or None
+
+
 def operand_or_none(op: ir.Operation, index: int) -> ir.Value | None:
     """Operand `index`, None when absent (past the end or onnx.NoValue)."""
     if index >= len(op.operands):

@@ -32,7 +32,7 @@ from .merge_scans import merge_scans
 from .expand import expand_function
 from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
-from .registry import NO_TRANSPOSE, TRANSPOSE
+from .registry import TRANSPOSE
 from .rules.control_flow import PLACEHOLDER, REGION_ID, inline_constant_ifs, refine_region_types, \
     retire_standin
 
@@ -274,8 +274,6 @@ def _transpose(ops: list[ir.Operation], linear: set[ir.Value],
         if all(ct is None for ct in cts):
             continue
         rule = TRANSPOSE.get(op.name)
-        if rule is None and op.name in NO_TRANSPOSE:
-            raise UnsupportedOp(f"{node_label(op)}: {NO_TRANSPOSE[op.name]}")
         if rule is None:
             raise UnsupportedOp(f"{node_label(op)}: no transpose rule for this linear op "
                                 "(a JVP rule emitted it; this is a bug in the rule table)")

@@ -29,9 +29,6 @@ TransposeRule = Callable[[Builder, ir.Operation, Tangents, Sequence[bool]], list
 JVP: dict[str, JvpRule] = {}
 TRANSPOSE: dict[str, TransposeRule] = {}
 ZERO: set[str] = set()  # MLIR names whose JVP rule is zero_derivative's
-# MLIR name -> why reverse mode refuses it where a JVP rule emits it on a
-# derivative in only the cases forward mode can do without a transpose
-NO_TRANSPOSE: dict[str, str] = {}
 
 
 def mlir_names(op_type: str) -> list[str]:
@@ -64,10 +61,6 @@ def transpose(*op_types: str):
     """Registers a transpose rule for every version of the given ONNX op types."""
     return _registrar(TRANSPOSE, op_types)
 
-
-def no_transpose(*op_types: str, reason: str) -> None:
-    for t in op_types:
-        NO_TRANSPOSE.update((name, reason) for name in mlir_names(t))
 
 
 def zero_derivative(*op_types: str) -> None:

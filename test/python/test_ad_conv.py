@@ -202,6 +202,41 @@ def test_conv_dynamic_spatial(attrs, ws, channels):
                           "w": rng.standard_normal(ws).astype(np.float32)})
 
 
+SAME_RUN_TIME = [
+    ("Conv", [3, 2, 3, 2], dict(auto_pad="SAME_UPPER", strides=[2, 1])),
+    ("Conv", [3, 2, 3, 3], dict(auto_pad="SAME_LOWER", strides=[2, 2])),
+    ("Conv", [4, 1, 2, 2], dict(auto_pad="SAME_UPPER", group=2, strides=[3, 1])),
+    ("Conv", [3, 2, 1, 1], dict(auto_pad="SAME_LOWER", strides=[3, 2])),  # windows skip input
+    ("ConvTranspose", [2, 3, 3, 2], dict(auto_pad="SAME_UPPER", strides=[2, 1])),
+    ("ConvTranspose", [2, 3, 2, 3], dict(auto_pad="SAME_LOWER", strides=[2, 2])),
+]
+
+
+@pytest.mark.parametrize("kind,ws,attrs", SAME_RUN_TIME)
+def test_same_pads_on_run_time_extents(kind, ws, attrs):
+    """auto_pad SAME on spatial extents known only at run time (tf2onnx
+    writes it for dynamic images): Conv's transpose slices the unpadded
+    transpose at pads computed from the run-time extents, its weight
+    gradient pads x by them; ConvTranspose's SAME pads do not depend on the
+    extent. Both were refused in reverse mode. Against central differences,
+    the forward/reverse identity, and the same model with static extents."""
+    from adcheck import run
+    m = model([h.make_node(kind, ["x", "w"], ["y"], **attrs)],
+              [("x", F, ["n", 2, "h", "w"]), ("w", F, ws)], [("y", F, None)])
+    rng = np.random.default_rng(10)
+    w = rng.standard_normal(ws).astype(np.float32)
+    for shape in [(2, 2, 6, 5), (1, 2, 7, 4)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        check_derivatives(m, {"x": x, "w": w})
+        static = model([h.make_node(kind, ["x", "w"], ["y"], **attrs)],
+                       [("x", F, list(shape)), ("w", F, ws)], [("y", F, None)])
+        u = rng.standard_normal(run(static, {"x": x, "w": w})["y"].shape + (1,)).astype(np.float32)
+        got, want = (run(reverse(mm, layout="onnx"), {"x": x, "w": w, "adj_y": u})
+                     for mm in (m, static))
+        for name in ("adj_x", "adj_w"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
 # X-cotangents that conv_fast.py turns into a Conv with the flipped kernel
 # (unit strides: dilations, groups, asymmetric pads, >= 16 result channels
 # when ungrouped) and strided ones that stay ConvTranspose.

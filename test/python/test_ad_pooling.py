@@ -397,46 +397,135 @@ def test_dynamic_batch_second_order():
     check_hessian(m, {"x": x})
 
 
+@pytest.mark.parametrize("opset", [10, 13, 18])
 @pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
-def test_resize_of_run_time_extents(mode):
-    """Resized axes whose extents are known only at run time (no
-    interpolation matrix can be built): forward mode resizes the tangent
-    itself, k merged into the batch, against central differences (a batch
-    of 0 included); reverse mode is refused naming the node."""
-    from adcheck import check_forward, run as ort_run
-    from onnx_ad_mlir.api import forward, reverse
-    from onnx_ad_mlir.errors import UnsupportedOp
-    nodes = [h.make_node("Tanh", ["x"], ["t"]),
-             const("roi", np.zeros(0, np.float32)), const("sc", np.asarray([1, 1, 2, 1.5], np.float32)),
-             h.make_node("Resize", ["t", "roi", "sc"], ["r"], mode=mode, name="up"),
-             h.make_node("Mul", ["r", "r"], ["y"])]
-    m = model(nodes, [("x", F, ["n", 2, "h", "w"])], [("y", F, None)])
+def test_resize_of_run_time_extents(mode, opset):
+    """Resized axes whose extents are known only at run time: forward mode
+    resizes the tangent itself, k merged into the batch (a batch of 0
+    included); reverse mode multiplies by interpolation matrices built at
+    run time by resizing an identity (was refused). Against central
+    differences, the forward/reverse identity and a Hessian; Resize-10's
+    (X, scales), Resize-13's optional roi."""
+    if opset < 11 and mode == "cubic":
+        pytest.skip("cubic mode is new in Resize-11")
+    from adcheck import run as ort_run
+    from onnx_ad_mlir.api import forward
+    sc = const("sc", np.asarray([1, 1, 2, 1.5], np.float32))
+    if opset < 11:
+        resize = [sc, h.make_node("Resize", ["t", "sc"], ["r"], mode=mode, name="up")]
+    else:
+        resize = [const("roi", np.zeros(0, np.float32)), sc,
+                  h.make_node("Resize", ["t", "" if opset >= 13 else "roi", "sc"], ["r"], mode=mode,
+                              name="up")]
+    nodes = [h.make_node("Tanh", ["x"], ["t"])] + resize + [h.make_node("Sin", ["r"], ["y"])]
+    m = model(nodes, [("x", F, ["n", 2, "h", "w"])], [("y", F, None)], opset=opset)
     x = np.random.default_rng(14).standard_normal((2, 2, 4, 6)).astype(np.float32)
-    check_forward(m, {"x": x}, "x", "y", 1e-3, 2e-3, 2e-3)
+    check_derivatives(m, {"x": x}, rtol=2e-3, atol=2e-3)
+    check_hessian(m, {"x": x})
+    if opset < 14:
+        return  # (a batch of 0 needs Reshape-14's allowzero)
     empty = ort_run(forward(m, layout="onnx"), {"x": np.zeros((0, 2, 4, 6), np.float32),
                           "fwd_x": np.zeros((0, 2, 4, 6, 2), np.float32)})["fwd_y"]
     assert empty.shape == (0, 2, 8, 9, 2)
-    with pytest.raises(UnsupportedOp, match=r"node 'up'.*reverse mode through Resize needs static "
-                                            r"extents on the axes it resizes"):
-        reverse(m)
 
 
-@pytest.mark.parametrize("attrs", [dict(ceil_mode=1, strides=[2, 2]),
-                                   dict(auto_pad="SAME_UPPER", strides=[2, 1])])
-def test_average_pool_of_run_time_extents(attrs):
-    """auto_pad or ceil_mode windows on extents known only at run time: forward
-    mode pools the tangent itself (k merged into the batch) against central
-    differences; reverse mode is refused naming the node."""
+@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_to_run_time_sizes(mode, opset):
+    """Resize to another value's extents (sizes = Concat of Shape slices, as
+    feature pyramids upsample a coarse map to a lateral one): symbolic
+    extents prove the batch and channels unchanged, the tangent is the node
+    itself with the merged batch in its sizes, the cotangent goes through
+    interpolation matrices built at run time. Was refused in both modes."""
+    roi = "" if opset >= 13 else "roi"
+    empty = "" if opset >= 13 else "empty"
+    nodes = [const("roi", np.zeros(0, np.float32)), const("empty", np.zeros(0, np.float32)),
+             h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node("Shape", ["x"], ["sx"]), h.make_node("Shape", ["lat"], ["sl"]),
+             const("i01", np.asarray([0, 1])), const("i23", np.asarray([2, 3])),
+             h.make_node("Gather", ["sx", "i01"], ["nc"]), h.make_node("Gather", ["sl", "i23"], ["hw"]),
+             h.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+             h.make_node("Resize", ["t", roi, empty, "sizes"], ["r"], mode=mode, name="up"),
+             h.make_node("Mul", ["r", "lat"], ["y"])]
+    m = model(nodes, [("x", F, ["n", 2, "h", "w"]), ("lat", F, ["n", 2, "H", "W"])],
+              [("y", F, ["n", 2, "H", "W"])], opset=opset)
+    rng = np.random.default_rng(16)
+    for xs, ls in [((2, 2, 3, 4), (2, 2, 6, 7)), ((1, 2, 5, 2), (1, 2, 3, 4))]:
+        f = {"x": rng.standard_normal(xs).astype(np.float32),
+             "lat": rng.standard_normal(ls).astype(np.float32)}
+        check_derivatives(m, f, rtol=2e-3, atol=2e-3)
+    check_hessian(m, f, inputs=["x"])
+
+
+@pytest.mark.parametrize("opset", [10, 13])
+def test_resize_by_run_time_scales(opset):
+    """Scales computed at run time (from an input here, even with a
+    constant 1 for the batch): the batch axis is not proved unresized, and
+    a resized batch cannot be merged with the directions: refused naming
+    the node, not a wrong number."""
+    nodes = [const("one", np.ones(1, np.float32)), h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node("Concat", ["one", "s"], ["sc"], axis=0),
+             h.make_node("Resize", ["t", "sc"] if opset < 11 else ["t", "", "sc"], ["y"],
+                         mode="linear", name="up")]
+    m = model(nodes, [("x", F, ["n", 2, 4, 3]), ("s", F, [3])], [("y", F, None)], opset=opset)
+    f = {"x": np.random.default_rng(17).standard_normal((2, 2, 4, 3)).astype(np.float32),
+         "s": np.asarray([1.0, 1.5, 2.0], np.float32)}
+    with pytest.raises(UnsupportedOp, match=r"node 'up'.*of the batch axis"):
+        check_derivatives(m, f, inputs=["x"])
+
+
+RUN_TIME_WINDOWS = [
+    dict(kernel_shape=[3, 2], ceil_mode=1, strides=[2, 2]),
+    dict(kernel_shape=[3, 2], ceil_mode=1, strides=[2, 3], pads=[1, 1, 1, 0], count_include_pad=1),
+    dict(kernel_shape=[3, 2], auto_pad="SAME_UPPER", strides=[2, 1]),
+    dict(kernel_shape=[3, 3], auto_pad="SAME_LOWER", strides=[2, 2], count_include_pad=1),
+    dict(kernel_shape=[2, 1], auto_pad="SAME_UPPER", strides=[3, 3]),  # windows skip input
+    dict(kernel_shape=[2, 2], ceil_mode=1, strides=[2, 2], dilations=[2, 1]),
+]
+
+
+@pytest.mark.parametrize("op", ["AveragePool", "LpPool"])
+@pytest.mark.parametrize("attrs", RUN_TIME_WINDOWS)
+def test_pool_of_run_time_extents(op, attrs):
+    """auto_pad or ceil_mode windows on extents known only at run time: the
+    window sums are a Pad by pads read from the run-time extents and an
+    unpadded ones-kernel Conv, so reverse mode works (was refused; LpPool
+    was refused in both modes). Against central differences, the
+    forward/reverse identity, a Hessian, and the same model with static
+    extents (whose rules place the windows at transform time)."""
+    from adcheck import run as ort_run
+    from onnx_ad_mlir.api import reverse
+    if op == "LpPool":
+        attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
+    nodes = [h.make_node("Tanh", ["x"], ["t"]), h.make_node(op, ["t"], ["p"], name="pool", **attrs),
+             h.make_node("Mul", ["p", "p"], ["y"])]
+    dyn = model(nodes, [("x", F, ["n", 2, "h", "w"])], [("y", F, None)])
+    rng = np.random.default_rng(15)
+    for shape in [(2, 2, 7, 6), (1, 2, 4, 4)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        check_derivatives(dyn, {"x": x}, rtol=2e-3, atol=2e-3)
+        static = model(nodes, [("x", F, list(shape))], [("y", F, None)])
+        y_shape = ort_run(static, {"x": x})["y"].shape
+        u = rng.standard_normal(y_shape + (2,)).astype(np.float32)
+        got, want = (ort_run(reverse(m, layout="onnx"), {"x": x, "adj_y": u})["adj_x"]
+                     for m in (dyn, static))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    check_hessian(dyn, {"x": x})
+
+
+def test_average_pool_of_run_time_extents_before_opset_11():
+    """Before Pad-11 no pads are read at run time: forward mode pools the
+    tangent itself; reverse mode is refused naming the node."""
     from adcheck import check_forward
     from onnx_ad_mlir.api import reverse
-    from onnx_ad_mlir.errors import UnsupportedOp
     nodes = [h.make_node("Tanh", ["x"], ["t"]),
-             h.make_node("AveragePool", ["t"], ["p"], kernel_shape=[3, 2], name="pool", **attrs),
+             h.make_node("AveragePool", ["t"], ["p"], kernel_shape=[3, 2], ceil_mode=1,
+                         strides=[2, 2], name="pool"),
              h.make_node("Mul", ["p", "p"], ["y"])]
-    m = model(nodes, [("x", F, ["n", 2, "h", "w"])], [("y", F, None)])
+    m = model(nodes, [("x", F, ["n", 2, "h", "w"])], [("y", F, None)], opset=10)
     x = np.random.default_rng(15).standard_normal((2, 2, 7, 6)).astype(np.float32)
     check_forward(m, {"x": x}, "x", "y", 1e-3, 2e-3, 2e-3)
-    with pytest.raises(UnsupportedOp, match=r"node 'pool'.*needs static spatial extents"):
+    with pytest.raises(UnsupportedOp, match=r"node 'pool'.*run-time extents needs opset >= 11"):
         reverse(m)
 
 

@@ -18,7 +18,7 @@ from onnx_ad_mlir.api import forward, reverse
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "torch")
 NAMES = ["mlp", "gelu_mlp", "mlp_dynamo", "cnn", "transformer_block", "transformer_block_dynamo",
-         "gru", "lstm"]
+         "gru", "lstm", "fpn", "fpn_dynamo"]
 
 
 def load(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -33,21 +33,22 @@ def identity_seeds(shape: tuple[int, ...]) -> np.ndarray:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_jacobian_matches_autograd(name):
+    """At the export's extents, and for models exported with dynamic axes
+    (fpn: Resize to another value's run-time extent) at other extents too."""
     model, ref = load(name)
-    x, jac = ref["x"], ref["jac"].astype(np.float64)
-    out_shape = ref["y"].shape
-    tol = 2e-5 * max(1.0, np.abs(jac).max())
-
     fwd = forward(model, inputs=["x"], outputs=["y"], layout="onnx")
     onnx.checker.check_model(fwd, full_check=True)
-    got = run(fwd, {"x": x, "fwd_x": identity_seeds(x.shape)})
-    np.testing.assert_allclose(got["y"], ref["y"], rtol=1e-5, atol=1e-6)
-    j_fwd = got["fwd_y"].reshape(out_shape + x.shape)
-    np.testing.assert_allclose(j_fwd, jac, atol=tol, err_msg="forward mode vs autograd")
-
     adj = reverse(model, inputs=["x"], outputs=["y"], layout="onnx")
     onnx.checker.check_model(adj, full_check=True)
-    back = run(adj, {"x": x, "adj_y": identity_seeds(out_shape)})
-    j_rev = np.moveaxis(back["adj_x"].reshape(x.shape + out_shape), range(x.ndim),
-                        range(len(out_shape), len(out_shape) + x.ndim))
-    np.testing.assert_allclose(j_rev, jac, atol=tol, err_msg="reverse mode vs autograd")
+    for suffix in ("", "2") if "x2" in ref else ("",):
+        x, jac = ref["x" + suffix], ref["jac" + suffix].astype(np.float64)
+        out_shape = ref["y" + suffix].shape
+        tol = 2e-5 * max(1.0, np.abs(jac).max())
+        got = run(fwd, {"x": x, "fwd_x": identity_seeds(x.shape)})
+        np.testing.assert_allclose(got["y"], ref["y" + suffix], rtol=1e-5, atol=1e-6)
+        j_fwd = got["fwd_y"].reshape(out_shape + x.shape)
+        np.testing.assert_allclose(j_fwd, jac, atol=tol, err_msg="forward mode vs autograd")
+        back = run(adj, {"x": x, "adj_y": identity_seeds(out_shape)})
+        j_rev = np.moveaxis(back["adj_x"].reshape(x.shape + out_shape), range(x.ndim),
+                            range(len(out_shape), len(out_shape) + x.ndim))
+        np.testing.assert_allclose(j_rev, jac, atol=tol, err_msg="reverse mode vs autograd")

@@ -164,11 +164,13 @@ def conv_geometry(op: ir.Operation, transposed: bool) -> dict | None:
     opad = list(attribute(op, "output_padding") or [0] * n)
     oshape = attribute(op, "output_shape")
     if oshape or auto in ("SAME_UPPER", "SAME_LOWER"):
-        if None in spatial:
+        if oshape and None in spatial:
             return None
-        target = list(oshape[-n:]) if oshape else [s * st for s, st in zip(spatial, strides)]
         for i in range(n):
-            tot = strides[i] * (spatial[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - target[i]
+            # without output_shape the target is in * stride: the extent cancels
+            tot = strides[i] * (spatial[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - \
+                oshape[-n + i] if oshape else \
+                opad[i] + (kernel[i] - 1) * dil[i] + 1 - strides[i]
             if tot < 0:
                 # An output_shape beyond the natural extent: ONNX Runtime pads
                 # nothing and leaves the extra trailing rows empty, which is
@@ -417,9 +419,60 @@ jvp("ConvTranspose")(_conv_jvp("ConvTranspose"))
 def _static_geometry(op: ir.Operation, transposed: bool) -> dict:
     g = conv_geometry(op, transposed)
     if g is None:
-        raise UnsupportedOp("reverse mode through convolution needs static kernel and spatial "
-                            "extents when auto_pad or output_shape is used")
+        raise UnsupportedOp("reverse mode through convolution needs a static kernel, and "
+                            "static spatial extents with output_shape")
     return g
+
+
+def _same_pads(b: Builder, op: ir.Operation, x: ir.Value, y: ir.Value, geom: dict
+               ) -> tuple[ir.Value, ir.Value]:
+    """(begins, total) [n] i64: a Conv's auto_pad SAME pads on spatial extents
+    read at run time, as conv_geometry computes them from static ones."""
+    k, s, d = geom["kernel_shape"], geom["strides"], geom["dilations"]
+    n = len(k)
+    span = b.ints([(ki - 1) * di + 1 for ki, di in zip(k, d)])
+    need = b.sub(b.add(b.mul(b.sub(b.shape(y, 2), b.ints([1] * n)), b.ints(s)), span),
+                 b.shape(x, 2))
+    total = b.where(b.compare("Less", need, b.ints([0] * n)), b.ints([0] * n), need)
+    half = b.div(total, b.ints([2] * n))
+    return (half if attribute(op, "auto_pad") == "SAME_UPPER" else b.sub(total, half)), total
+
+
+def _t_conv_same_run_time(b: Builder, op: ir.Operation, cts: list, linear: list) -> list:
+    """Conv with auto_pad SAME on spatial extents known only at run time: the
+    unpadded transpose (the largest output_padding) sliced at the pads read
+    at run time; the weight gradient from the input padded by them."""
+    x, w = op.operands[0], op.operands[1]
+    ct = cts[0]
+    wd, xd, cd = dims(w), dims(x), dims(ct)
+    kernel = attribute(op, "kernel_shape") or (None if wd is None else wd[2:])
+    if attribute(op, "auto_pad") not in ("SAME_UPPER", "SAME_LOWER") or kernel is None or \
+            None in kernel or xd is None or b.opset < 11:
+        raise UnsupportedOp("reverse mode through convolution needs a static kernel, and "
+                            "static spatial extents with output_shape or before opset 11")
+    n = len(kernel)
+    geom = {"kernel_shape": list(kernel), "strides": attribute(op, "strides") or [1] * n,
+            "dilations": attribute(op, "dilations") or [1] * n,
+            "group": attribute(op, "group") or 1, "pads": [0] * (2 * n)}
+    begins, total = _same_pads(b, op, x, ct, geom)
+    out = [None] * len(op.operands)
+    if linear[0] and linear[1]:
+        raise UnsupportedOp("Conv of two linear values is not linear")
+    elem = element_type(ct)
+    if linear[0]:
+        full = b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0], xd[1]] + [None] * n, elem),
+                    output_padding=[si - 1 for si in geom["strides"]], **_explicit(geom))
+        out[0] = b.op("Slice", [full, begins, b.add(begins, b.shape(x, 2)),
+                                b.ints(list(range(2, 2 + n)))],
+                      tensor_type([cd[0]] + xd[1:], elem))
+    if linear[1]:
+        zeros = b.ints([0, 0])
+        pads = b.concat([zeros, begins, zeros, b.sub(total, begins)], 0)
+        padded = b.op("Pad", [x, pads], tensor_type(xd[:2] + [None] * n, element_type(x)))
+        out[1] = conv_weight_grad(b, padded, ct, geom, w)
+    if len(op.operands) > 2 and linear[2]:
+        out[2] = b.reduce("ReduceSum", ct, [0] + list(range(2, rank(ct))), False)
+    return out
 
 
 def conv_weight_grad(b: Builder, inp: ir.Value, cot: ir.Value, geom: dict,
@@ -504,7 +557,9 @@ def _explicit(geom: dict, *names: str) -> dict:
 def _t_conv(b: Builder, op, cts, linear):
     x, w = op.operands[0], op.operands[1]
     ct = cts[0]
-    geom = _static_geometry(op, False)
+    geom = conv_geometry(op, False)
+    if geom is None:
+        return _t_conv_same_run_time(b, op, cts, linear)
     out = [None] * len(op.operands)
     if linear[0] and linear[1]:
         raise UnsupportedOp("Conv of two linear values is not linear")

@@ -20,14 +20,17 @@ windows placed by auto_pad or ceil_mode on run-time extents.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from .. import symdims
 from ..builder import (Builder, attribute, constant_ints, constant_value, dims, element_type,
-                       is_constant_op, op_type, operand_or_none, producer, rank, tensor_type)
-from ..registry import jvp, no_transpose, transpose
+                       op_type, operand_or_none, producer, rank, resize_scales, tensor_type)
+from ..registry import jvp, transpose
 from .linalg import matmul
 from .shape import GATHER_TRANSPOSE_HOOKS
 
@@ -42,14 +45,17 @@ def _verbatim(op: ir.Operation, drop: tuple = ()) -> dict:
     return {na.name: na.attr for na in named if na.name not in drop}
 
 
-def _on_merged_batch(b: Builder, op: ir.Operation, t: ir.Value) -> ir.Value:
-    """The node itself (same op, attributes and other operands) on its data
-    operand's derivative t [k, N, ...], k merged into the batch: for ops
-    linear in that operand whose windows or scales need no static extents."""
+def _on_merged_batch(b: Builder, op: ir.Operation, t: ir.Value,
+                     rest: Callable[[ir.Value], list] | None = None) -> ir.Value:
+    """The node itself (same op, attributes and other operands, or those
+    `rest` makes for the merged operand) on its data operand's derivative
+    t [k, N, ...], k merged into the batch: for ops linear in that operand
+    whose windows or scales need no static extents."""
     y, td = op.results[0], dims(t)
     merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
+    others = list(op.operands[1:]) if rest is None else rest(merged)
     res = ir.Operation.create(op.name, results=[tensor_type([None] + dims(y)[1:], element_type(t))],
-                              operands=[merged] + list(op.operands[1:]),
+                              operands=[merged] + others,
                               attributes={n: op.attributes[n] for n in op.attributes},
                               loc=b.location).results[0]
     return b.reshape_k(res, t, y, [None] + dims(y))
@@ -334,9 +340,10 @@ def _t_average_pool(b: Builder, op, cts, linear):
     x, y = op.operands[0], op.results[0]
     kernel = _tiling_kernel(op, x, y)
     if kernel is None or not _exact_tiles(x, y, kernel):
-        # (the other pools on derivatives: auto_pad or ceil_mode on run-time extents)
-        raise UnsupportedOp("reverse mode through AveragePool with auto_pad or ceil_mode "
-                            "needs static spatial extents (forward mode does without)")
+        # (the other pools on derivatives: auto_pad or ceil_mode on run-time
+        # extents before opset 11)
+        raise UnsupportedOp("reverse mode through AveragePool with auto_pad or ceil_mode on "
+                            "run-time extents needs opset >= 11 (forward mode does without)")
     scaled = b.mul(cts[0], b.scalar(1.0 / float(np.prod(kernel)), cts[0]))  # on the small side
     return [_upsample(b, scaled, kernel, [dims(cts[0])[0]] + dims(x)[1:])]
 
@@ -561,9 +568,16 @@ def _average_pool(b: Builder, op, tangents):
         return [_tile_pool(b, tangents[0], kernel, y)]
     xd, yd = dims(x), dims(y)
     if (None in xd[2:] or None in yd[2:]) and _auto_or_ceil(op):
-        # windows known only at run time: the pool itself on the merged
-        # directions (linear), which reverse mode refuses (_t_average_pool)
-        return [_on_merged_batch(b, op, tangents[0])]
+        if b.opset < 11:  # (no run-time pads): the pool itself, forward mode only
+            return [_on_merged_batch(b, op, tangents[0])]
+        # windows placed at run time: scale * window sum, as below
+        pads = _run_time_pads(b, op, x, y)
+        ones = _ones_image(b, x)
+        avg = b.op("AveragePool", [ones], tensor_type([1, 1] + yd[2:], element_type(x)),
+                   **_verbatim(op))
+        count = _padded_window_sum(b, ones, pads, op, y)
+        scale = b.div(avg, b.ew("Max", count, b.scalar(1.0, x)))
+        return [b.mul(_run_time_window_sum(b, tangents[0], pads, op, y), scale)]
     if kernel is not None:  # windows tile the input with a remainder: a ReduceSum of a reshape
         n = len(kernel)
         tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
@@ -580,6 +594,52 @@ def _average_pool(b: Builder, op, tangents):
     return [b.mul(window_sum(b, tangents[0], y, geom), scale)]
 
 
+def _run_time_pads(b: Builder, op, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Pads [begins, ends] (i64) of the spatial axes that make a pool's
+    windows tile the padded input exactly, read from x's and y's run-time
+    extents: total = (out - 1) * stride + (kernel - 1) * dilation + 1 - in,
+    begins as auto_pad puts them (halves rounded toward zero, as ONNX
+    Runtime does) or the pads attribute; ends the rest (negative: windows
+    that skip the end of the input)."""
+    kernel, strides, dil, pads, auto = _window(op)
+    n = len(kernel)
+    span = b.ints([(k - 1) * d + 1 for k, d in zip(kernel, dil)])
+    out = b.shape(y, 2, 2 + n)
+    total = b.sub(b.add(b.mul(b.sub(out, b.ints([1] * n)), b.ints(strides)), span),
+                  b.shape(x, 2, 2 + n))
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        half = total if auto == "SAME_UPPER" else b.add(total, b.ints([1] * n))
+        two = b.ints([2] * n)
+        neg = b.compare("Less", half, b.ints([0] * n))
+        begins = b.where(neg, b.neg(b.div(b.neg(half), two)), b.div(half, two))
+    else:
+        begins = b.ints(pads[:n] if auto != "VALID" else [0] * n)
+    return b.concat([begins, b.sub(total, begins)], 0)
+
+
+def _padded_window_sum(b: Builder, v: ir.Value, pads: ir.Value, op, y: ir.Value) -> ir.Value:
+    """Window sums of v [M, 1, *S] over windows placed by _run_time_pads:
+    a zero Pad of run-time extents (negative pads crop), then an unpadded
+    ones-kernel Conv: both linear with transposes of their own."""
+    kernel, strides, dil, _, _ = _window(op)
+    n = len(kernel)
+    zeros = b.ints([0, 0])
+    full = b.concat([zeros, b.slice(pads, [0], [0], [n], tensor_type([n], _i64())), zeros,
+                     b.slice(pads, [0], [n], [2 * n], tensor_type([n], _i64()))], 0)
+    vd = dims(v)
+    padded = b.op("Pad", [v, full], tensor_type(vd[:2] + [None] * n, element_type(v)))
+    return b.op("Conv", [padded, _ones_kernel(b, kernel, v), None],
+                tensor_type(vd[:1] + [1] + dims(y)[2:], element_type(v)), kernel_shape=kernel,
+                strides=strides, dilations=dil, group=1, pads=[0] * (2 * n))
+
+
+def _run_time_window_sum(b: Builder, u: ir.Value, pads: ir.Value, op, y: ir.Value) -> ir.Value:
+    """window_sum for windows placed at run time (_run_time_pads)."""
+    ud = dims(u)
+    merged = b.reshape(u, b.concat([b.ints([-1, 1]), b.shape(u, 3)], 0), [None, 1] + ud[3:])
+    return b.reshape_k(_padded_window_sum(b, merged, pads, op, y), u, y, [None] + dims(y))
+
+
 def _auto_or_ceil(op) -> bool:
     auto = attribute(op, "auto_pad") or "NOTSET"
     ceil = attribute(op, "ceil_mode") if "ceil_mode" in op.attributes else 0
@@ -594,6 +654,11 @@ def _lp_pool(b: Builder, op, tangents):
     _check_output_extents(op, x, y)
     p = attribute(op, "p")
     p = 2 if p is None else p
+    xd, yd = dims(x), dims(y)
+    if (None in xd[2:] or None in yd[2:]) and _auto_or_ceil(op) and b.opset >= 11:
+        pads = _run_time_pads(b, op, x, y)
+        return [_lp_tangent(b, tangents[0], x, y, p,
+                            lambda u: _run_time_window_sum(b, u, pads, op, y))]
     geom = _pool_pads(op, x, y)
     return [_lp_tangent(b, tangents[0], x, y, p, lambda u: window_sum(b, u, y, geom))]
 
@@ -673,16 +738,22 @@ def _max_unpool(b: Builder, op, tangents):
 
 # ---- Resize / Upsample -------------------------------------------------------------
 
-def _float_constant(v: ir.Value) -> list[float] | None:
-    owner = v.owner
-    op = getattr(owner, "operation", owner)
-    if not isinstance(op, ir.Operation) or not is_constant_op(op):
-        return None
-    attr = op.attributes["value"]
-    try:
-        return [float(a) for a in np.asarray(ir.DenseFPElementsAttr(attr)).reshape(-1)]
-    except (ValueError, TypeError):
-        return None
+def _resize_sizes(op: ir.Operation) -> ir.Value | None:
+    """Resize's sizes operand (11 and later), None where absent."""
+    return operand_or_none(op, 3) if op_type(op) == "Resize" else None
+
+
+def _resized_axes(op: ir.Operation) -> list[int]:
+    """The axes the resize may change: all but those whose scale is 1 or
+    whose output extent is proved equal to the input's (constant sizes, or
+    sizes read from shapes, as FPNs resize to another value's extent)."""
+    x, y = op.operands[0], op.results[0]
+    scales = resize_scales(op)
+    if scales is not None:  # scale 1 maps every index to itself in every mode
+        return [a for a, f in enumerate(scales) if f != 1.0]
+    sx, sy = symdims.dims(x), symdims.dims(y)
+    return [a for a in range(rank(x)) if sx is None or sy is None or sx[a] is None or
+            sx[a] != sy[a]]
 
 
 @jvp("Resize", "Upsample")
@@ -703,36 +774,24 @@ def _resize(b: Builder, op, tangents):
     if kind == "Resize" and attribute(op, "axes"):
         raise UnsupportedOp("Resize with axes")
     r = len(xd)
-    scales = None
-    if kind == "Resize":
-        sc = operand_or_none(op, 2 if len(op.operands) > 2 else 1)  # Resize-10: (X, scales)
-        scales = None if sc is None else _float_constant(sc)
-        if scales == []:
-            scales = None
-        if scales is None and (sc is not None and operand_or_none(op, 3) is None):
-            raise UnsupportedOp("Resize with scales computed at run time")
-        if scales is None and operand_or_none(op, 3) is not None and \
-                constant_ints(op.operands[3]) is None:
-            raise UnsupportedOp("Resize with sizes computed at run time")
-    elif "scales" in op.attributes:
-        scales = list(attribute(op, "scales"))
-    else:
-        scales = _float_constant(op.operands[1])
-        if scales is None:
-            raise UnsupportedOp("Upsample with scales computed at run time")
-    # scale 1 maps every index to itself in every mode (tf_crop_and_resize
-    # refused above; antialiasing only filters when downscaling)
-    resized = [a for a in range(r) if not (scales is not None and scales[a] == 1.0 or
-                                           scales is None and xd[a] is not None and xd[a] == yd[a])]
-    unknown = [a for a in resized if xd[a] is None or yd[a] is None]
-    if unknown:
-        if scales is None or 0 in resized:
-            raise UnsupportedOp(f"{kind} needs static extents on the axes it resizes "
-                                f"(axis {unknown[0]}: {xd[unknown[0]]} -> {yd[unknown[0]]})")
-        # no interpolation matrix without the extents: the node itself on the
-        # merged directions (fixed scales, batch not resized); reverse mode
-        # refuses it (no_transpose below)
-        return [_on_merged_batch(b, op, t)] + [None] * (len(op.results) - 1)
+    scales = resize_scales(op)
+    sizes = _resize_sizes(op)
+    resized = _resized_axes(op)
+    static = (scales is not None or sizes is not None and constant_ints(sizes) is not None) and \
+        all(xd[a] is not None and yd[a] is not None for a in resized)
+    if not static:
+        if 0 in resized:
+            raise UnsupportedOp(f"{kind} of the batch axis needs static extents and constant "
+                                "scales or sizes")
+        # no interpolation matrix at transform time: the node itself on the
+        # merged directions (batch not resized); _t_resize builds the
+        # matrices at run time
+        rest = None
+        if sizes is not None and scales is None:
+            def rest(merged: ir.Value) -> list:
+                tail = b.slice(sizes, [0], [1], [r], tensor_type([r - 1], _i64()))
+                return list(op.operands[1:3]) + [b.concat([b.shape(merged, 0, 1), tail], 0)]
+        return [_on_merged_batch(b, op, t, rest)] + [None] * (len(op.results) - 1)
     out = t
     for a in resized:
         m_t = _interpolation_matrix(b, op, kind, x, a, xd[a], yd[a],
@@ -744,8 +803,55 @@ def _resize(b: Builder, op, tangents):
     return [out] + [None] * (len(op.results) - 1)
 
 
-no_transpose("Resize", "Upsample", reason="reverse mode through Resize needs static extents "
-             "on the axes it resizes (forward mode does without)")
+@transpose("Resize", "Upsample")
+def _t_resize(b: Builder, op, cts, linear):
+    """Only the resizes _resize emits on run-time extents or scales/sizes
+    (batch not resized): per resized axis, the interpolation matrix is built
+    at run time by resizing an identity of the input's extent, and the
+    cotangent multiplied by it (the static path's matrices, read at run time)."""
+    x, ct = op.operands[0], cts[0]
+    r = rank(x)
+    resized = _resized_axes(op)
+    if r is None or 0 in resized:
+        raise UnsupportedOp(f"reverse mode through {op_type(op)} of the batch axis needs "
+                            "static extents")
+    for a in resized:
+        m = _run_time_interpolation_matrix(b, op, x, a)  # [n_in, n_out]
+        perm = [i for i in range(r) if i != a] + [a]
+        prod = matmul(b, _permute(b, ct, perm), b.transpose(m, [1, 0]))
+        ct = _permute(b, prod, [perm.index(i) for i in range(r)])
+    return [ct] + [None] * (len(op.operands) - 1)
+
+
+def _run_time_interpolation_matrix(b: Builder, op, x: ir.Value, a: int) -> ir.Value:
+    """M^T [n_in, n_out] of the resize along axis a >= 1 of x, n_in (and
+    the output extent, for sizes) read at run time: an EyeLike identity
+    laid out [n_in, 1.., n_in at a, ..1] resized as the node resizes."""
+    r = rank(x)
+    n = b.shape(x, a, a + 1)
+    elem = element_type(x)
+    square = b.expand(b.scalar(0.0, x), b.concat([n, n], 0), [None, None])
+    eye = b.op("EyeLike", [square], tensor_type([None, None], elem))
+    one = b.ints([1])
+    layout = [one] * r
+    layout[0] = layout[a] = n
+    shape = [1] * r
+    shape[0] = shape[a] = None
+    e = b.reshape(eye, b.concat(layout, 0), shape)
+    result = tensor_type(shape, elem)
+    scales = resize_scales(op)
+    sizes = _resize_sizes(op)
+    attrs = _verbatim(op, ("scales",))
+    if scales is not None:
+        sv = [1.0] * r
+        sv[a] = scales[a]
+        res = _resample(b, e, sv, result, attrs)
+    else:  # sizes (scales computed at run time leave the batch unproved: refused)
+        sz = list(layout)
+        sz[a] = b.slice(sizes, [0], [a], [a + 1], tensor_type([1], _i64()))
+        empty = None if b.opset >= 13 else _empty_floats(b)
+        res = b.op("Resize", [e, empty, empty, b.concat(sz, 0)], result, **attrs)
+    return b.reshape(res, b.concat([n, b.shape(res, a, a + 1)], 0), [None, None])
 
 
 def _permute(b: Builder, v: ir.Value, perm: list[int]) -> ir.Value:

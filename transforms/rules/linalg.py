@@ -167,10 +167,11 @@ def conv_geometry(op: ir.Operation, transposed: bool) -> dict | None:
         if oshape and None in spatial:
             return None
         for i in range(n):
-            # without output_shape the target is in * stride: the extent cancels
-            tot = strides[i] * (spatial[i] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 - \
-                oshape[-n + i] if oshape else \
-                opad[i] + (kernel[i] - 1) * dil[i] + 1 - strides[i]
+            tot = opad[i] + (kernel[i] - 1) * dil[i] + 1
+            if oshape:
+                tot += strides[i] * (spatial[i] - 1) - oshape[-n + i]
+            else:  # the target is in * stride: the extent cancels
+                tot -= strides[i]
             if tot < 0:
                 # An output_shape beyond the natural extent: ONNX Runtime pads
                 # nothing and leaves the extra trailing rows empty, which is

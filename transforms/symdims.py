@@ -229,9 +229,15 @@ def _arg_dims(v: ir.Value) -> list:
     return out
 
 
+# builder imports this module: its helpers are imported when first called.
 def _ints(v: ir.Value) -> list[int] | None:
     from .builder import constant_ints
     return constant_ints(v)
+
+
+def _resize_scales(op) -> list[float] | None:
+    from .builder import resize_scales
+    return resize_scales(op)
 
 
 def _attr(op, name, default=None):
@@ -487,14 +493,13 @@ def _rule(ot, op, idx, ins) -> list | None:
             out[ax % len(a)] = None  # the type's static extent, else fresh
         return out
     if ot in ("Resize", "Upsample") and idx == 0:
-        from .builder import resize_scales
         if _attr(op, "axes", None):
             return None
         if ot == "Resize" and len(ins) > 3 and not isinstance(ins[3].type, ir.NoneType):
             sizes = shape_value(ins[3])  # the output's extents (FPNs: another value's shape)
             if sizes is not None and len(sizes) == len(_static(op.results[0].type)):
                 return sizes
-        scales = resize_scales(op)
+        scales = _resize_scales(op)
         if scales is None or scales[0] != 1.0:
             return None  # the batch axis may be resized
     if ot in BATCH_FIRST and idx == 0:

@@ -529,6 +529,23 @@ def test_average_pool_of_run_time_extents_before_opset_11():
         reverse(m)
 
 
+@pytest.mark.parametrize("op", ["AveragePool", "LpPool"])
+def test_same_pool_with_dilations_on_run_time_extents_refused(op):
+    """auto_pad SAME with dilations: ONNX Runtime places the windows for the
+    undilated kernel, the ONNX spec for the dilated one (at h = 7 below they
+    start at rows 1 and 0); with the extents unknown when transforming
+    neither can be checked, so both modes refuse naming the node (was a
+    wrong derivative)."""
+    from onnx_ad_mlir.api import forward, reverse
+    nodes = [h.make_node("Tanh", ["x"], ["t"]),
+             h.make_node(op, ["t"], ["y"], name="pool", kernel_shape=[3, 1], strides=[3, 1],
+                         dilations=[2, 1], auto_pad="SAME_UPPER")]
+    m = model(nodes, [("x", F, ["n", 2, "h", "w"])], [("y", F, None)])
+    for transform in (forward, reverse):
+        with pytest.raises(UnsupportedOp, match=r"node 'pool'.*SAME with dilations"):
+            transform(m)
+
+
 def test_overlapping_max_pool_taps_in_3d():
     """A 2-D pool's primal window taps come from a 3-D Conv (ONNX Runtime
     keeps it out of its blocked layout, whose reorder cost twice the Conv);

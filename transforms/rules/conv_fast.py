@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from mlir import ir
 
+from onnx_ad_mlir.errors import UnsupportedOp
+
 from ..builder import Builder, dims, element_type, tensor_type
 from ..registry import TRANSPOSE
 from .linalg import _static_geometry
@@ -59,7 +61,7 @@ def _wrap(general):
             return general(b, op, cts, linear)
         try:
             geom = _static_geometry(op, False)
-        except Exception:  # noqa: BLE001 - the general rule reports it
+        except UnsupportedOp:  # the general rule reports it or takes run-time pads
             return general(b, op, cts, linear)
         xd, cd, wd = dims(x), dims(ct), dims(w)
         s, d, p, k = geom["strides"], geom["dilations"], geom["pads"], geom["kernel_shape"]
@@ -73,7 +75,7 @@ def _wrap(general):
                 any(cd[2 + i] + pads[i] + pads[n + i] - (k[i] - 1) * d[i] != xd[2 + i]
                     for i in range(n)):
             return general(b, op, cts, linear)
-        out = general(b, op, cts, [False] + list(linear[1:]))
+        out = [None] * len(op.operands)
         out[0] = b.op("Conv", [ct, flipped_kernel(b, w, g), None],
                       tensor_type([cd[0]] + xd[1:], element_type(ct)),
                       kernel_shape=list(k), pads=pads, strides=[1] * n, dilations=list(d),

@@ -425,55 +425,52 @@ def _static_geometry(op: ir.Operation, transposed: bool) -> dict:
     return g
 
 
-def _same_pads(b: Builder, op: ir.Operation, x: ir.Value, y: ir.Value, geom: dict
-               ) -> tuple[ir.Value, ir.Value]:
-    """(begins, total) [n] i64: a Conv's auto_pad SAME pads on spatial extents
-    read at run time, as conv_geometry computes them from static ones."""
-    k, s, d = geom["kernel_shape"], geom["strides"], geom["dilations"]
-    n = len(k)
-    span = b.ints([(ki - 1) * di + 1 for ki, di in zip(k, d)])
-    need = b.sub(b.add(b.mul(b.sub(b.shape(y, 2), b.ints([1] * n)), b.ints(s)), span),
-                 b.shape(x, 2))
-    total = b.where(b.compare("Less", need, b.ints([0] * n)), b.ints([0] * n), need)
-    half = b.div(total, b.ints([2] * n))
-    return (half if attribute(op, "auto_pad") == "SAME_UPPER" else b.sub(total, half)), total
+def run_time_pads(b: Builder, x: ir.Value, y: ir.Value, kernel: list[int], strides: list[int],
+                  dilations: list[int], auto_pad: str, pads: list[int], pool: bool
+                  ) -> tuple[ir.Value, ir.Value]:
+    """(begins, total) [n] i64: the pads with which the windows of a Conv or
+    a pool tile x's padded spatial extents exactly into y's, read at run
+    time: total = (out - 1) * stride + (kernel - 1) * dilation + 1 - in.
+    Without auto_pad SAME, begins are the pads attribute and the ends the
+    rest (negative: ceil_mode windows that skip the end of the input). With
+    it, ONNX Runtime halves the total -- the odd one at the end for
+    SAME_UPPER, rounded toward zero -- after clamping it at 0 for a Conv (as
+    conv_geometry does) but not for a pool, whose windows may then start
+    past the input's start."""
+    n = len(kernel)
+    span = b.ints([(k - 1) * d + 1 for k, d in zip(kernel, dilations)])
+    total = b.sub(b.add(b.mul(b.sub(b.shape(y, 2, 2 + n), b.ints([1] * n)), b.ints(strides)),
+                        span), b.shape(x, 2, 2 + n))
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        return b.ints(pads[:n] if auto_pad != "VALID" else [0] * n), total
+    if pool and any(d != 1 for d in dilations):
+        raise UnsupportedOp("auto_pad SAME with dilations on spatial extents known only at "
+                            "run time: ONNX Runtime pads for the undilated window, ONNX for "
+                            "the dilated one (refused rather than built on either)")
+    zero, two = b.ints([0] * n), b.ints([2] * n)
+    if not pool:
+        total = b.where(b.compare("Less", total, zero), zero, total)
+    half = total if auto_pad == "SAME_UPPER" else b.add(total, b.ints([1] * n))
+    if not pool:  # half >= 0: any integer Div rounds it down
+        return b.div(half, two), total
+    # toward zero whatever the runtime's integer Div rounds a negative half to
+    return b.where(b.compare("Less", half, zero), b.neg(b.div(b.neg(half), two)),
+                   b.div(half, two)), total
 
 
-def _t_conv_same_run_time(b: Builder, op: ir.Operation, cts: list, linear: list) -> list:
-    """Conv with auto_pad SAME on spatial extents known only at run time: the
-    unpadded transpose (the largest output_padding) sliced at the pads read
-    at run time; the weight gradient from the input padded by them."""
-    x, w = op.operands[0], op.operands[1]
-    ct = cts[0]
-    wd, xd, cd = dims(w), dims(x), dims(ct)
+def _run_time_geometry(op: ir.Operation) -> dict:
+    """A Conv's explicit geometry when only its auto_pad SAME pads need the
+    run-time extents (pads 0: run_time_pads places the windows)."""
+    wd = dims(op.operands[1])
     kernel = attribute(op, "kernel_shape") or (None if wd is None else wd[2:])
     if attribute(op, "auto_pad") not in ("SAME_UPPER", "SAME_LOWER") or kernel is None or \
-            None in kernel or xd is None or b.opset < 11:
-        raise UnsupportedOp("reverse mode through convolution needs a static kernel, and "
-                            "static spatial extents with output_shape or before opset 11")
+            None in kernel or dims(op.operands[0]) is None:
+        raise UnsupportedOp("reverse mode through Conv needs the ranks of its operands and "
+                            "a static kernel")
     n = len(kernel)
-    geom = {"kernel_shape": list(kernel), "strides": attribute(op, "strides") or [1] * n,
+    return {"kernel_shape": list(kernel), "strides": attribute(op, "strides") or [1] * n,
             "dilations": attribute(op, "dilations") or [1] * n,
             "group": attribute(op, "group") or 1, "pads": [0] * (2 * n)}
-    begins, total = _same_pads(b, op, x, ct, geom)
-    out = [None] * len(op.operands)
-    if linear[0] and linear[1]:
-        raise UnsupportedOp("Conv of two linear values is not linear")
-    elem = element_type(ct)
-    if linear[0]:
-        full = b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0], xd[1]] + [None] * n, elem),
-                    output_padding=[si - 1 for si in geom["strides"]], **_explicit(geom))
-        out[0] = b.op("Slice", [full, begins, b.add(begins, b.shape(x, 2)),
-                                b.ints(list(range(2, 2 + n)))],
-                      tensor_type([cd[0]] + xd[1:], elem))
-    if linear[1]:
-        zeros = b.ints([0, 0])
-        pads = b.concat([zeros, begins, zeros, b.sub(total, begins)], 0)
-        padded = b.op("Pad", [x, pads], tensor_type(xd[:2] + [None] * n, element_type(x)))
-        out[1] = conv_weight_grad(b, padded, ct, geom, w)
-    if len(op.operands) > 2 and linear[2]:
-        out[2] = b.reduce("ReduceSum", ct, [0] + list(range(2, rank(ct))), False)
-    return out
 
 
 def conv_weight_grad(b: Builder, inp: ir.Value, cot: ir.Value, geom: dict,
@@ -558,38 +555,51 @@ def _explicit(geom: dict, *names: str) -> dict:
 def _t_conv(b: Builder, op, cts, linear):
     x, w = op.operands[0], op.operands[1]
     ct = cts[0]
-    geom = conv_geometry(op, False)
-    if geom is None:
-        return _t_conv_same_run_time(b, op, cts, linear)
-    out = [None] * len(op.operands)
     if linear[0] and linear[1]:
         raise UnsupportedOp("Conv of two linear values is not linear")
+    geom = conv_geometry(op, False)
+    begins = total = None  # auto_pad SAME pads placed at run time
+    if geom is None:
+        geom = _run_time_geometry(op)
+        if b.opset < 11:
+            raise UnsupportedOp("reverse mode through auto_pad SAME on run-time spatial "
+                                "extents needs opset >= 11 (pads read at run time)")
+        begins, total = run_time_pads(b, x, ct, geom["kernel_shape"], geom["strides"],
+                                      geom["dilations"], attribute(op, "auto_pad"), [], pool=False)
+    out = [None] * len(op.operands)
     if linear[0]:
-        xd, cd = dims(x), dims(ct)
-        s, d, p, k = geom["strides"], geom["dilations"], geom["pads"], geom["kernel_shape"]
-        n = len(k)
-        if None in xd[2:] or None in cd[2:]:
-            # Extents known at run time only: the largest output_padding, then
-            # cut to x's extents (the extra rows are outside x).
-            full = b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0], xd[1]] + [None] * n,
-                                                                    element_type(ct)),
-                        output_padding=[si - 1 for si in s], **_explicit(geom))
-            out[0] = b.op("Slice", [full, b.ints([0] * n), b.shape(x, 2), b.ints(list(range(2, 2 + n)))],
-                          tensor_type([cd[0]] + xd[1:], element_type(ct)))
-            if linear[1]:
-                out[1] = conv_weight_grad(b, x, ct, geom, w)
-            return out
+        out[0] = _conv_input_grad(b, x, w, ct, geom, begins)
+    if linear[1]:
+        inp = x
+        if begins is not None:
+            zeros = b.ints([0, 0])
+            inp = b.op("Pad", [x, b.concat([zeros, begins, zeros, b.sub(total, begins)], 0)],
+                       tensor_type(dims(x)[:2] + [None] * (rank(x) - 2), element_type(x)))
+        out[1] = conv_weight_grad(b, inp, ct, geom, w)
+    return out
+
+
+def _conv_input_grad(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, geom: dict,
+                     begins: ir.Value | None) -> ir.Value:
+    """The ConvTranspose of ct back onto x's extents. Static extents: the
+    output_padding that reaches them. Run-time ones: the largest
+    output_padding, then x's extents cut out at `begins` (the run-time pads
+    when geom's are 0; else 0), the rest being outside x."""
+    xd, cd = dims(x), dims(ct)
+    s, d, p, k = geom["strides"], geom["dilations"], geom["pads"], geom["kernel_shape"]
+    n = len(k)
+    elem = element_type(ct)
+    if begins is None and None not in xd[2:] and None not in cd[2:]:
         opad = [xd[2 + i] + p[i] + p[n + i] - s[i] * (cd[2 + i] - 1) - (k[i] - 1) * d[i] - 1
                 for i in range(n)]
-        out[0] = b.op("ConvTranspose", [ct, w, None],
-                      tensor_type([cd[0]] + dims(x)[1:], element_type(ct)),
-                      output_padding=opad, **_explicit(geom))
-    if linear[1]:
-        out[1] = conv_weight_grad(b, x, ct, geom, w)
-    if len(op.operands) > 2 and linear[2]:
-        r = rank(ct)
-        out[2] = b.reduce("ReduceSum", ct, [0] + list(range(2, r)), False)
-    return out
+        return b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0]] + xd[1:], elem),
+                    output_padding=opad, **_explicit(geom))
+    full = b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0], xd[1]] + [None] * n, elem),
+                output_padding=[si - 1 for si in s], **_explicit(geom))
+    if begins is None:
+        begins = b.ints([0] * n)
+    return b.op("Slice", [full, begins, b.add(begins, b.shape(x, 2)),
+                          b.ints(list(range(2, 2 + n)))], tensor_type([cd[0]] + xd[1:], elem))
 
 
 @transpose("ConvTranspose")
@@ -607,7 +617,4 @@ def _t_conv_transpose(b: Builder, op, cts, linear):
                                                          element_type(ct)), **_explicit(geom))
     if linear[1]:
         out[1] = conv_weight_grad(b, ct, x, geom, w)
-    if len(op.operands) > 2 and linear[2]:
-        r = rank(ct)
-        out[2] = b.reduce("ReduceSum", ct, [0] + list(range(2, r)), False)
     return out

@@ -31,7 +31,7 @@ from .. import symdims
 from ..builder import (Builder, attribute, constant_ints, constant_value, dims, element_type,
                        op_type, operand_or_none, producer, rank, resize_scales, tensor_type)
 from ..registry import jvp, transpose
-from .linalg import matmul
+from .linalg import matmul, run_time_pads
 from .shape import GATHER_TRANSPOSE_HOOKS
 
 
@@ -595,25 +595,9 @@ def _average_pool(b: Builder, op, tangents):
 
 
 def _run_time_pads(b: Builder, op, x: ir.Value, y: ir.Value) -> ir.Value:
-    """Pads [begins, ends] (i64) of the spatial axes that make a pool's
-    windows tile the padded input exactly, read from x's and y's run-time
-    extents: total = (out - 1) * stride + (kernel - 1) * dilation + 1 - in,
-    begins as auto_pad puts them (halves rounded toward zero, as ONNX
-    Runtime does) or the pads attribute; ends the rest (negative: windows
-    that skip the end of the input)."""
+    """Pads [begins, ends] (i64) placing a pool's windows on x's run-time extents."""
     kernel, strides, dil, pads, auto = _window(op)
-    n = len(kernel)
-    span = b.ints([(k - 1) * d + 1 for k, d in zip(kernel, dil)])
-    out = b.shape(y, 2, 2 + n)
-    total = b.sub(b.add(b.mul(b.sub(out, b.ints([1] * n)), b.ints(strides)), span),
-                  b.shape(x, 2, 2 + n))
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        half = total if auto == "SAME_UPPER" else b.add(total, b.ints([1] * n))
-        two = b.ints([2] * n)
-        neg = b.compare("Less", half, b.ints([0] * n))
-        begins = b.where(neg, b.neg(b.div(b.neg(half), two)), b.div(half, two))
-    else:
-        begins = b.ints(pads[:n] if auto != "VALID" else [0] * n)
+    begins, total = run_time_pads(b, x, y, kernel, strides, dil, auto, pads, pool=True)
     return b.concat([begins, b.sub(total, begins)], 0)
 
 
@@ -786,11 +770,10 @@ def _resize(b: Builder, op, tangents):
         # no interpolation matrix at transform time: the node itself on the
         # merged directions (batch not resized); _t_resize builds the
         # matrices at run time
-        rest = None
-        if sizes is not None and scales is None:
-            def rest(merged: ir.Value) -> list:
-                tail = b.slice(sizes, [0], [1], [r], tensor_type([r - 1], _i64()))
-                return list(op.operands[1:3]) + [b.concat([b.shape(merged, 0, 1), tail], 0)]
+        def merged_sizes(merged: ir.Value) -> list:
+            tail = b.slice(sizes, [0], [1], [r], tensor_type([r - 1], _i64()))
+            return list(op.operands[1:3]) + [b.concat([b.shape(merged, 0, 1), tail], 0)]
+        rest = merged_sizes if sizes is not None and scales is None else None
         return [_on_merged_batch(b, op, t, rest)] + [None] * (len(op.results) - 1)
     out = t
     for a in resized:

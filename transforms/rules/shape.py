@@ -471,13 +471,10 @@ def _t_pad_indexed(b: Builder, mode: str, t: ir.Value, pads: list[int] | None,
         n = b.shape(t, a, a + 1)
         src = b.ints(_source_index(mode, d[a], pb, pe)) if d[a] is not None else \
             _run_time_source_index(b, mode, n, pb, pe)
-        cd = dims(ct)
-        out = cd[:a] + [d[a]] + cd[a + 1:]
-        ix = b.expand(b.reshape(src, [1] * a + [-1] + [1] * (r - a - 1), [1] * a + [None] +
-                                [1] * (r - a - 1)), b.shape(ct), cd)
         if b.opset >= 16:
-            zeros = _zeros(b, b.concat([b.shape(ct, 0, a), n, b.shape(ct, a + 1)], 0), out, ct)
-            ct = b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=a, reduction="add")
+            cd = dims(ct)
+            ct = _scatter_add_into(b, b.concat([b.shape(ct, 0, a), n, b.shape(ct, a + 1)], 0),
+                                   cd[:a] + [d[a]] + cd[a + 1:], ct, src, a)
         else:
             ct = _onehot_scatter(b, ct, src, a, d[a] if d[a] is not None else n)
     return ct
@@ -551,7 +548,6 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
     cd = dims(ct)
     if q is None or cd is None or axis < 1:
         raise UnsupportedOp("transposing Gather needs static ranks and a data axis >= 1")
-    post = len(cd) - axis - q
     flat_dims = cd[:axis] + [None] + cd[axis + q:]
     # The gathered count, never -1: an extent of ct may be 0 at run time
     # (ONNX refuses a 0-product target with -1)
@@ -572,14 +568,25 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
         target = b.concat([b.shape(ct, 0, axis), count, b.shape(ct, axis + q)], 0)
         allow = {"allowzero": 1} if b.opset >= 14 else {}
     flat = b.op("Reshape", [ct, target], tensor_type(flat_dims, element_type(ct)), **allow)
-    ix = b.reshape(idx, [1] * axis + [-1] + [1] * post, [1] * axis + [None] + [1] * post)
-    ix = b.expand(ix, b.shape(flat), dims(flat))
     dd = dims(data_lin)  # None: data of unknown rank (e.g. a Loop result)
     if b.opset < 16:
         return _onehot_scatter(b, flat, b.reshape(idx, [-1], [None]), axis,
                                None if dd is None else dd[axis])
-    zeros = _zeros(b, b.like_shape(ct, data_lin), None if dd is None else [None] + dd[1:], ct)
-    return b.op("ScatterElements", [zeros, ix, flat], zeros.type, axis=axis, reduction="add")
+    return _scatter_add_into(b, b.like_shape(ct, data_lin),
+                             None if dd is None else [None] + dd[1:], flat, idx, axis)
+
+
+def _scatter_add_into(b: Builder, shape: ir.Value, out: list | None, flat: ir.Value,
+                      idx: ir.Value, axis: int) -> ir.Value:
+    """Zeros of run-time `shape` (static extents `out`) plus flat [.., m at
+    axis, ..] scatter-added at the m indices idx (any shape) along axis:
+    ScatterElements with reduction (opset >= 16)."""
+    r = rank(flat)
+    ix = b.reshape(idx, [1] * axis + [-1] + [1] * (r - axis - 1),
+                   [1] * axis + [None] + [1] * (r - axis - 1))
+    zeros = _zeros(b, shape, out, flat)
+    return b.op("ScatterElements", [zeros, b.expand(ix, b.shape(flat), dims(flat)), flat],
+                zeros.type, axis=axis, reduction="add")
 
 
 def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,

@@ -202,6 +202,21 @@ def test_conv_dynamic_spatial(attrs, ws, channels):
                           "w": rng.standard_normal(ws).astype(np.float32)})
 
 
+@pytest.mark.parametrize("opset", [11, 13, 18])
+def test_grouped_conv_of_weights_with_unknown_channels(opset):
+    """A grouped Conv whose weight is an input of unknown extents (channel
+    counts too): the weight tangent is one Conv per group on equal Splits,
+    which need no extent (Split's forms before and after opsets 13 and 18).
+    Was refused ("needs static channel counts")."""
+    m = model([h.make_node("Conv", ["x", "w"], ["y"], group=2, pads=[1, 0, 1, 1], strides=[2, 1],
+                           kernel_shape=[2, 1])],
+              [("x", F, ["n", "c", "h", "w"]), ("w", F, ["m", "cg", "kh", "kw"])],
+              [("y", F, ["n", "m", "oh", "ow"])], opset=opset)
+    rng = np.random.default_rng(11)
+    check_derivatives(m, {"x": rng.standard_normal((2, 4, 6, 5)).astype(np.float32),
+                          "w": rng.standard_normal((6, 2, 2, 1)).astype(np.float32)})
+
+
 SAME_RUN_TIME = [
     ("Conv", [3, 2, 3, 2], dict(auto_pad="SAME_UPPER", strides=[2, 1])),
     ("Conv", [3, 2, 3, 3], dict(auto_pad="SAME_LOWER", strides=[2, 2])),

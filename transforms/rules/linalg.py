@@ -292,21 +292,15 @@ def _conv_on_weight(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value
         geom = conv_geometry_of(attrs, x)
         if geom is not None:
             return _grouped_weight_tangent(b, x, t, y, geom)
-        # Spatial extents unknown: one convolution per group.
-        # a valid model has C = group * (C/g of W) even where x's type lost it
-        m, c = td[1], dims(x)[1] or (None if td[2] is None else g * td[2])
-        if m is None or c is None:
-            raise UnsupportedOp("grouped Conv needs static channel counts")
-        parts = []
-        for i in range(g):
-            ti = b.slice(t, [1], [i * m // g], [(i + 1) * m // g],
-                         tensor_type([None, m // g] + td[2:], elem))
-            xi = b.slice(x, [1], [i * c // g], [(i + 1) * c // g],
-                         tensor_type([dims(x)[0], c // g] + dims(x)[2:], element_type(x)))
-            yi = b.slice(y, [1], [i * m // g], [(i + 1) * m // g],
-                         tensor_type([yd[0], m // g] + yd[2:], elem))
-            parts.append(_fold_conv(b, kind, xi, ti, yi, attrs, 1))
-        return b.concat(parts, 2)
+        # Spatial extents unknown: one convolution per group, on equal
+        # Splits (the channel counts may be unknown too)
+        xd = dims(x)
+        mg = None if td[1] is None else td[1] // g
+        cg = td[2] if td[2] is not None else None if xd[1] is None else xd[1] // g
+        parts = zip(_equal_parts(b, t, g, [None, mg] + td[2:]),
+                    _equal_parts(b, x, g, [xd[0], cg] + xd[2:]),
+                    _equal_parts(b, y, g, [yd[0], mg] + yd[2:]))
+        return b.concat([_fold_conv(b, kind, xi, ti, yi, attrs, 1) for ti, xi, yi in parts], 2)
     # ConvTranspose: W [C, M/g, *K]; output channels (group, k, M/g)
     moved = b.transpose(t, [0, 2, 1] + list(range(3, r)))
     merged = b.reshape(moved, b.concat([b.ints([-1]), b.shape(moved, 2)], 0),
@@ -320,6 +314,13 @@ def _conv_on_weight(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value
                                        b.shape(y, 2)], 0), [g, None, mg, yd[0]] + yd[2:])
     back = b.transpose(split, [1, 3, 0, 2] + list(range(4, ry + 2)))
     return b.reshape_k(back, t, y, [None] + yd)
+
+
+def _equal_parts(b: Builder, v: ir.Value, g: int, part: list) -> list[ir.Value]:
+    """v split into g equal parts along axis 1 (Split without sizes: no
+    extent needed)."""
+    sizes = {"num_outputs": g} if b.opset >= 18 else {}
+    return b.create("Split", [v], [tensor_type(part, element_type(v))] * g, axis=1, **sizes)
 
 
 def conv_geometry_of(attrs: dict, x: ir.Value) -> dict | None:

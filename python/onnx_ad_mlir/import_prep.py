@@ -10,7 +10,7 @@ import onnx
 import onnx.inliner
 from google.protobuf.message import DecodeError
 
-from . import validate
+from . import index_constants, validate
 from .errors import ImportFailure
 from .validate import InitRow, NodeRow
 
@@ -79,6 +79,11 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:
         validate.check_types(model.graph, opset, rows=rows, declared=declared, inits=inits)
+    folded = index_constants.fold(model, rows, inits)
+    if folded is not None:  # inferred again: the folds give it what it could not compute
+        model = _infer_shapes(folded, validate.node_fields(folded.graph), inits)
+        declared = validate.declared_types(model.graph)
+        rows = node_rows(model.graph, lambda name: None, validate.node_fields(model.graph), inits)
     return model, base_dir, rows, declared, inits
 
 

@@ -250,6 +250,49 @@ def test_export_refuses_ops_without_common_opset():
             export_onnx(module)
 
 
+def _ints(name: str, values: list[int], elem=T.INT64) -> onnx.NodeProto:
+    return h.make_node("Constant", [], [name], value=h.make_tensor(name, elem, [len(values)],
+                                                                   values))
+
+
+def test_integer_arithmetic_on_constants_is_folded():
+    """Index vectors computed from constants become Constants before shape
+    inference, which then knows the shapes they build (the rank of x's
+    Reshape below; PyTorch's legacy attention export needs it); ONNX
+    Runtime computes the same values. Inexact integer Div (rounding left to
+    the runtime) and ill-typed arithmetic stay, the input is not modified."""
+    nodes = [_ints("a", [-7, 7, 2]), _ints("b", [3, -3, 3]), _ints("i32", [4], T.INT32),
+             h.make_node("Mod", ["a", "b"], ["m0"]),                   # [2, -2, 2]
+             h.make_node("Mod", ["a", "b"], ["m1"], fmod=1),           # [-1, 1, 2]
+             h.make_node("Div", ["a", "b"], ["q"]),                    # inexact: kept
+             h.make_node("Gather", ["m1", "neg"], ["g"], axis=0),      # [2]
+             h.make_node("Unsqueeze", ["g", "zero"], ["u"]),           # [[2]]
+             h.make_node("Squeeze", ["u", "zero"], ["s"]),             # [2]
+             h.make_node("Concat", ["s", "three", "s"], ["shape"], axis=0),
+             h.make_node("Reshape", ["x", "shape"], ["y"]),
+             h.make_node("Cast", ["i32"], ["c"], to=T.INT64),
+             h.make_node("Add", ["c", "q"], ["cq"]),
+             h.make_node("Add", ["cq", "m0"], ["k"])]
+    inits = [numpy_helper.from_array(np.asarray([-1], np.int64), "neg"),
+             numpy_helper.from_array(np.asarray([0], np.int64), "zero"),
+             numpy_helper.from_array(np.asarray([3], np.int64), "three")]
+    m = _model(nodes, [_vi("x", [12])], [_vi("y", None), _vi("k", None, T.INT64)], inits)
+    before = m.SerializeToString()
+    exported = _same_behaviour(m, {"x": np.arange(12, dtype=F)})
+    assert m.SerializeToString() == before
+    ops = [n.op_type for n in exported.graph.node]
+    assert "Mod" not in ops and "Concat" not in ops and ops.count("Div") == 1
+    y_type = next(o for o in exported.graph.output if o.name == "y").type.tensor_type
+    assert [d.dim_value for d in y_type.shape.dim] == [2, 3, 2]
+    # an initializer that is also an input is a default, not a constant
+    m.graph.input.append(_vi("three", [1], T.INT64))
+    exported = round_trip(m)
+    assert "Concat" in [n.op_type for n in exported.graph.node]
+    bad = _model([_ints("a", [1]), _ints("b", [1], T.INT32), h.make_node("Add", ["a", "b"], ["y"])],
+                 [], [_vi("y", None, T.INT64)])
+    _bad(bad, "Add")
+
+
 # ----------------------------------------------------------------- bad input
 def _bad(model_or_bytes, match: str, error=ImportFailure):
     with ir.Context(), pytest.raises(error, match=match):

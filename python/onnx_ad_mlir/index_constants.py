@@ -1,0 +1,155 @@
+"""Folds small integer arithmetic on constants before shape inference.
+
+Exporters compute index and shape vectors from constants with ops that ONNX
+data propagation does not evaluate: PyTorch's legacy exporter of
+nn.MultiheadAttention slices a shape at `Reshape(Mod(2, 3), [1])`. Shape
+inference then loses the length of the sliced shape, the rank of the Reshape
+it feeds and of everything after: reverse mode needs those ranks. Such nodes
+become the Constants they compute, after which inference recovers the ranks.
+Only the main graph's integer vectors are folded (the weights and every
+other value stay as given), after validation has accepted the model; a node
+that does not evaluate cleanly (a zero divisor, an index out of range) is
+left for the runtime.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .validate import InitRow, NodeRow
+
+_INT = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32}
+_MAX_ELEMENTS = 64  # shape and index vectors, never data
+_SAME_TYPE = {"Add", "Sub", "Mul", "Mod", "Div", "Concat"}
+
+
+def _attr(attributes: list[onnx.AttributeProto], name: str, default=None):
+    a = next((a for a in attributes if a.name == name), None)
+    return default if a is None else onnx.helper.get_attribute_value(a)
+
+
+def _reshape(a: np.ndarray, shape: np.ndarray, attrs) -> np.ndarray:
+    target = [int(s) for s in shape]
+    if not _attr(attrs, "allowzero", 0):
+        target = [a.shape[i] if s == 0 else s for i, s in enumerate(target)]
+    return a.reshape(target)
+
+
+def _axes(inputs: list[np.ndarray], attrs) -> list[int]:
+    return [int(v) for v in (inputs[1] if len(inputs) > 1 else _attr(attrs, "axes", []))]
+
+
+def _unsqueeze(inputs: list[np.ndarray], attrs) -> np.ndarray:
+    a, axes = inputs[0], _axes(inputs, attrs)
+    rank = a.ndim + len(axes)
+    return np.expand_dims(a, tuple(sorted(x % rank for x in axes)))
+
+
+def _squeeze(inputs: list[np.ndarray], attrs) -> np.ndarray:
+    a = inputs[0]
+    axes = _axes(inputs, attrs) if len(inputs) > 1 or _attr(attrs, "axes") else \
+        [i for i, e in enumerate(a.shape) if e == 1]
+    return np.squeeze(a, tuple(x % a.ndim for x in axes))
+
+
+def _mod(inputs: list[np.ndarray], attrs) -> np.ndarray:
+    a, b = inputs
+    if not np.all(b != 0):
+        raise ZeroDivisionError
+    return np.fmod(a, b) if _attr(attrs, "fmod", 0) else np.mod(a, b)
+
+
+def _exact_div(inputs: list[np.ndarray], attrs) -> np.ndarray:
+    # ONNX leaves the rounding of integer Div to the runtime: exact ones only
+    a, b = inputs
+    if not np.all(b != 0) or np.any(a % b):
+        raise ArithmeticError
+    return a // b
+
+
+def _cast(inputs: list[np.ndarray], attrs) -> np.ndarray:
+    return inputs[0].astype(_INT[_attr(attrs, "to")])
+
+
+_FOLDS: dict[str, Callable[[list[np.ndarray], list], np.ndarray]] = {
+    "Add": lambda i, _: i[0] + i[1],
+    "Sub": lambda i, _: i[0] - i[1],
+    "Mul": lambda i, _: i[0] * i[1],
+    "Neg": lambda i, _: -i[0],
+    "Mod": _mod,
+    "Div": _exact_div,
+    "Reshape": lambda i, attrs: _reshape(i[0], i[1], attrs),
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "Concat": lambda i, attrs: np.concatenate(i, _attr(attrs, "axis")),
+    "Gather": lambda i, attrs: np.take(i[0], i[1], _attr(attrs, "axis", 0)),
+    "Cast": _cast,
+}
+
+
+def _small_int(t: onnx.TensorProto) -> np.ndarray | None:
+    if t.data_type not in _INT or t.data_location == onnx.TensorProto.EXTERNAL or \
+            int(np.prod(t.dims)) > _MAX_ELEMENTS:
+        return None
+    return numpy_helper.to_array(t)
+
+
+def _constant(attrs: list[onnx.AttributeProto]) -> np.ndarray | None:
+    for a in attrs:
+        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+            return _small_int(a.t)
+        if a.name == "value_int":
+            return np.asarray(a.i, np.int64)
+        if a.name == "value_ints" and len(a.ints) <= _MAX_ELEMENTS:
+            return np.asarray(a.ints, np.int64)
+    return None
+
+
+def fold(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitRow]
+         ) -> onnx.ModelProto | None:
+    """A copy of the model with the foldable nodes of its main graph (`rows`,
+    `inits`: its node_fields, producers first, and initializer_fields)
+    replaced by Constants; None when there are none (no copy is made)."""
+    known: dict[str, np.ndarray] = {}
+    overridable = {vi.name for vi in model.graph.input}  # initializers they name are defaults only
+    for tensor, name, data_type, _ in inits:
+        if data_type in _INT and name not in overridable:
+            value = _small_int(tensor)
+            if value is not None:
+                known[name] = value
+    folded: dict[str, onnx.NodeProto] = {}  # by output name (unique in a valid graph)
+    for _, op, domain, inputs, outputs, name, _, attrs, _ in rows:
+        if domain not in ("", "ai.onnx") or len(outputs) != 1:
+            continue
+        if op == "Constant":
+            value = _constant(attrs)
+            if value is not None:
+                known[outputs[0]] = value
+            continue
+        rule = _FOLDS.get(op)
+        if rule is None or not inputs or any(i not in known for i in inputs):
+            continue
+        args = [known[i] for i in inputs]
+        if op in _SAME_TYPE and len({a.dtype for a in args}) > 1:
+            continue  # (validation refuses these) never numpy's type promotion
+        try:
+            value = np.asarray(rule(args, attrs))
+        except Exception:  # noqa: BLE001 - left for the runtime to report
+            continue
+        if value.dtype.type not in _INT.values() or value.size > _MAX_ELEMENTS:
+            continue
+        known[outputs[0]] = value
+        folded[outputs[0]] = onnx.helper.make_node(
+            "Constant", [], list(outputs), name=name,
+            value=numpy_helper.from_array(value, outputs[0]))
+    if not folded:
+        return None
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in copy.graph.node:
+        if len(node.output) == 1 and node.output[0] in folded:
+            node.CopyFrom(folded[node.output[0]])
+    return copy

@@ -4,8 +4,10 @@ Exporters compute index and shape vectors from constants with ops that ONNX
 data propagation does not evaluate: PyTorch's legacy exporter of
 nn.MultiheadAttention slices a shape at `Reshape(Mod(2, 3), [1])`. Shape
 inference then loses the length of the sliced shape, the rank of the Reshape
-it feeds and of everything after: reverse mode needs those ranks. Such nodes
-become the Constants they compute, after which inference recovers the ranks.
+it feeds and of everything after: reverse mode needs those ranks. Its F.pad
+builds reflect/edge/wrap pads with ConstantOfShape, a Slice of step -1 and a
+Transpose: those Pad rules need constant pads. Such nodes become the
+Constants they compute, after which inference recovers the ranks.
 Only the main graph's integer vectors are folded (the weights and every
 other value stay as given), after validation has accepted the model; a node
 that does not evaluate cleanly (a zero divisor, an index out of range) is
@@ -70,6 +72,32 @@ def _exact_div(inputs: list[np.ndarray], attrs) -> np.ndarray:
     return a // b
 
 
+def _slice(inputs: list[np.ndarray], attrs) -> np.ndarray:
+    # Python's slices clamp out-of-range starts and ends as ONNX specifies
+    a = inputs[0]
+    if len(inputs) == 1:  # Slice-1: attributes
+        starts, ends = _attr(attrs, "starts"), _attr(attrs, "ends")
+        axes, steps = _attr(attrs, "axes"), None
+    else:
+        starts, ends = inputs[1], inputs[2]
+        axes = inputs[3] if len(inputs) > 3 else None
+        steps = inputs[4] if len(inputs) > 4 else None
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * a.ndim
+    for axis, start, end, step in zip(axes, starts, ends, steps, strict=True):
+        index[int(axis) % a.ndim] = slice(int(start), int(end), int(step))
+    return a[tuple(index)]
+
+
+def _constant_of_shape(inputs: list[np.ndarray], attrs) -> np.ndarray:
+    value = _attr(attrs, "value")
+    fill = np.zeros(1, np.float32) if value is None else numpy_helper.to_array(value)
+    if int(np.prod(inputs[0])) > _MAX_ELEMENTS:
+        raise ValueError("not an index vector")
+    return np.full([int(e) for e in inputs[0]], fill.reshape(-1)[0], fill.dtype)
+
+
 def _cast(inputs: list[np.ndarray], attrs) -> np.ndarray:
     return inputs[0].astype(_INT[_attr(attrs, "to")])
 
@@ -87,6 +115,9 @@ _FOLDS: dict[str, Callable[[list[np.ndarray], list], np.ndarray]] = {
     "Concat": lambda i, attrs: np.concatenate(i, _attr(attrs, "axis")),
     "Gather": lambda i, attrs: np.take(i[0], i[1], _attr(attrs, "axis", 0)),
     "Cast": _cast,
+    "Slice": _slice,
+    "Transpose": lambda i, attrs: np.transpose(i[0], _attr(attrs, "perm")),
+    "ConstantOfShape": _constant_of_shape,
 }
 
 

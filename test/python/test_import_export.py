@@ -272,16 +272,31 @@ def test_integer_arithmetic_on_constants_is_folded():
              h.make_node("Reshape", ["x", "shape"], ["y"]),
              h.make_node("Cast", ["i32"], ["c"], to=T.INT64),
              h.make_node("Add", ["c", "q"], ["cq"]),
-             h.make_node("Add", ["cq", "m0"], ["k"])]
+             h.make_node("Add", ["cq", "m0"], ["k0"]),
+             # PyTorch's F.pad: a reversed Slice (clamped ends), a Transpose
+             h.make_node("Slice", ["m1", "neg", "low", "zero", "neg"], ["r"]),   # [2, 1, -1]
+             h.make_node("ConstantOfShape", ["three"], ["f"],
+                         value=numpy_helper.from_array(np.asarray([5], np.int64))),
+             h.make_node("Concat", ["r", "f"], ["rf"], axis=0),
+             h.make_node("Reshape", ["rf", "two_three"], ["rf2"]),
+             h.make_node("Transpose", ["rf2"], ["t"], perm=[1, 0]),
+             h.make_node("Slice", ["t", "neg", "big", "zero"], ["t1"]),        # end clamped
+             h.make_node("Reshape", ["t1", "neg"], ["tv"]),                   # [-1, 5]
+             h.make_node("Gather", ["tv", "neg"], ["g5"], axis=0),
+             h.make_node("Add", ["k0", "g5"], ["k"])]
     inits = [numpy_helper.from_array(np.asarray([-1], np.int64), "neg"),
              numpy_helper.from_array(np.asarray([0], np.int64), "zero"),
-             numpy_helper.from_array(np.asarray([3], np.int64), "three")]
+             numpy_helper.from_array(np.asarray([3], np.int64), "three"),
+             numpy_helper.from_array(np.asarray([-2**63 + 1], np.int64), "low"),
+             numpy_helper.from_array(np.asarray([2**40], np.int64), "big"),
+             numpy_helper.from_array(np.asarray([2, 3], np.int64), "two_three")]
     m = _model(nodes, [_vi("x", [12])], [_vi("y", None), _vi("k", None, T.INT64)], inits)
     before = m.SerializeToString()
     exported = _same_behaviour(m, {"x": np.arange(12, dtype=F)})
     assert m.SerializeToString() == before
     ops = [n.op_type for n in exported.graph.node]
-    assert "Mod" not in ops and "Concat" not in ops and ops.count("Div") == 1
+    assert not {"Mod", "Concat", "Slice", "Transpose", "ConstantOfShape"} & set(ops)
+    assert ops.count("Div") == 1
     y_type = next(o for o in exported.graph.output if o.name == "y").type.tensor_type
     assert [d.dim_value for d in y_type.shape.dim] == [2, 3, 2]
     # an initializer that is also an input is a default, not a constant

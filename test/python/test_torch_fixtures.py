@@ -1,4 +1,4 @@
-"""Models exported by torch.onnx.export against torch.autograd Jacobians.
+"""Models exported by torch.onnx.export against torch.autograd Jacobians and Hessians.
 
 The fixtures and their Jacobians are made by test/fixtures/make_torch_fixtures.py
 (PyTorch is not needed here). Full Jacobians come out of one forward-mode
@@ -18,7 +18,7 @@ from onnx_ad_mlir.api import forward, reverse
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "torch")
 NAMES = ["mlp", "gelu_mlp", "mlp_dynamo", "cnn", "transformer_block", "transformer_block_dynamo",
-         "attention", "vit", "unet", "pads", "gru", "lstm", "fpn", "fpn_dynamo"]
+         "attention", "vit", "unet", "pads", "neural_ode", "gru", "lstm", "fpn", "fpn_dynamo"]
 
 
 def load(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -52,3 +52,19 @@ def test_jacobian_matches_autograd(name):
         j_rev = np.moveaxis(back["adj_x"].reshape(x.shape + out_shape), range(x.ndim),
                             range(len(out_shape), len(out_shape) + x.ndim))
         np.testing.assert_allclose(j_rev, jac, atol=tol, err_msg="reverse mode vs autograd")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "hess" in load(n)[1]])
+def test_hessian_matches_autograd(name):
+    """forward(reverse(m)): the Hessian of <w, y(x)>, every direction at once,
+    against torch.autograd's in float64 (an unrolled neural ODE: the
+    sensitivities an optimal-control solver asks for)."""
+    model, ref = load(name)
+    adj = reverse(model, inputs=["x"], outputs=["y"], layout="onnx")
+    hv = forward(adj, inputs=["x"], outputs=["adj_x"], layout="onnx")
+    onnx.checker.check_model(hv, full_check=True)
+    x = ref["x"]
+    got = run(hv, {"x": x, "adj_y": ref["w"][..., None], "fwd_x": identity_seeds(x.shape)})
+    hess = ref["hess"]
+    np.testing.assert_allclose(got["fwd_adj_x"].reshape(hess.shape), hess,
+                               atol=2e-5 * max(1.0, np.abs(hess).max()))

@@ -125,7 +125,10 @@ def _small_int(t: onnx.TensorProto) -> np.ndarray | None:
     if t.data_type not in _INT or t.data_location == onnx.TensorProto.EXTERNAL or \
             int(np.prod(t.dims)) > _MAX_ELEMENTS:
         return None
-    return numpy_helper.to_array(t)
+    try:
+        return numpy_helper.to_array(t)
+    except ValueError:  # bytes that do not fit the dims: the importer refuses them
+        return None
 
 
 def _constant(attrs: list[onnx.AttributeProto]) -> np.ndarray | None:

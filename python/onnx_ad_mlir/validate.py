@@ -128,7 +128,7 @@ def _constants(graph: onnx.GraphProto) -> dict[str, list[int]]:
 
 def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> None:
     """`axes` (attribute, or the constant operand of Slice / opset-18 reductions)
-    within [-r, r-1] and without repeats."""
+    within [-r, r-1] and without repeats; Unsqueeze's r is its result's rank."""
     if r is None:
         return
     axes = None
@@ -140,9 +140,13 @@ def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> Non
             axes = consts[node.input[pos]]
     if axes is None:
         return
+    what = f"its rank-{r} input '{node.input[0]}'"
+    if node.op_type == "Unsqueeze":
+        r += len(axes)
+        what = f"its rank-{r} result"
     if any(not -r <= a < r for a in axes) or len({a % r for a in axes}) != len(axes):
         raise ImportFailure(f"{_label(node)}: axes {axes} are out of range or repeated for "
-                            f"its rank-{r} input '{node.input[0]}'")
+                            f"{what}")
 
 
 def _check_window(node, attrs, r: int) -> None:
@@ -164,7 +168,7 @@ def _check_window(node, attrs, r: int) -> None:
 
 
 _WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool")
-_AXES_OPS = ("Slice", "Squeeze")  # and Reduce*: `axes` attribute or constant operand
+_AXES_OPS = ("Slice", "Squeeze", "Unsqueeze")  # and Reduce*: `axes` attribute or operand
 _CONST_OPS = (*_AXES_OPS, "Reshape", "Loop")  # ops whose constant operands are checked
 # Flags ONNX defines for 0 and 1 only (and Reduce*'s keepdims and
 # noop_with_empty_axes); runtimes read other values differently: ONNX

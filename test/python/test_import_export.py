@@ -343,6 +343,21 @@ def test_unknown_op_other_domain_and_wrong_attribute():
          "'tr' \\(Transpose\\): attribute 'perm' has type FLOAT, expected INTS")
     _bad(_model([h.make_node("Concat", ["x"], ["y"], name="cat")], [_vi("x", [2])],
                 [_vi("y", [2])]), "required attribute 'axis'")
+    # a constant's bytes that do not fit its dims, read by the index fold
+    # (fuzz seed 81: a ValueError escaped it)
+    short = onnx.TensorProto(name="s", data_type=T.INT64, dims=[3],
+                             raw_data=np.asarray([2, 6], np.int64).tobytes())
+    _bad(_model([h.make_node("Constant", [], ["s"], value=short),
+                 h.make_node("Reshape", ["x", "s"], ["y"])], [_vi("x", [12])], [_vi("y", None)]),
+         "2 elements of raw data for shape \\[3\\]")
+    # Unsqueeze's axes count in its result's rank (fuzz seed 81: was an
+    # internal error of the derivative rule)
+    for opset in (11, 13):  # attribute, operand
+        node = h.make_node("Unsqueeze", ["x"] if opset < 13 else ["x", "ax"], ["y"], name="u",
+                           **({"axes": [1, 2]} if opset < 13 else {}))
+        nodes = [node] if opset < 13 else [_ints("ax", [1, 2]), node]
+        _bad(_model(nodes, [_vi("x", [])], [_vi("y", None)], opset=opset),
+             r"'u' \(Unsqueeze\): axes \[1, 2\] are out of range .* rank-2 result")
 
 
 # ----------------------------------------------------------------- the tool

@@ -97,8 +97,12 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
     try:
         # strict: a model contradicting its own declared shapes is refused
         inferred = validate.infer_shapes(skeleton, data_prop=False)
-        if _propagates_data(model.graph, rows, inits) and not _long_vectors(inferred.graph):
+        data_prop = _propagates_data(model.graph, rows, inits) and \
+            not _long_vectors(inferred.graph)
+        if data_prop:
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
+        if model.graph.value_info:
+            _unpin_input_extents(inferred, model, data_prop)
         # (inferred is inference's own copy: declared in place, no copy of
         # the weights; on failure below the model is imported as given)
         if _declare_carried_shapes(inferred.graph, {}):
@@ -112,6 +116,47 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
         inferred.graph.ClearField("initializer")
         inferred.graph.initializer.extend(model.graph.initializer)
     return inferred
+
+
+def _unpin_input_extents(inferred: onnx.ModelProto, model: onnx.ModelProto,
+                         data_prop: bool) -> None:
+    """In a graph with symbolic input extents, the static extents that the
+    declared value and output types alone give (inference keeps a declared
+    extent over what it derives) are replaced, in place in `inferred` (inferred from
+    `model`), by what inference derives without them: an input's symbol, or
+    an unknown extent. Exporters declare some wrongly: PyTorch's dynamo
+    exporter writes a batch_first LSTM's output with the example's time
+    extent under a dynamic time axis, and derivatives built on it fail at
+    any other length; an extent that may follow a dynamic axis is read at
+    run time instead."""
+    symbols = {d.dim_param for v in inferred.graph.input
+               for d in v.type.tensor_type.shape.dim if d.dim_param}
+    if not symbols:
+        return
+    bare = _without_big_data(model)
+    bare.graph.ClearField("value_info")
+    for v in bare.graph.output:  # (declared as wrongly: dynamo declares the LSTM's [b, 6, 2])
+        v.type.tensor_type.ClearField("shape")
+    try:
+        derived = onnx.shape_inference.infer_shapes(bare, data_prop=data_prop)
+    except Exception:  # noqa: BLE001 - the declared types stand
+        return
+    alone = {v.name: v.type.tensor_type for v in list(derived.graph.value_info) +
+             list(derived.graph.output)}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.output):
+        mine, theirs = v.type.tensor_type, alone.get(v.name)
+        if not mine.HasField("shape") or theirs is None or (
+                theirs.HasField("shape") and len(theirs.shape.dim) != len(mine.shape.dim)):
+            continue
+        dims = theirs.shape.dim if theirs.HasField("shape") else [None] * len(mine.shape.dim)
+        for d, derived_dim in zip(mine.shape.dim, dims):
+            if not d.HasField("dim_value") or \
+                    derived_dim is not None and derived_dim.HasField("dim_value"):
+                continue
+            if derived_dim is not None and derived_dim.dim_param in symbols:
+                d.dim_param = derived_dim.dim_param  # (clears the value: a oneof)
+            else:
+                d.Clear()
 
 
 def _declare_carried_shapes(graph: onnx.GraphProto, outer: dict[str, onnx.TypeProto]) -> int:

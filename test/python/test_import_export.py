@@ -308,6 +308,25 @@ def test_integer_arithmetic_on_constants_is_folded():
     _bad(bad, "Add")
 
 
+def test_declared_extents_do_not_pin_dynamic_axes():
+    """A value declared with a static extent where the input's axis is
+    dynamic (PyTorch's dynamo exporter does this for LSTM outputs) gets the
+    input's symbol or an unknown extent: derivatives built on the declared
+    extent failed at any other length. Extents inference confirms stay."""
+    nodes = [h.make_node("Tanh", ["x"], ["v"]), h.make_node("Neg", ["v"], ["y"])]
+    m = _model(nodes, [_vi("x", ["b", "t", 3])], [_vi("y", ["b", 5, 3])])
+    m.graph.value_info.append(_vi("v", ["b", 5, 3]))
+    exported = round_trip(m)
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(exported.graph.value_info) + list(exported.graph.output)}
+    assert dims["y"] == ["b", "t", 3] and dims["v"][1:] == [0, 3]  # (0: unknown)
+    assert run(session(exported), {"x": np.ones((2, 7, 3), F)})[0].shape == (2, 7, 3)
+    static = _model(nodes, [_vi("x", [2, 5, 3])], [_vi("y", None)])
+    static.graph.value_info.append(_vi("v", [2, 5, 3]))
+    assert [d.dim_value for d in round_trip(static).graph.output[0].type.tensor_type.shape.dim] \
+        == [2, 5, 3]
+
+
 # ----------------------------------------------------------------- bad input
 def _bad(model_or_bytes, match: str, error=ImportFailure):
     with ir.Context(), pytest.raises(error, match=match):

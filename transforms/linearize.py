@@ -102,11 +102,15 @@ def _pattern(rule: JvpRule | None, state: Tangents):
 
 
 def located(e: Exception, op: ir.Operation) -> OnnxAdError:
-    """The error `e` raised by a rule for `op`, as an OnnxAdError naming the node."""
+    """The error `e` raised by a rule for `op`, as an OnnxAdError naming the
+    node; `e` is its cause (its traceback shows where the rule failed)."""
     if isinstance(e, OnnxAdError):
-        return type(e)(f"{node_label(op)}: {e}")
-    return RuleError(f"{node_label(op)}: internal error in its derivative rule: "
-                     f"{type(e).__name__}: {e}")
+        err = type(e)(f"{node_label(op)}: {e}")
+    else:
+        err = RuleError(f"{node_label(op)}: internal error in its derivative rule: "
+                        f"{type(e).__name__}: {e}")
+    err.__cause__ = e
+    return err
 
 
 def _region(op: ir.Operation, rewriter, state: Tangents) -> bool:

@@ -316,6 +316,16 @@ def test_symbolic_batch_and_time(kind):
     check_derivatives(model, feeds)
 
 
+def test_unknown_input_width():
+    """X's feature extent unknown (a stacked layer's input behind the
+    exporter's Reshape, PyTorch's dynamo GRU): it is W's (was an internal
+    error of the rule)."""
+    model, feeds = make("GRU", "bidirectional")
+    for d in model.graph.input[0].type.tensor_type.shape.dim:
+        d.dim_param = f"X_{d.dim_value}"
+    check_derivatives(model, feeds)
+
+
 def _constant_r(model, feeds):
     """R (and W) as initializers: the step matrices come from a constant."""
     model = onnx.ModelProto.FromString(model.SerializeToString())

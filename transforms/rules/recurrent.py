@@ -264,8 +264,9 @@ def _xmm(b: Builder, x: ir.Value, M: ir.Value, X: ir.Value) -> ir.Value:
     dx = dims(x)
     n = len(dx) - 3
     T, B = dx[n:n + 2]
-    flat = b.reshape(x, [0] * n + [-1, dx[-1]],
-                     dx[:n] + [None if None in (T, B) else T * B, dx[-1]])
+    width = dims(M)[-2]  # X's feature extent, static even where X's type lost it
+    flat = b.reshape(x, [0] * n + [-1, width],
+                     dx[:n] + [None if None in (T, B) else T * B, width])
     if n:
         flat = b.unsqueeze(flat, [n])  # [*L, 1, T*B, n]: broadcasts against D
     return _unflat(b, matmul(b, flat, M), X)

@@ -69,3 +69,22 @@ def test_hessian_matches_autograd(name):
     hess = ref["hess"]
     np.testing.assert_allclose(got["fwd_adj_x"].reshape(hess.shape), hess,
                                atol=2e-5 * max(1.0, np.abs(hess).max()))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if "x2" in load(n)[1]])
+def test_second_order_at_run_time_extents(name):
+    """forward(reverse(m)) of models exported with dynamic axes, at both
+    extents: the Hessian-vector product against central differences of the
+    reverse model's gradient (checked against autograd above)."""
+    model, ref = load(name)
+    adj = reverse(model, inputs=["x"], outputs=["y"], layout="onnx")
+    hv = forward(adj, inputs=["x"], outputs=["adj_x"], layout="onnx")
+    rng = np.random.default_rng(0)
+    for suffix in ("", "2"):
+        x = ref["x" + suffix]
+        w = rng.standard_normal(ref["y" + suffix].shape).astype(np.float32)[..., None]
+        v = rng.standard_normal(x.shape).astype(np.float32)
+        got = run(hv, {"x": x, "adj_y": w, "fwd_x": v[..., None]})["fwd_adj_x"][..., 0, 0]
+        grad = lambda z: run(adj, {"x": z, "adj_y": w})["adj_x"][..., 0].astype(np.float64)
+        fd = (grad(x + 1e-2 * v) - grad(x - 1e-2 * v)) / 2e-2
+        np.testing.assert_allclose(got, fd, atol=1e-3 * max(1.0, np.abs(fd).max()))

@@ -52,6 +52,8 @@ def _unsqueeze(inputs: list[np.ndarray], attrs) -> np.ndarray:
 
 def _squeeze(inputs: list[np.ndarray], attrs) -> np.ndarray:
     a = inputs[0]
+    if len(inputs) > 1 and inputs[1].size == 0:
+        raise ValueError("empty axes: runtimes disagree")
     axes = _axes(inputs, attrs) if len(inputs) > 1 or _attr(attrs, "axes") else \
         [i for i, e in enumerate(a.shape) if e == 1]
     return np.squeeze(a, tuple(x % a.ndim for x in axes))

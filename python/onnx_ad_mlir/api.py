@@ -8,13 +8,13 @@ transforms/signature.py): `fwd_<x>`, `adj_<y>`, seed dims `nfwd` / `nadj`.
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Callable, Sequence
 
 import onnx
 from mlir import ir
 from mlir.passmanager import PassManager
 
+from . import output_files
 from ._dialect import new_context
 from .exporter import export_onnx
 from .importer import import_onnx
@@ -83,17 +83,7 @@ def sibling(path: str | os.PathLike, kind: str) -> str:
 
 def save_atomic(model: onnx.ModelProto, path: str | os.PathLike) -> None:
     """Writes `model` so that `path` is either absent/old or complete."""
-    path = os.fspath(path)
-    folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".onnx")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    output_files.save_model(model, path)
 
 
 def family(model: onnx.ModelProto | str | os.PathLike, path: str | os.PathLike,

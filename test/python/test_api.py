@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 
@@ -68,6 +69,11 @@ def test_cli_writes_derivatives_and_leaves_the_input_alone(tmp_path):
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(tmp_path / "out")) == ["adj_f.onnx", "f.onnx", "fwd_adj_f.onnx"]
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+    # a new file's permissions, not the temporary file's 0600
+    umask = os.umask(0)
+    os.umask(umask)
+    for f in [tmp_path / "adj_f.onnx", *(tmp_path / "out").iterdir()]:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask, f
 
 
 def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path):

@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import traceback
 
 from mlir import ir
 from mlir.passmanager import PassManager
 
 import onnx_ad_mlir  # noqa: F401  (registers the dialect)
-from onnx_ad_mlir import passes
+from onnx_ad_mlir import output_files, passes
 from onnx_ad_mlir.errors import OnnxAdError
 from onnx_ad_mlir.tools import _diagnostics as diagnostics
 
@@ -217,15 +216,7 @@ def _write(path: str, text: str, input_path: str) -> None:
         return
     if input_path != "-" and os.path.exists(path) and os.path.samefile(path, input_path):
         raise ToolError(f"refusing to overwrite the input file {path}")
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".onnx-ad-opt.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    output_files.write_bytes(path, text.encode())
 
 
 if __name__ == "__main__":

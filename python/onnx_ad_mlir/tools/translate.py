@@ -15,18 +15,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import traceback
 
 import onnx
 from mlir import ir
 
+from onnx_ad_mlir import output_files
 from onnx_ad_mlir.errors import OnnxAdError
 from onnx_ad_mlir.exporter import export_onnx
 from onnx_ad_mlir.importer import import_onnx
 
 # Bigger models are saved with their tensors in a side file (protobuf limit).
-_EXTERNAL_DATA_LIMIT = 2**31 - 2**26
 
 
 class ToolError(OnnxAdError):
@@ -103,43 +102,20 @@ def _parse_mlir(data: bytes, path: str) -> ir.Module:
 
 
 def _write_model(path: str, model: onnx.ModelProto) -> None:
-    if model.ByteSize() <= _EXTERNAL_DATA_LIMIT:
-        _write_bytes(path, model.SerializeToString())
-        return
-    if path == "-":
+    if path != "-":
+        output_files.save_model(model, path)
+    elif model.ByteSize() > output_files.EXTERNAL_DATA_LIMIT:
         raise ToolError("the model needs external data (> 2 GB): write it to a file")
-    data_name = os.path.basename(path) + ".data"
-    onnx.external_data_helper.convert_model_to_external_data(model, location=data_name)
-    _atomic(path, lambda tmp: onnx.save_model(model, tmp))
+    else:
+        _write_bytes(path, model.SerializeToString())
 
 
 def _write_bytes(path: str, data: bytes) -> None:
     if path == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
-        return
-
-    def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
-            f.write(data)
-    _atomic(path, write)
-
-
-def _atomic(path: str, write) -> None:
-    """Writes through a temporary file beside `path`, then renames it over."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    os.close(fd)
-    try:
-        write(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what users expect
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    else:
+        output_files.write_bytes(path, data)
 
 
 if __name__ == "__main__":

@@ -92,22 +92,27 @@ def family(model: onnx.ModelProto | str | os.PathLike, path: str | os.PathLike,
     """Writes the files CasADi's ONNX backend discovers beside a model:
     `f.onnx`, `adj_f.onnx` and (second_order) `fwd_adj_f.onnx`, the forward
     derivative of the adjoint with every adjoint input seeded (CasADi needs
-    the complete signature). Returns the paths written."""
-    if not isinstance(model, onnx.ModelProto):
-        model = onnx.load(os.fspath(model))
+    the complete signature). Returns the paths written (`path` itself
+    included, left as it is when it is the model's own file)."""
+    source = None if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    written = [os.fspath(path), sibling(path, "adj")] + \
+        ([sibling(path, "fwd")] if forward_sibling else []) + \
+        ([sibling(sibling(path, "adj"), "fwd")] if second_order else [])
+    if source is not None:
+        if any(output_files.same_file(source, p) for p in written[1:]):
+            raise ValueError(f"refusing to overwrite the input file {source}")
+        model = onnx.load(source)
     folder = os.path.dirname(os.fspath(path))
     if folder:
         os.makedirs(folder, exist_ok=True)
     adjoint = reverse(model, inputs=inputs, outputs=outputs)
-    written = [os.fspath(path), sibling(path, "adj")]
-    save_atomic(model, written[0])
+    if source is None or not output_files.same_file(source, path):
+        save_atomic(model, path)
     save_atomic(adjoint, written[1])
     if forward_sibling:
-        written.append(sibling(path, "fwd"))
-        save_atomic(forward(model, inputs=inputs, outputs=outputs), written[-1])
+        save_atomic(forward(model, inputs=inputs, outputs=outputs), written[2])
     if second_order:
         primal_outputs = {o.name for o in model.graph.output}
         produced = [o.name for o in adjoint.graph.output if o.name not in primal_outputs]
-        written.append(sibling(sibling(path, "adj"), "fwd"))
         save_atomic(forward(adjoint, outputs=produced), written[-1])
     return written

@@ -14,10 +14,17 @@ import onnx
 EXTERNAL_DATA_LIMIT = 2**31 - 2**26
 
 
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+
+
 def write_atomic(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     """Calls write(temporary path), then renames that file over `path`."""
     path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(path)))
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # (else the error names the temporary file)
+        raise FileNotFoundError(f"cannot write {path}: there is no folder {folder}")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     os.close(fd)
     try:
         write(tmp)

@@ -69,6 +69,15 @@ def test_cli_writes_derivatives_and_leaves_the_input_alone(tmp_path):
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(tmp_path / "out")) == ["adj_f.onnx", "f.onnx", "fwd_adj_f.onnx"]
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+    # never over the input (family leaves it as it is), never into a missing folder
+    result = _cli("forward", str(src), str(src))
+    assert result.returncode == 1 and "refusing to overwrite the input file" in result.stderr
+    result = _cli("family", str(src), str(src))
+    assert result.returncode == 0 and (tmp_path / "fwd_adj_f.onnx").exists(), result.stderr
+    result = _cli("reverse", str(src), str(tmp_path / "none" / "adj_f.onnx"))
+    assert result.stderr.strip() == f"error: cannot write {tmp_path / 'none' / 'adj_f.onnx'}: " \
+        f"there is no folder {tmp_path / 'none'}"
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == before
     # a new file's permissions, not the temporary file's 0600
     umask = os.umask(0)
     os.umask(umask)

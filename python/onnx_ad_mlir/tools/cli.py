@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
                                    outputs=args.outputs):
                 print(path)
             return 0
+        from onnx_ad_mlir.output_files import same_file
+        if same_file(args.input, args.output):
+            raise ValueError(f"refusing to overwrite the input file {args.input}")
         transform = api.forward if args.command == "forward" else api.reverse
         model = transform(args.input, inputs=args.inputs, outputs=args.outputs,
                           layout=args.layout)

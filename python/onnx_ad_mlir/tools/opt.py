@@ -214,7 +214,7 @@ def _write(path: str, text: str, input_path: str) -> None:
     if path == "-":
         sys.stdout.write(text)
         return
-    if input_path != "-" and os.path.exists(path) and os.path.samefile(path, input_path):
+    if input_path != "-" and output_files.same_file(path, input_path):
         raise ToolError(f"refusing to overwrite the input file {path}")
     output_files.write_bytes(path, text.encode())
 

@@ -398,6 +398,10 @@ def test_translate_round_trip_through_files_and_pipes(tmp_path):
     exported = onnx.load(out)
     onnx.checker.check_model(exported, full_check=True)
     assert exported.graph == export_of(model).graph
+    kept = src.read_bytes()
+    refused = _translate("--import-onnx", str(src), "-o", str(src))
+    assert refused.returncode == 1 and b"refusing to overwrite the input file" in refused.stderr
+    assert src.read_bytes() == kept
 
 
 def export_of(model: onnx.ModelProto) -> onnx.ModelProto:

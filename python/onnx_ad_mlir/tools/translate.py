@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if "-" not in (args.input, args.output) and output_files.same_file(args.input, args.output):
+        raise ToolError(f"refusing to overwrite the input file {args.input}")
     data = _read(args.input)
     with ir.Context() as context:
         if args.import_onnx:

@@ -148,6 +148,7 @@ class _G:
 
 
 # --------------------------------------------------------------------------- LRN
+_LRN_MAX_TERMS = 256
 @lowering("LRN")
 def _lrn(node, ctx):
     g = _G(node, ctx)
@@ -162,6 +163,13 @@ def _lrn(node, ctx):
     r = len(shape)
     dt = g.dtype(x)
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    channels = shape[1] if r > 1 else None
+    if channels is not None:  # a window reaching past the channels reads only padding
+        lo, hi = min(lo, max(channels - 1, 0)), min(hi, max(channels - 1, 0))
+    elif size > _LRN_MAX_TERMS:
+        g.refuse(f"size {size} over a channel count known only at run time (one term "
+                 f"per window position; at most {_LRN_MAX_TERMS})")
+    width = lo + hi + 1
     sq = g.op("Mul", [x, x])
     pads = [0] * (2 * r)
     pads[1], pads[r + 1] = lo, hi
@@ -170,8 +178,8 @@ def _lrn(node, ctx):
     else:
         padded = g.op("Pad", [sq], pads=pads)
     big = np.iinfo(np.int64).max
-    terms = [g.slice(padded, [j], [j - (size - 1) if j < size - 1 else big], [1])
-             for j in range(size)]
+    terms = [g.slice(padded, [j], [j - (width - 1) if j < width - 1 else big], [1])
+             for j in range(width)]
     window = terms[0] if len(terms) == 1 else g.op("Sum", terms)
     scaled = g.op("Mul", [window, g.scalar(alpha / size, dt)])
     base = g.op("Add", [scaled, g.scalar(bias, dt)])

@@ -149,6 +149,26 @@ def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> Non
                             f"{what}")
 
 
+def _check_pads(node, attrs, inputs: list[str], r: int, consts: dict[str, list[int]]) -> None:
+    """Pad's pads: two per padded axis (every axis without `axes`, opset 18).
+    The checker does not look, ONNX Runtime refuses them at run time, and the
+    Pad rules index them by axis."""
+    if "pads" in attrs and attrs["pads"].type == onnx.AttributeProto.INTS:  # Pad-2
+        pads = list(attrs["pads"].ints)
+    elif len(inputs) > 1 and inputs[1] in consts:
+        pads = consts[inputs[1]]
+    else:
+        return
+    count = r
+    if len(inputs) > 3 and inputs[3]:
+        if inputs[3] not in consts:
+            return
+        count = len(consts[inputs[3]])
+    if len(pads) != 2 * count:
+        raise ImportFailure(f"{_label(node)}: {len(pads)} pads for {count} padded axes of "
+                            f"its rank-{r} input '{inputs[0]}' (expected {2 * count})")
+
+
 def _check_window(node, attrs, r: int) -> None:
     """Conv/pool window attributes: one entry per spatial axis (two for pads),
     kernel, strides and dilations >= 1, pads >= 0."""
@@ -169,7 +189,7 @@ def _check_window(node, attrs, r: int) -> None:
 
 _WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool")
 _AXES_OPS = ("Slice", "Squeeze", "Unsqueeze")  # and Reduce*: `axes` attribute or operand
-_CONST_OPS = (*_AXES_OPS, "Reshape", "Loop")  # ops whose constant operands are checked
+_CONST_OPS = (*_AXES_OPS, "Reshape", "Loop", "Pad")  # ops whose constant operands are checked
 # Flags ONNX defines for 0 and 1 only (and Reduce*'s keepdims and
 # noop_with_empty_axes); runtimes read other values differently: ONNX
 # Runtime's Reshape honours zeros for allowzero == 1 only, its Gemm takes any
@@ -186,7 +206,7 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
 # The ops _check_node_attributes looks at (with Reduce*): filtered first, as
 # building attribute dicts for every node costs more than all the checks.
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS, *_FLAGS,
-             "Concat", "Transpose", "Reshape"}
+             "Concat", "Transpose", "Reshape", "Pad"}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
@@ -273,6 +293,8 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
                                 f"{', '.join(f'{n!r} ({k})' for n, k in known)}")
     if op in _WINDOW_OPS and r is not None:
         _check_window(node, attrs, r)
+    if op == "Pad" and r is not None:
+        _check_pads(node, attrs, inputs, r, consts)
     if op == "Transpose" and "perm" in attrs \
             and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
         perm = list(attrs["perm"].ints)

@@ -29,13 +29,30 @@ def lowered(m, feeds, op, rtol=1e-5, atol=1e-6):
     return e, err
 
 
-@pytest.mark.parametrize("size", [1, 3, 5])  # ONNX Runtime: odd sizes only
+@pytest.mark.parametrize("size", [1, 3, 5, 13, 101])  # ONNX Runtime: odd sizes only
 def test_lrn(size):
+    """Windows wider than the channels (13 and 101 over 6) sum the channels
+    they reach: one term per reachable channel."""
     m = model([h.make_node("LRN", ["x"], ["y"], name="lrn", size=size, alpha=0.3, beta=0.6,
                            bias=1.5)], [("x", F, [2, 6, 3, 2])], [("y", F, [2, 6, 3, 2])], 13)
     feeds = {"x": R.standard_normal((2, 6, 3, 2)).astype(np.float32)}
     e, err = lowered(m, feeds, "LRN")
     print("LRN", size, err, check_derivatives(e, feeds))
+
+
+def test_lrn_window_far_wider_than_the_channels():
+    """size 2**62 (fuzz seed 83: the lowering built one Slice per window
+    position and never finished; ONNX Runtime cannot run it either) against
+    LRN's formula in numpy."""
+    from adcheck import run
+    from onnx_ad_mlir.api import forward
+    size = 2**62
+    m = model([h.make_node("LRN", ["x"], ["y"], name="lrn", size=size, alpha=0.3, beta=0.6,
+                           bias=1.5)], [("x", F, [2, 6, 3, 2])], [("y", F, [2, 6, 3, 2])], 13)
+    x = R.standard_normal((2, 6, 3, 2)).astype(np.float32)
+    got = run(forward(m, layout="onnx"), {"x": x, "fwd_x": np.zeros(x.shape + (1,), x.dtype)})["y"]
+    window = (x.astype(np.float64) ** 2).sum(1, keepdims=True)  # every channel in reach
+    np.testing.assert_allclose(got, x / (1.5 + 0.3 / size * window) ** 0.6, rtol=1e-5)
 
 
 GRID = [(mode, pad, align, 20) for mode in ("linear", "nearest", "cubic")

@@ -369,6 +369,10 @@ def test_unknown_op_other_domain_and_wrong_attribute():
     _bad(_model([h.make_node("Constant", [], ["s"], value=short),
                  h.make_node("Reshape", ["x", "s"], ["y"])], [_vi("x", [12])], [_vi("y", None)]),
          "2 elements of raw data for shape \\[3\\]")
+    # Pad's pads, two per axis (fuzz seed 83: an internal error of the rule)
+    _bad(_model([_ints("p", [0, 1, 0, 1]), h.make_node("Pad", ["x", "p"], ["y"], name="pd")],
+                [_vi("x", [3, 1, 3])], [_vi("y", None)]),
+         r"'pd' \(Pad\): 4 pads for 3 padded axes of its rank-3 input 'x' \(expected 6\)")
     # Unsqueeze's axes count in its result's rank (fuzz seed 81: was an
     # internal error of the derivative rule)
     for opset in (11, 13):  # attribute, operand

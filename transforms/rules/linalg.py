@@ -459,6 +459,12 @@ def run_time_pads(b: Builder, x: ir.Value, y: ir.Value, kernel: list[int], strid
                    b.div(half, two)), total
 
 
+def spatial_pads(b: Builder, begins: ir.Value, total: ir.Value) -> ir.Value:
+    """The Pad operand of an [N, C, *S] value padded by run_time_pads."""
+    zeros = b.ints([0, 0])
+    return b.concat([zeros, begins, zeros, b.sub(total, begins)], 0)
+
+
 def _run_time_geometry(op: ir.Operation) -> dict:
     """A Conv's explicit geometry when only its auto_pad SAME pads need the
     run-time extents (pads 0: run_time_pads places the windows)."""
@@ -573,8 +579,7 @@ def _t_conv(b: Builder, op, cts, linear):
     if linear[1]:
         inp = x
         if begins is not None:
-            zeros = b.ints([0, 0])
-            inp = b.op("Pad", [x, b.concat([zeros, begins, zeros, b.sub(total, begins)], 0)],
+            inp = b.op("Pad", [x, spatial_pads(b, begins, total)],
                        tensor_type(dims(x)[:2] + [None] * (rank(x) - 2), element_type(x)))
         out[1] = conv_weight_grad(b, inp, ct, geom, w)
     return out

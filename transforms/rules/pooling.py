@@ -31,7 +31,7 @@ from .. import symdims
 from ..builder import (Builder, attribute, constant_ints, constant_value, dims, element_type,
                        op_type, operand_or_none, producer, rank, resize_scales, tensor_type)
 from ..registry import jvp, transpose
-from .linalg import matmul, run_time_pads
+from .linalg import matmul, run_time_pads, spatial_pads
 from .shape import GATHER_TRANSPOSE_HOOKS
 
 
@@ -595,10 +595,9 @@ def _average_pool(b: Builder, op, tangents):
 
 
 def _run_time_pads(b: Builder, op, x: ir.Value, y: ir.Value) -> ir.Value:
-    """Pads [begins, ends] (i64) placing a pool's windows on x's run-time extents."""
+    """The Pad operand placing a pool's windows on x's run-time extents."""
     kernel, strides, dil, pads, auto = _window(op)
-    begins, total = run_time_pads(b, x, y, kernel, strides, dil, auto, pads, pool=True)
-    return b.concat([begins, b.sub(total, begins)], 0)
+    return spatial_pads(b, *run_time_pads(b, x, y, kernel, strides, dil, auto, pads, pool=True))
 
 
 def _padded_window_sum(b: Builder, v: ir.Value, pads: ir.Value, op, y: ir.Value) -> ir.Value:
@@ -607,11 +606,8 @@ def _padded_window_sum(b: Builder, v: ir.Value, pads: ir.Value, op, y: ir.Value)
     ones-kernel Conv: both linear with transposes of their own."""
     kernel, strides, dil, _, _ = _window(op)
     n = len(kernel)
-    zeros = b.ints([0, 0])
-    full = b.concat([zeros, b.slice(pads, [0], [0], [n], tensor_type([n], _i64())), zeros,
-                     b.slice(pads, [0], [n], [2 * n], tensor_type([n], _i64()))], 0)
     vd = dims(v)
-    padded = b.op("Pad", [v, full], tensor_type(vd[:2] + [None] * n, element_type(v)))
+    padded = b.op("Pad", [v, pads], tensor_type(vd[:2] + [None] * n, element_type(v)))
     return b.op("Conv", [padded, _ones_kernel(b, kernel, v), None],
                 tensor_type(vd[:1] + [1] + dims(y)[2:], element_type(v)), kernel_shape=kernel,
                 strides=strides, dilations=dil, group=1, pads=[0] * (2 * n))

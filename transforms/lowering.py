@@ -148,7 +148,9 @@ class _G:
 
 
 # --------------------------------------------------------------------------- LRN
-_LRN_MAX_TERMS = 256
+_LRN_MAX_TERMS = 256  # window positions over a channel count known only at run time
+
+
 @lowering("LRN")
 def _lrn(node, ctx):
     g = _G(node, ctx)

@@ -25,8 +25,6 @@ from onnx_ad_mlir.errors import OnnxAdError
 from onnx_ad_mlir.exporter import export_onnx
 from onnx_ad_mlir.importer import import_onnx
 
-# Bigger models are saved with their tensors in a side file (protobuf limit).
-
 
 class ToolError(OnnxAdError):
     """A usage or I/O error reported as one `error:` line."""

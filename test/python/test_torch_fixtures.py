@@ -71,6 +71,22 @@ def test_hessian_matches_autograd(name):
                                atol=2e-5 * max(1.0, np.abs(hess).max()))
 
 
+@pytest.mark.parametrize("name", [n for n in NAMES if "third" in load(n)[1]])
+def test_third_order_matches_autograd(name):
+    """forward(forward(reverse(m))): every third derivative of <w, y(x)> at
+    once (two identity seeds), against torch.autograd's in float64."""
+    model, ref = load(name)
+    o = dict(inputs=["x"], layout="onnx")
+    adj = reverse(model, outputs=["y"], **o)
+    third = forward(forward(adj, outputs=["adj_x"], **o), outputs=["fwd_adj_x"], **o)
+    onnx.checker.check_model(third, full_check=True)
+    x, seeds = ref["x"], identity_seeds(ref["x"].shape)
+    got = run(third, {"x": x, "adj_y": ref["w"][..., None], "fwd_x": seeds, "fwd2_x": seeds})
+    want = ref["third"]  # [x, v1, v2]; ours: x.shape + [v1] + [v2], symmetric in all three
+    np.testing.assert_allclose(got["fwd2_fwd_adj_x"].reshape(want.shape), want,
+                               atol=2e-5 * max(1.0, np.abs(want).max()))
+
+
 @pytest.mark.parametrize("name", [n for n in NAMES if "x2" in load(n)[1]])
 def test_second_order_at_run_time_extents(name):
     """forward(reverse(m)) of models exported with dynamic axes, at both

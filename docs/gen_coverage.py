@@ -13,7 +13,7 @@ import sys
 
 from onnx import defs
 
-from onnx_ad_mlir import _op_table
+from onnx_ad_mlir import _op_table, ml_ops
 from onnx_ad_mlir.transforms.expand import expansion_kind
 from onnx_ad_mlir.transforms.linearize import REGION_RULES
 from onnx_ad_mlir.transforms.registry import JVP, TRANSPOSE, ZERO, mlir_names
@@ -86,6 +86,16 @@ def generate() -> str:
              "| op | how | detail |",
              "|---|---|---|"]
     lines += [f"| {t} | {how} | {detail} |" for t, how, detail in rows]
+    lines += ["",
+              f"## {ml_ops.ML_DOMAIN}",
+              "",
+              "Rewritten at import into the default-domain form that computes what ONNX",
+              "Runtime's kernel computes (main graph only); the rules above then apply.",
+              f"Every other {ml_ops.ML_DOMAIN} op is refused.",
+              "",
+              "| op | how | detail |",
+              "|---|---|---|"]
+    lines += [f"| {t} | lowered | {form} |" for t, (_, form) in sorted(ml_ops.LOWERINGS.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -10,7 +10,7 @@ import onnx
 import onnx.inliner
 from google.protobuf.message import DecodeError
 
-from . import index_constants, validate
+from . import index_constants, ml_ops, validate
 from .errors import ImportFailure
 from .validate import InitRow, NodeRow
 
@@ -71,6 +71,9 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     validate.check_dims(model.graph, rows=rows)
     model = validate.clear_negative_subgraph_dims(model, rows)
     model = _infer_shapes(model, rows, inits)
+    lowered = ml_ops.lower(model, lambda m: _infer_shapes(m, validate.node_fields(m.graph), inits))
+    if lowered is not None:
+        model, rows = lowered, validate.node_fields(lowered.graph)
     declared = validate.declared_types(model.graph)  # read once for three checks
     # the main graph's order needs no outer scope: its own names are all
     rows = node_rows(model.graph, lambda name: None, _inferred_rows(model.graph, rows), inits)

@@ -552,7 +552,7 @@ def check_versions(model: onnx.ModelProto) -> None:
     seen: dict[str, int] = {}
     for o in model.opset_import:  # ONNX reads one entry, we another: refuse both
         domain = "ai.onnx" if o.domain in ("", "ai.onnx") else o.domain
-        if domain in seen:
+        if seen.get(domain, o.version) != o.version:  # (skl2onnx repeats entries)
             raise ImportFailure(f"opset_import lists domain '{domain}' twice "
                                 f"(versions {seen[domain]} and {o.version})")
         seen[domain] = o.version

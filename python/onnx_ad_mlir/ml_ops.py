@@ -1,0 +1,236 @@
+"""Lowers the `ai.onnx.ml` operators that have an exact default-domain form.
+
+scikit-learn models exported by skl2onnx put a float32 StandardScaler in a
+`Scaler`, a linear model in a `LinearRegressor`, and a column selection in an
+`ArrayFeatureExtractor`; the dialect holds only the default ONNX domain.
+Each such node of the main graph becomes the default-domain nodes that
+compute what ONNX Runtime's kernel computes (types and shapes included), so
+the derivative model runs on any runtime. Attributes outside that exact form
+(a post transform, a coefficient count that does not match) are refused
+here, naming the node; other `ai.onnx.ml` operators are refused by the
+importer. Runs on an inferred model: the rewrites need input ranks and
+element types.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .errors import UnsupportedOp
+
+ML_DOMAIN = "ai.onnx.ml"
+_FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
+
+
+class _Graph:
+    """The facts a rewrite reads (element types and ranks of values) and
+    fresh value names."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.types: dict[str, onnx.TypeProto] = {
+            v.name: v.type for v in list(graph.input) + list(graph.value_info) +
+            list(graph.output)}
+        for t in graph.initializer:
+            self.types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+        self.constants = {t.name: t for t in graph.initializer}
+        for n in graph.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.attribute \
+                    and n.attribute[0].name == "value":
+                self.constants[n.output[0]] = n.attribute[0].t
+        self.names = set(self.types) | {o for n in graph.node for o in n.output}
+        self.names |= {i for n in graph.node for i in n.input}
+
+    def elem_type(self, name: str) -> int:
+        t = self.types.get(name)
+        return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else 0
+
+    def rank(self, name: str) -> int | None:
+        t = self.types.get(name)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        return len(t.tensor_type.shape.dim)
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.names:
+            i += 1
+            name = f"{base}_{i}"
+        self.names.add(name)
+        return name
+
+
+class _Emitter:
+    """Default-domain nodes replacing one ML node, named after it."""
+
+    def __init__(self, g: _Graph, node: onnx.NodeProto):
+        self.g, self.node, self.nodes = g, node, []
+        self.prefix = node.name or node.output[0]
+
+    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
+        out = out or self.g.fresh(f"{self.prefix}/{op_type}")
+        self.nodes.append(helper.make_node(op_type, inputs, [out],
+                                           name=self.g.fresh(f"{self.prefix}/{op_type}"), **attrs))
+        return out
+
+    def const(self, value: np.ndarray) -> str:
+        return self.op("Constant", [], value=numpy_helper.from_array(value))
+
+
+def _refuse(node: onnx.NodeProto, reason: str) -> UnsupportedOp:
+    return UnsupportedOp(f"node '{node.name}' ({node.op_type}, domain {ML_DOMAIN}): {reason}")
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _in_float(e: _Emitter, x: str) -> tuple[str, type]:
+    """x in the type ONNX Runtime's ML kernels compute in: its own if float
+    or double, float otherwise (the integer inputs these ops accept)."""
+    elem = e.g.elem_type(x)
+    if not elem:
+        raise _NotYet("needs the element type of its input")
+    if elem in _FLOAT_TYPES:
+        return x, np.float64 if elem == TensorProto.DOUBLE else np.float32
+    return e.op("Cast", [x], to=TensorProto.FLOAT), np.float32
+
+
+def _as_float_output(e: _Emitter, value: str, dtype: type) -> None:
+    """The op's output, which ONNX declares float whatever the input type."""
+    if dtype is np.float32:
+        e.op("Identity", [value], e.node.output[0])
+    else:
+        e.op("Cast", [value], e.node.output[0], to=TensorProto.FLOAT)
+
+
+def _scaler(e: _Emitter) -> None:
+    # Y = (X - offset) * scale over the last axis; ONNX Runtime reads a
+    # missing attribute as an empty list, which it refuses at run time
+    a = _attrs(e.node)
+    offset, scale = a.get("offset"), a.get("scale")
+    if not offset or not scale:
+        raise _refuse(e.node, "needs both `offset` and `scale`")
+    x, dtype = _in_float(e, e.node.input[0])
+    y = e.op("Sub", [x, e.const(np.asarray(offset, np.float32).astype(dtype))])
+    y = e.op("Mul", [y, e.const(np.asarray(scale, np.float32).astype(dtype))])
+    _as_float_output(e, y, dtype)
+
+
+def _linear_regressor(e: _Emitter) -> None:
+    # Y[N, targets] = X @ coefficients^T + intercepts; a 1-D X is one row
+    a = _attrs(e.node)
+    post = a.get("post_transform", b"NONE")
+    post = post.decode() if isinstance(post, bytes) else post
+    if post != "NONE":
+        raise _refuse(e.node, f"post_transform {post} is not supported (only NONE)")
+    rank = e.g.rank(e.node.input[0])
+    if rank is None:
+        raise _NotYet("needs the rank of its input")
+    if rank not in (1, 2):
+        raise _refuse(e.node, f"needs an input of rank 1 or 2, not {rank}")
+    targets = int(a.get("targets", 1))
+    coefficients = np.asarray(a.get("coefficients", []), np.float32)
+    if targets < 1 or coefficients.size == 0 or coefficients.size % targets:
+        raise _refuse(e.node, f"{coefficients.size} coefficients do not make {targets} "
+                      "target rows")
+    intercepts = np.asarray(a.get("intercepts", [0.0] * targets), np.float32)
+    if intercepts.size != targets:
+        raise _refuse(e.node, f"{intercepts.size} intercepts for {targets} targets")
+    x, dtype = _in_float(e, e.node.input[0])
+    if rank == 1:
+        x = e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
+    weights = coefficients.reshape(targets, -1).T.astype(dtype)
+    y = e.op("MatMul", [x, e.const(weights)])
+    y = e.op("Add", [y, e.const(intercepts.astype(dtype))])
+    _as_float_output(e, y, dtype)
+
+
+def _array_feature_extractor(e: _Emitter) -> None:
+    # the indices, flattened, select along the last axis; a 1-D X gives [1, k]
+    x, indices = e.node.input[0], e.node.input[1]
+    rank = e.g.rank(x)
+    if rank is None:
+        raise _NotYet("needs the rank of its input")
+    if rank < 1:
+        raise _refuse(e.node, "needs an input of rank 1 or more")
+    known = e.g.constants.get(indices)
+    if known is not None:
+        values = numpy_helper.to_array(known)
+        if values.size == 0 or values.min() < 0:
+            raise _refuse(e.node, "needs non-negative indices (ONNX Runtime refuses others)")
+    flat = e.op("Reshape", [indices, e.const(np.array([-1], np.int64))])
+    if rank == 1:
+        y = e.op("Gather", [x, flat], axis=0)
+        e.op("Unsqueeze", [y, e.const(np.array([0], np.int64))], e.node.output[0])
+    else:
+        e.op("Gather", [x, flat], e.node.output[0], axis=-1)
+
+
+# op -> (its rewrite, the default-domain form it takes: docs/COVERAGE.md)
+LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
+    "Scaler": (_scaler, "Sub, Mul (float32 result)"),
+    "LinearRegressor": (_linear_regressor, "MatMul, Add; post_transform NONE"),
+    "ArrayFeatureExtractor": (_array_feature_extractor, "Gather on the last axis"),
+}
+
+
+def lower(model: onnx.ModelProto,
+          infer: Callable[[onnx.ModelProto], onnx.ModelProto]) -> onnx.ModelProto | None:
+    """A copy of `model` (inferred by `infer`) whose main-graph ML nodes
+    with a default-domain form are replaced by it, or None when there are
+    none. ONNX infers no type past most ML nodes: a node whose input is
+    such a result waits for the next round's inference."""
+    lowered = None
+    while any(n.domain == ML_DOMAIN and n.op_type in LOWERINGS for n in model.graph.node):
+        model = infer(_lower_ready(model, _Graph(model.graph)))
+        lowered = model
+    if lowered is not None and not _uses_ml(lowered.graph):
+        kept = [o for o in lowered.opset_import if o.domain != ML_DOMAIN]
+        del lowered.opset_import[:]
+        lowered.opset_import.extend(kept)
+    return lowered
+
+
+class _NotYet(Exception):
+    """An input's type or rank is not inferred yet."""
+
+
+def _lower_ready(model: onnx.ModelProto, g: _Graph) -> onnx.ModelProto:
+    """The model with the ML nodes whose inputs are typed lowered; when none
+    is, the first one's refusal."""
+    nodes, waiting, progressed = [], None, False
+    for node in model.graph.node:
+        if node.domain != ML_DOMAIN or node.op_type not in LOWERINGS:
+            nodes.append(node)
+            continue
+        e = _Emitter(g, node)
+        try:
+            LOWERINGS[node.op_type][0](e)
+        except _NotYet as reason:
+            waiting = waiting or (node, str(reason))
+            nodes.append(node)
+            continue
+        nodes.extend(e.nodes)
+        progressed = True
+    if not progressed:
+        node, reason = waiting
+        raise _refuse(node, f"{reason}, which shape inference does not give")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def _uses_ml(graph: onnx.GraphProto) -> bool:
+    for n in graph.node:
+        if n.domain == ML_DOMAIN:
+            return True
+        for a in n.attribute:
+            if any(_uses_ml(sub) for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH
+                                             else a.graphs)):
+                return True
+    return False

@@ -1,0 +1,152 @@
+"""ai.onnx.ml ops lowered at import (Scaler, LinearRegressor,
+ArrayFeatureExtractor): the derivative models' primal outputs against ONNX
+Runtime's own ML kernels, their derivatives against central differences of
+the original model (run with those kernels), and the refusals."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper
+
+from adcheck import check_derivatives, check_forward, check_hessian, run
+from onnx_ad_mlir.api import forward, reverse
+from onnx_ad_mlir.errors import OnnxAdError, UnsupportedOp
+
+ML = "ai.onnx.ml"
+OPSETS = [h.make_opsetid("", 18), h.make_opsetid(ML, 3)]
+
+
+def ml_model(nodes: list[onnx.NodeProto], x_type: int, x_shape: list, inits=(),
+             opsets=OPSETS) -> onnx.ModelProto:
+    g = h.make_graph(nodes, "ml", [h.make_tensor_value_info("x", x_type, x_shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], list(inits))
+    return h.make_model(g, opset_imports=opsets)
+
+
+def scaler(x: str = "x", y: str = "y", offset=(0.5, -1.0, 2.0), scale=(2.0, 3.0, 0.5)):
+    return h.make_node("Scaler", [x], [y], name="scale", domain=ML, offset=list(offset),
+                       scale=list(scale))
+
+
+def regressor(x: str = "x", y: str = "y", targets: int = 2, c: int = 3, **attrs):
+    attrs = {"coefficients": np.linspace(-1.0, 1.5, targets * c).tolist(),
+             "intercepts": [0.25 * i for i in range(targets)], **attrs}
+    return h.make_node("LinearRegressor", [x], [y], name="linear", domain=ML, targets=targets,
+                       **attrs)
+
+
+def extractor(x: str = "x", y: str = "y"):
+    return h.make_node("ArrayFeatureExtractor", [x, "idx"], [y], name="pick", domain=ML)
+
+
+def indices(values) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(values, np.int64), "idx")
+
+
+def assert_primal_matches_ort(model: onnx.ModelProto, feeds: dict) -> None:
+    """Every derivative model recomputes y: as ONNX Runtime's ML kernel does."""
+    want = run(model, feeds)["y"]
+    fwd = forward(model, inputs=["x"], outputs=["y"], layout="onnx")
+    onnx.checker.check_model(fwd, full_check=True)
+    assert {o.domain for o in fwd.opset_import} <= {"", "ai.onnx"}
+    assert not any(n.domain == ML for n in fwd.graph.node)
+    seed = np.zeros(feeds["x"].shape + (1,), np.float32 if feeds["x"].dtype != np.float64
+                    else np.float64)
+    got = run(fwd, {**feeds, "fwd_x": seed})["y"]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+X = np.array([[0.3, -1.2, 2.0], [1.5, 0.7, -0.4]], np.float32)
+
+
+@pytest.mark.parametrize("offset,scale", [((0.5, -1.0, 2.0), (2.0, 3.0, 0.5)), ((0.5,), (2.0,))])
+def test_scaler(offset, scale):
+    model = ml_model([scaler(offset=offset, scale=scale)], T.FLOAT, [2, 3])
+    assert_primal_matches_ort(model, {"x": X})
+    check_derivatives(model, {"x": X})
+
+
+def test_scaler_of_double_input_has_a_float_result():
+    """ONNX Runtime computes in double, then rounds to the float result."""
+    model = ml_model([scaler()], T.DOUBLE, [2, 3])
+    feeds = {"x": X.astype(np.float64) + 1e-9}
+    assert_primal_matches_ort(model, feeds)
+    check_forward(model, feeds, "x", "y", eps=0.5, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("x_shape,targets", [([2, 3], 2), ([2, 3], 1), ([3], 3)])
+def test_linear_regressor(x_shape, targets):
+    """A 1-D input is one row: the result is [1, targets], as ONNX Runtime's."""
+    model = ml_model([regressor(targets=targets)], T.FLOAT, x_shape)
+    x = X if len(x_shape) == 2 else X[0]
+    assert_primal_matches_ort(model, {"x": x})
+    assert run(model, {"x": x})["y"].shape == ((2, targets) if len(x_shape) == 2 else (1, targets))
+    check_derivatives(model, {"x": x})
+
+
+@pytest.mark.parametrize("x_shape,idx", [([2, 3], [2, 0, 2]), ([3], [1]), ([2, 1, 3], [[0, 2]])])
+def test_array_feature_extractor(x_shape, idx):
+    """The indices, flattened, pick along the last axis (a repeated index
+    sums both cotangents); a 1-D input gives [1, k]."""
+    model = ml_model([extractor()], T.FLOAT, x_shape, [indices(idx)])
+    x = np.arange(np.prod(x_shape), dtype=np.float32).reshape(x_shape) * 0.37 - 1.0
+    assert_primal_matches_ort(model, {"x": x})
+    check_derivatives(model, {"x": x})
+
+
+def test_pipeline_second_order():
+    """Scaler -> MatMul -> Tanh -> LinearRegressor -> ArrayFeatureExtractor,
+    the shape of a scikit-learn pipeline: both modes and forward(reverse(m))."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), "w")
+    nodes = [scaler(y="s"), h.make_node("MatMul", ["s", "w"], ["m"]),
+             h.make_node("Tanh", ["m"], ["t"]), regressor("t", "r", targets=3, c=4),
+             extractor("r", "y")]
+    model = ml_model(nodes, T.FLOAT, ["n", 3], [w, indices([2, 0])])
+    feeds = {"x": X * 0.5}
+    assert_primal_matches_ort(model, feeds)
+    check_derivatives(model, feeds)
+    check_hessian(model, feeds)
+
+
+def test_repeated_default_opset_entries_are_one_domain():
+    """skl2onnx lists the default domain twice with the same version."""
+    opsets = OPSETS + [h.make_opsetid("ai.onnx", 18)]
+    model = ml_model([scaler()], T.FLOAT, [2, 3], opsets=opsets)
+    check_derivatives(model, {"x": X})
+    clash = ml_model([scaler()], T.FLOAT, [2, 3], opsets=OPSETS + [h.make_opsetid("", 17)])
+    with pytest.raises(OnnxAdError, match="lists domain 'ai.onnx' twice"):
+        forward(clash, inputs=["x"], outputs=["y"])
+
+
+@pytest.mark.parametrize("node,inits,match", [
+    (regressor(post_transform="SOFTMAX"), [], "node 'linear'.*post_transform SOFTMAX"),
+    (h.make_node("LinearRegressor", ["x"], ["y"], name="linear", domain=ML, targets=2,
+                 coefficients=[1.0, 2.0, 3.0]), [], "3 coefficients do not make 2 target rows"),
+    (regressor(targets=2, c=3, intercepts=[1.0]), [], "1 intercepts for 2 targets"),
+    (h.make_node("Scaler", ["x"], ["y"], name="scale", domain=ML, scale=[2.0]), [],
+     "node 'scale'.*needs both `offset` and `scale`"),
+    (extractor(), [indices([1, -1])], "node 'pick'.*non-negative indices"),
+    (h.make_node("LinearClassifier", ["x"], ["label", "y"], name="cls", domain=ML,
+                 coefficients=[1.0] * 6, classlabels_ints=[0, 1]), [],
+     "'LinearClassifier' of domain 'ai.onnx.ml' is not supported.*Scaler, LinearRegressor"),
+])
+def test_refusals_name_the_node(node, inits, match):
+    model = ml_model([node], T.FLOAT, [2, 3], inits)
+    for transform in (forward, reverse):
+        with pytest.raises(UnsupportedOp, match=match):
+            transform(model, inputs=["x"], outputs=["y"])
+
+
+def test_in_a_subgraph_refused():
+    """Only the main graph is lowered: an If branch's Scaler is refused."""
+    branch = lambda name: h.make_graph([scaler(y=f"{name}_y")], name, [],
+                                       [h.make_tensor_value_info(f"{name}_y", T.FLOAT, [2, 3])])
+    cond = numpy_helper.from_array(np.array(True), "c")
+    node = h.make_node("If", ["c"], ["y"], then_branch=branch("then"), else_branch=branch("else"))
+    model = ml_model([node], T.FLOAT, [2, 3], [cond])
+    with pytest.raises(UnsupportedOp, match="'Scaler' of domain 'ai.onnx.ml'"):
+        forward(model, inputs=["x"], outputs=["y"])

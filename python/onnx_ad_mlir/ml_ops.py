@@ -1,8 +1,9 @@
 """Lowers the `ai.onnx.ml` operators that have an exact default-domain form.
 
 scikit-learn models exported by skl2onnx put a float32 StandardScaler in a
-`Scaler`, a linear model in a `LinearRegressor`, and a column selection in an
-`ArrayFeatureExtractor`; the dialect holds only the default ONNX domain.
+`Scaler`, a linear model in a `LinearRegressor`, a column selection in an
+`ArrayFeatureExtractor` and an SVR in an `SVMRegressor`; the dialect holds
+only the default ONNX domain.
 Each such node of the main graph becomes the default-domain nodes that
 compute what ONNX Runtime's kernel computes (types and shapes included), so
 the derivative model runs on any runtime. Attributes outside that exact form
@@ -80,11 +81,34 @@ class _Emitter:
 
 
 def _refuse(node: onnx.NodeProto, reason: str) -> UnsupportedOp:
-    return UnsupportedOp(f"node '{node.name}' ({node.op_type}, domain {ML_DOMAIN}): {reason}")
+    what = f"node '{node.name}' ({node.op_type}" if node.name else f"node ({node.op_type}"
+    return UnsupportedOp(f"{what}, domain {ML_DOMAIN}): {reason}")
+
+
+_A = onnx.AttributeProto
+# the attributes each lowering reads, with their ONNX types (others are ignored
+# as ONNX Runtime ignores them)
+_ATTRIBUTE_TYPES = {"offset": _A.FLOATS, "scale": _A.FLOATS, "coefficients": _A.FLOATS,
+                    "intercepts": _A.FLOATS, "targets": _A.INT, "post_transform": _A.STRING,
+                    "kernel_type": _A.STRING, "kernel_params": _A.FLOATS,
+                    "support_vectors": _A.FLOATS, "rho": _A.FLOATS, "n_supports": _A.INT,
+                    "one_class": _A.INT}
+_ARITY = {"Scaler": 1, "LinearRegressor": 1, "ArrayFeatureExtractor": 2, "SVMRegressor": 1}
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    """The node's attributes, after checking its operand and result counts
+    and the types of the attributes the lowering reads."""
+    if len(node.input) != _ARITY[node.op_type] or not all(node.input) or \
+            len(node.output) != 1 or not node.output[0]:
+        raise _refuse(node, f"takes {_ARITY[node.op_type]} operand(s) and gives 1 result")
+    found = {}
+    for a in node.attribute:
+        expected = _ATTRIBUTE_TYPES.get(a.name)
+        if expected is not None and a.type != expected:
+            raise _refuse(node, f"attribute '{a.name}' must be {_A.AttributeType.Name(expected)}")
+        found[a.name] = helper.get_attribute_value(a)
+    return found
 
 
 def _in_float(e: _Emitter, x: str) -> tuple[str, type]:
@@ -150,6 +174,7 @@ def _linear_regressor(e: _Emitter) -> None:
 
 def _array_feature_extractor(e: _Emitter) -> None:
     # the indices, flattened, select along the last axis; a 1-D X gives [1, k]
+    _attrs(e.node)
     x, indices = e.node.input[0], e.node.input[1]
     rank = e.g.rank(x)
     if rank is None:
@@ -157,7 +182,7 @@ def _array_feature_extractor(e: _Emitter) -> None:
     if rank < 1:
         raise _refuse(e.node, "needs an input of rank 1 or more")
     known = e.g.constants.get(indices)
-    if known is not None:
+    if known is not None and known.data_location != TensorProto.EXTERNAL:
         values = numpy_helper.to_array(known)
         if values.size == 0 or values.min() < 0:
             raise _refuse(e.node, "needs non-negative indices (ONNX Runtime refuses others)")
@@ -169,11 +194,69 @@ def _array_feature_extractor(e: _Emitter) -> None:
         e.op("Gather", [x, flat], e.node.output[0], axis=-1)
 
 
+def _svm_regressor(e: _Emitter) -> None:
+    # Y[N, 1] = sum_j coefficients[j] K(x, support_vector[j]) + rho, with
+    # libsvm's kernels (kernel_params: gamma, coef0, degree); no support
+    # vectors: a linear model with `coefficients` as its weights
+    a = _attrs(e.node)
+    post = a.get("post_transform", b"NONE")
+    post = post.decode() if isinstance(post, bytes) else post
+    if post != "NONE":
+        raise _refuse(e.node, f"post_transform {post} is not supported (only NONE)")
+    rank = e.g.rank(e.node.input[0])
+    if rank is None:
+        raise _NotYet("needs the rank of its input")
+    if rank not in (1, 2):
+        raise _refuse(e.node, f"needs an input of rank 1 or 2, not {rank}")
+    kernel = a.get("kernel_type", b"LINEAR")
+    kernel = kernel.decode() if isinstance(kernel, bytes) else kernel
+    if kernel not in ("LINEAR", "POLY", "RBF", "SIGMOID"):
+        raise _refuse(e.node, f"unknown kernel_type {kernel}")
+    params = list(a.get("kernel_params", [])) + [0.0] * 3
+    gamma, coef0, degree = (np.float32(p) for p in params[:3])
+    coefficients = np.asarray(a.get("coefficients", []), np.float32)
+    rho = np.asarray(a.get("rho", [0.0]), np.float32)[:1]
+    supports = int(a.get("n_supports", 0))
+    vectors = np.asarray(a.get("support_vectors", []), np.float32)
+    if supports < 0 or coefficients.size == 0 or rho.size != 1 or \
+            supports and (coefficients.size != supports or vectors.size % supports):
+        raise _refuse(e.node, f"{coefficients.size} coefficients, {vectors.size} support "
+                      f"vector entries and {rho.size} rho do not fit n_supports {supports}")
+    x, dtype = _in_float(e, e.node.input[0])
+    if rank == 1:
+        x = e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
+    if supports == 0:
+        y = e.op("MatMul", [x, e.const(coefficients.reshape(-1, 1).astype(dtype))])
+    else:
+        vectors = vectors.reshape(supports, -1).astype(dtype)
+        if kernel == "RBF":  # squared distances, as the kernel sums them
+            diff = e.op("Sub", [e.op("Unsqueeze", [x, e.const(np.array([1], np.int64))]),
+                                e.const(vectors)])
+            squares = e.op("ReduceSum", [e.op("Mul", [diff, diff]),
+                                         e.const(np.array([2], np.int64))], keepdims=0)
+            k = e.op("Exp", [e.op("Mul", [squares, e.const(np.asarray(-gamma, dtype))])])
+        else:
+            k = e.op("MatMul", [x, e.const(vectors.T.copy())])
+            if kernel != "LINEAR":
+                k = e.op("Add", [e.op("Mul", [k, e.const(np.asarray(gamma, dtype))]),
+                                 e.const(np.asarray(coef0, dtype))])
+                k = e.op("Pow", [k, e.const(np.asarray(degree, dtype))]) if kernel == "POLY" \
+                    else e.op("Tanh", [k])
+        y = e.op("MatMul", [k, e.const(coefficients.reshape(-1, 1).astype(dtype))])
+    y = e.op("Add", [y, e.const(rho.astype(dtype))])
+    if int(a.get("one_class", 0)):  # the sign: piecewise constant
+        y = e.op("Where", [e.op("Greater", [y, e.const(np.zeros(1, dtype))]),
+                           e.const(np.ones(1, dtype)), e.const(-np.ones(1, dtype))])
+    _as_float_output(e, y, dtype)
+
+
 # op -> (its rewrite, the default-domain form it takes: docs/COVERAGE.md)
 LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
     "Scaler": (_scaler, "Sub, Mul (float32 result)"),
     "LinearRegressor": (_linear_regressor, "MatMul, Add; post_transform NONE"),
     "ArrayFeatureExtractor": (_array_feature_extractor, "Gather on the last axis"),
+    "SVMRegressor": (_svm_regressor, "kernels (LINEAR, POLY, RBF, SIGMOID) of MatMul, "
+                     "Exp, Pow, Tanh; post_transform NONE"),
 }
 
 

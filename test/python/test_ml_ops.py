@@ -1,5 +1,5 @@
 """ai.onnx.ml ops lowered at import (Scaler, LinearRegressor,
-ArrayFeatureExtractor): the derivative models' primal outputs against ONNX
+ArrayFeatureExtractor, SVMRegressor): the derivative models' primal outputs against ONNX
 Runtime's own ML kernels, their derivatives against central differences of
 the original model (run with those kernels), and the refusals."""
 from __future__ import annotations
@@ -98,6 +98,34 @@ def test_array_feature_extractor(x_shape, idx):
     check_derivatives(model, {"x": x})
 
 
+def svm(kernel: str, supports: int = 3, **attrs):
+    vectors = np.linspace(-1.0, 1.0, supports * 3).reshape(supports, 3)[::-1].ravel()
+    attrs = {"kernel_type": kernel, "kernel_params": [0.4, 0.5, 3.0],
+             "support_vectors": vectors.tolist(), "n_supports": supports,
+             "coefficients": np.linspace(-0.6, 0.9, max(supports, 1) if supports else 3).tolist(),
+             "rho": [0.3], **attrs}
+    if not supports:
+        del attrs["support_vectors"]
+    return h.make_node("SVMRegressor", ["x"], ["y"], name="svm", domain=ML, **attrs)
+
+
+@pytest.mark.parametrize("kernel", ["LINEAR", "POLY", "RBF", "SIGMOID"])
+def test_svm_regressor(kernel):
+    model = ml_model([svm(kernel)], T.FLOAT, [2, 3])
+    assert_primal_matches_ort(model, {"x": X})
+    check_derivatives(model, {"x": X})
+
+
+@pytest.mark.parametrize("attrs,x", [({"supports": 0}, X), ({"one_class": 1}, X),
+                                     ({}, X[0])])
+def test_svm_regressor_forms(attrs, x):
+    """No support vectors: a linear model; one_class: the sign (a zero
+    derivative); a 1-D input is one row."""
+    model = ml_model([svm("RBF", **attrs)], T.FLOAT, list(x.shape))
+    assert_primal_matches_ort(model, {"x": x})
+    check_derivatives(model, {"x": x})
+
+
 def test_pipeline_second_order():
     """Scaler -> MatMul -> Tanh -> LinearRegressor -> ArrayFeatureExtractor,
     the shape of a scikit-learn pipeline: both modes and forward(reverse(m))."""
@@ -130,6 +158,15 @@ def test_repeated_default_opset_entries_are_one_domain():
     (h.make_node("Scaler", ["x"], ["y"], name="scale", domain=ML, scale=[2.0]), [],
      "node 'scale'.*needs both `offset` and `scale`"),
     (extractor(), [indices([1, -1])], "node 'pick'.*non-negative indices"),
+    (h.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[1.0], scale=2.0), [],
+     r"node \(Scaler, domain ai.onnx.ml\): attribute 'scale' must be FLOATS"),
+    (h.make_node("LinearRegressor", ["x"], ["y"], domain=ML, coefficients=[1.0] * 6,
+                 targets="2"), [], "attribute 'targets' must be INT"),
+    (h.make_node("ArrayFeatureExtractor", ["x"], ["y"], name="pick", domain=ML), [],
+     "node 'pick'.*takes 2 operand"),
+    (svm("RBF", post_transform="PROBIT"), [], "node 'svm'.*post_transform PROBIT"),
+    (svm("RBF", coefficients=[1.0]), [], "1 coefficients, 9 support vector entries"),
+    (svm("CUBIC"), [], "unknown kernel_type CUBIC"),
     (h.make_node("LinearClassifier", ["x"], ["label", "y"], name="cls", domain=ML,
                  coefficients=[1.0] * 6, classlabels_ints=[0, 1]), [],
      "'LinearClassifier' of domain 'ai.onnx.ml' is not supported.*Scaler, LinearRegressor"),

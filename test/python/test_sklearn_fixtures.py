@@ -5,7 +5,8 @@ The fixtures are made by test/fixtures/make_sklearn_fixtures.py (neither
 scikit-learn nor skl2onnx is needed here): a StandardScaler + MLPRegressor
 pipeline (an ai.onnx.ml Scaler), polynomial features + ridge
 (ArrayFeatureExtractor, LinearRegressor), a Gaussian process (kernel
-distances in a Scan) and a logistic regression's probabilities: the surrogate
+distances in a Scan), a logistic regression's probabilities and an RBF
+support vector regression (SVMRegressor): the surrogate
 models optimal-control users fit and hand to CasADi.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from adcheck import check_hessian, run
 from onnx_ad_mlir.api import forward, reverse
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "sklearn")
-NAMES = ["scaled_mlp", "poly_ridge", "gp_rbf", "logistic"]
+NAMES = ["scaled_mlp", "poly_ridge", "gp_rbf", "logistic", "svr"]
 
 
 def load(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -57,7 +58,7 @@ def test_jacobian_matches_scikit_learn(name):
                                **tol, err_msg="reverse mode vs scikit-learn")
 
 
-@pytest.mark.parametrize("name", ["scaled_mlp", "gp_rbf"])
+@pytest.mark.parametrize("name", ["scaled_mlp", "gp_rbf", "svr"])
 def test_second_order(name):
     """forward(reverse(m)) against central differences of the gradient."""
     model, ref = load(name)

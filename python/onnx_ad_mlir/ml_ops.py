@@ -68,7 +68,7 @@ class _Emitter:
 
     def __init__(self, g: _Graph, node: onnx.NodeProto):
         self.g, self.node, self.nodes = g, node, []
-        self.prefix = node.name or node.output[0]
+        self.prefix = node.name or (node.output[0] if node.output else node.op_type)
 
     def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
         out = out or self.g.fresh(f"{self.prefix}/{op_type}")
@@ -111,9 +111,25 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return found
 
 
+def _features(e: _Emitter) -> int | None:
+    """The features of the op's [N, C] or [C] input: C if static (None if
+    computed at run time); other ranks are refused (ONNX Runtime indexes
+    the features as C of a 2-D input)."""
+    x = e.node.input[0]
+    rank = e.g.rank(x)
+    if rank is None:
+        raise _NotYet("needs the rank of its input")
+    if rank not in (1, 2):
+        raise _refuse(e.node, f"needs an input of rank 1 or 2, not {rank}")
+    dim = e.g.types[x].tensor_type.shape.dim[-1]
+    return dim.dim_value if dim.HasField("dim_value") else None
+
+
 def _in_float(e: _Emitter, x: str) -> tuple[str, type]:
-    """x in the type ONNX Runtime's ML kernels compute in: its own if float
-    or double, float otherwise (the integer inputs these ops accept)."""
+    """x in the type the lowering computes in: its own if float or double
+    (ONNX Runtime's Scaler computes a double input in double; its
+    LinearRegressor and SVMRegressor take float only), float for the
+    integer inputs these ops accept."""
     elem = e.g.elem_type(x)
     if not elem:
         raise _NotYet("needs the element type of its input")
@@ -131,12 +147,15 @@ def _as_float_output(e: _Emitter, value: str, dtype: type) -> None:
 
 
 def _scaler(e: _Emitter) -> None:
-    # Y = (X - offset) * scale over the last axis; ONNX Runtime reads a
-    # missing attribute as an empty list, which it refuses at run time
+    # Y = (X - offset) * scale over the last axis (lengths 1 or the last
+    # extent: ONNX Runtime refuses other pairs)
     a = _attrs(e.node)
     offset, scale = a.get("offset"), a.get("scale")
-    if not offset or not scale:
-        raise _refuse(e.node, "needs both `offset` and `scale`")
+    if not offset or not scale or len(offset) != len(scale):
+        raise _refuse(e.node, "needs `offset` and `scale` of the same length")
+    features = _features(e)
+    if features is not None and len(offset) not in (1, features):
+        raise _refuse(e.node, f"{len(offset)} offsets and scales for {features} features")
     x, dtype = _in_float(e, e.node.input[0])
     y = e.op("Sub", [x, e.const(np.asarray(offset, np.float32).astype(dtype))])
     y = e.op("Mul", [y, e.const(np.asarray(scale, np.float32).astype(dtype))])
@@ -150,21 +169,18 @@ def _linear_regressor(e: _Emitter) -> None:
     post = post.decode() if isinstance(post, bytes) else post
     if post != "NONE":
         raise _refuse(e.node, f"post_transform {post} is not supported (only NONE)")
-    rank = e.g.rank(e.node.input[0])
-    if rank is None:
-        raise _NotYet("needs the rank of its input")
-    if rank not in (1, 2):
-        raise _refuse(e.node, f"needs an input of rank 1 or 2, not {rank}")
+    features = _features(e)
     targets = int(a.get("targets", 1))
     coefficients = np.asarray(a.get("coefficients", []), np.float32)
-    if targets < 1 or coefficients.size == 0 or coefficients.size % targets:
+    if targets < 1 or coefficients.size == 0 or coefficients.size % targets or \
+            features is not None and coefficients.size != targets * features:
         raise _refuse(e.node, f"{coefficients.size} coefficients do not make {targets} "
-                      "target rows")
+                      "target rows" + (f" of {features} features" if features else ""))
     intercepts = np.asarray(a.get("intercepts", [0.0] * targets), np.float32)
     if intercepts.size != targets:
         raise _refuse(e.node, f"{intercepts.size} intercepts for {targets} targets")
     x, dtype = _in_float(e, e.node.input[0])
-    if rank == 1:
+    if e.g.rank(e.node.input[0]) == 1:
         x = e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
     weights = coefficients.reshape(targets, -1).T.astype(dtype)
     y = e.op("MatMul", [x, e.const(weights)])
@@ -203,27 +219,28 @@ def _svm_regressor(e: _Emitter) -> None:
     post = post.decode() if isinstance(post, bytes) else post
     if post != "NONE":
         raise _refuse(e.node, f"post_transform {post} is not supported (only NONE)")
-    rank = e.g.rank(e.node.input[0])
-    if rank is None:
-        raise _NotYet("needs the rank of its input")
-    if rank not in (1, 2):
-        raise _refuse(e.node, f"needs an input of rank 1 or 2, not {rank}")
+    features = _features(e)
     kernel = a.get("kernel_type", b"LINEAR")
     kernel = kernel.decode() if isinstance(kernel, bytes) else kernel
     if kernel not in ("LINEAR", "POLY", "RBF", "SIGMOID"):
         raise _refuse(e.node, f"unknown kernel_type {kernel}")
-    params = list(a.get("kernel_params", [])) + [0.0] * 3
-    gamma, coef0, degree = (np.float32(p) for p in params[:3])
+    params = list(a.get("kernel_params", []))
+    if len(params) not in (0, 3):  # (gamma, coef0, degree), or all 0
+        raise _refuse(e.node, f"kernel_params needs 0 or 3 values, not {len(params)}")
+    gamma, coef0, degree = (np.float32(p) for p in params or [0.0] * 3)
     coefficients = np.asarray(a.get("coefficients", []), np.float32)
     rho = np.asarray(a.get("rho", [0.0]), np.float32)[:1]
     supports = int(a.get("n_supports", 0))
     vectors = np.asarray(a.get("support_vectors", []), np.float32)
+    per_vector = vectors.size // supports if supports else coefficients.size
     if supports < 0 or coefficients.size == 0 or rho.size != 1 or \
-            supports and (coefficients.size != supports or vectors.size % supports):
+            supports and (coefficients.size != supports or vectors.size % supports) or \
+            features is not None and per_vector != features:
         raise _refuse(e.node, f"{coefficients.size} coefficients, {vectors.size} support "
-                      f"vector entries and {rho.size} rho do not fit n_supports {supports}")
+                      f"vector entries and {rho.size} rho do not fit n_supports {supports}"
+                      + (f" and {features} features" if features else ""))
     x, dtype = _in_float(e, e.node.input[0])
-    if rank == 1:
+    if e.g.rank(e.node.input[0]) == 1:
         x = e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
     if supports == 0:
         y = e.op("MatMul", [x, e.const(coefficients.reshape(-1, 1).astype(dtype))])

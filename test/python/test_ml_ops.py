@@ -156,7 +156,9 @@ def test_repeated_default_opset_entries_are_one_domain():
                  coefficients=[1.0, 2.0, 3.0]), [], "3 coefficients do not make 2 target rows"),
     (regressor(targets=2, c=3, intercepts=[1.0]), [], "1 intercepts for 2 targets"),
     (h.make_node("Scaler", ["x"], ["y"], name="scale", domain=ML, scale=[2.0]), [],
-     "node 'scale'.*needs both `offset` and `scale`"),
+     "node 'scale'.*needs `offset` and `scale` of the same length"),
+    (scaler(offset=(1.0,), scale=(1.0, 2.0, 3.0)), [], "of the same length"),
+    (svm("RBF", kernel_params=[0.5, 1.0]), [], "kernel_params needs 0 or 3 values, not 2"),
     (extractor(), [indices([1, -1])], "node 'pick'.*non-negative indices"),
     (h.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[1.0], scale=2.0), [],
      r"node \(Scaler, domain ai.onnx.ml\): attribute 'scale' must be FLOATS"),
@@ -164,6 +166,8 @@ def test_repeated_default_opset_entries_are_one_domain():
                  targets="2"), [], "attribute 'targets' must be INT"),
     (h.make_node("ArrayFeatureExtractor", ["x"], ["y"], name="pick", domain=ML), [],
      "node 'pick'.*takes 2 operand"),
+    (h.make_node("Scaler", ["x"], [], domain=ML, offset=[1.0], scale=[2.0]), [],
+     r"node \(Scaler, domain ai.onnx.ml\): takes 1 operand\(s\) and gives 1 result"),
     (svm("RBF", post_transform="PROBIT"), [], "node 'svm'.*post_transform PROBIT"),
     (svm("RBF", coefficients=[1.0]), [], "1 coefficients, 9 support vector entries"),
     (svm("CUBIC"), [], "unknown kernel_type CUBIC"),
@@ -176,6 +180,19 @@ def test_refusals_name_the_node(node, inits, match):
     for transform in (forward, reverse):
         with pytest.raises(UnsupportedOp, match=match):
             transform(model, inputs=["x"], outputs=["y"])
+
+
+@pytest.mark.parametrize("node,x_shape,match", [
+    (scaler(), [2, 1, 3], "needs an input of rank 1 or 2, not 3"),
+    (scaler(), [2, 2], "3 offsets and scales for 2 features"),
+    (regressor(targets=2, c=3), [2, 2], "6 coefficients do not make 2 target rows of 2 features"),
+    (svm("RBF"), [4], "do not fit n_supports 3 and 4 features"),
+])
+def test_feature_counts_checked(node, x_shape, match):
+    """ONNX Runtime reads the features as the input's extent 1 (of a 2-D
+    input) and runs some of these, past its attributes' ends."""
+    with pytest.raises(UnsupportedOp, match=match):
+        forward(ml_model([node], T.FLOAT, x_shape), inputs=["x"], outputs=["y"])
 
 
 def test_in_a_subgraph_refused():

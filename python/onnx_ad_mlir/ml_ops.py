@@ -2,8 +2,9 @@
 
 scikit-learn models exported by skl2onnx put a float32 StandardScaler in a
 `Scaler`, a linear model in a `LinearRegressor`, a column selection in an
-`ArrayFeatureExtractor` and an SVR in an `SVMRegressor`; the dialect holds
-only the default ONNX domain.
+`ArrayFeatureExtractor`, an SVR in an `SVMRegressor`, a float32 classifier
+in a `LinearClassifier` (and a `Normalizer`); the dialect holds only the
+default ONNX domain.
 Each such node of the main graph becomes the default-domain nodes that
 compute what ONNX Runtime's kernel computes (types and shapes included), so
 the derivative model runs on any runtime. Attributes outside that exact form
@@ -93,15 +94,21 @@ _ATTRIBUTE_TYPES = {"offset": _A.FLOATS, "scale": _A.FLOATS, "coefficients": _A.
                     "kernel_type": _A.STRING, "kernel_params": _A.FLOATS,
                     "support_vectors": _A.FLOATS, "rho": _A.FLOATS, "n_supports": _A.INT,
                     "one_class": _A.INT}
-_ARITY = {"Scaler": 1, "LinearRegressor": 1, "ArrayFeatureExtractor": 2, "SVMRegressor": 1}
+_ATTRIBUTE_TYPES.update({"classlabels_ints": _A.INTS, "classlabels_strings": _A.STRINGS,
+                         "multi_class": _A.INT, "norm": _A.STRING})
+# operands, results
+_ARITY = {"Scaler": (1, 1), "LinearRegressor": (1, 1), "ArrayFeatureExtractor": (2, 1),
+          "SVMRegressor": (1, 1), "LinearClassifier": (1, 2), "Normalizer": (1, 1)}
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
     """The node's attributes, after checking its operand and result counts
-    and the types of the attributes the lowering reads."""
-    if len(node.input) != _ARITY[node.op_type] or not all(node.input) or \
-            len(node.output) != 1 or not node.output[0]:
-        raise _refuse(node, f"takes {_ARITY[node.op_type]} operand(s) and gives 1 result")
+    and the types of the attributes the lowering reads (a classifier's
+    label result may be absent)."""
+    operands, results = _ARITY[node.op_type]
+    if len(node.input) != operands or not all(node.input) or \
+            len(node.output) != results or not node.output[-1]:
+        raise _refuse(node, f"takes {operands} operand(s) and gives {results} result(s)")
     found = {}
     for a in node.attribute:
         expected = _ATTRIBUTE_TYPES.get(a.name)
@@ -165,10 +172,7 @@ def _scaler(e: _Emitter) -> None:
 def _linear_regressor(e: _Emitter) -> None:
     # Y[N, targets] = X @ coefficients^T + intercepts; a 1-D X is one row
     a = _attrs(e.node)
-    post = a.get("post_transform", b"NONE")
-    post = post.decode() if isinstance(post, bytes) else post
-    if post != "NONE":
-        raise _refuse(e.node, f"post_transform {post} is not supported (only NONE)")
+    _post_transform(e, a, ("NONE",))
     features = _features(e)
     targets = int(a.get("targets", 1))
     coefficients = np.asarray(a.get("coefficients", []), np.float32)
@@ -215,10 +219,7 @@ def _svm_regressor(e: _Emitter) -> None:
     # libsvm's kernels (kernel_params: gamma, coef0, degree); no support
     # vectors: a linear model with `coefficients` as its weights
     a = _attrs(e.node)
-    post = a.get("post_transform", b"NONE")
-    post = post.decode() if isinstance(post, bytes) else post
-    if post != "NONE":
-        raise _refuse(e.node, f"post_transform {post} is not supported (only NONE)")
+    _post_transform(e, a, ("NONE",))
     features = _features(e)
     kernel = a.get("kernel_type", b"LINEAR")
     kernel = kernel.decode() if isinstance(kernel, bytes) else kernel
@@ -267,6 +268,98 @@ def _svm_regressor(e: _Emitter) -> None:
     _as_float_output(e, y, dtype)
 
 
+def _post_transform(e: _Emitter, a: dict, allowed: tuple[str, ...]) -> str:
+    post = a.get("post_transform", b"NONE")
+    post = post.decode() if isinstance(post, bytes) else post
+    if post not in allowed:
+        raise _refuse(e.node, f"post_transform {post} is not supported (only "
+                      f"{', '.join(allowed)})")
+    return post
+
+
+def _linear_classifier(e: _Emitter) -> None:
+    # ONNX Runtime's kernel: scores = float(X) @ coefficients^T + intercepts,
+    # one class per intercept; the label of the first best raw score (of a
+    # single score: the second label if > 0); then the post transform.
+    # A single score with two labels becomes [logistic(-s), logistic(s)]
+    # under LOGISTIC, [1 - s, s] under the others; one without is left raw
+    # (ONNX Runtime 1.32).
+    a = _attrs(e.node)
+    features = _features(e)
+    classes = len(a.get("intercepts", []))
+    coefficients = np.asarray(a.get("coefficients", []), np.float32)
+    if classes == 0 or coefficients.size != classes * (features or coefficients.size // classes) \
+            or coefficients.size % classes:
+        raise _refuse(e.node, f"{coefficients.size} coefficients do not make {classes} class "
+                      "rows (one per intercept)" + (f" of {features} features" if features else ""))
+    strings = "classlabels_strings" in a
+    labels = list(a.get("classlabels_strings" if strings else "classlabels_ints", []))
+    if len(labels) not in ((classes,) if classes > 1 else (0, 2)):
+        raise _refuse(e.node, f"{len(labels)} class labels for {classes} classes"
+                      + (" (one score takes 0 or 2)" if classes == 1 else ""))
+    post = _post_transform(e, a, ("NONE", "LOGISTIC", "SOFTMAX") if classes > 1 else
+                           ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"))
+    x = e.node.input[0]
+    if e.g.elem_type(x) == 0:
+        raise _NotYet("needs the element type of its input")
+    if e.g.elem_type(x) != TensorProto.FLOAT:
+        x = e.op("Cast", [x], to=TensorProto.FLOAT)
+    if e.g.rank(e.node.input[0]) == 1:
+        x = e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
+    weights = coefficients.reshape(classes, -1).T.copy()
+    scores = e.op("Add", [e.op("MatMul", [x, e.const(weights)]),
+                          e.const(np.asarray(a["intercepts"], np.float32))])
+    label_out, scores_out = e.node.output
+    if label_out:
+        as_labels = (lambda values: np.array([v.decode() if isinstance(v, bytes) else v
+                                              for v in values], dtype=object)) if strings \
+            else (lambda values: np.asarray(values, np.int64))
+        if classes > 1:
+            best = e.op("ArgMax", [scores], axis=1, keepdims=0)
+            e.op("Gather", [e.const(as_labels(labels)), best], label_out)
+        else:
+            two = labels if len(labels) == 2 else (["0", "1"] if strings else [0, 1])
+            positive = e.op("Cast", [e.op("Greater", [scores, e.const(np.zeros(1, np.float32))])],
+                            to=TensorProto.INT64)
+            pick = e.op("Reshape", [positive, e.const(np.array([-1], np.int64))])
+            e.op("Gather", [e.const(as_labels(two)), pick], label_out)
+    if classes == 1:
+        if len(labels) != 2:
+            e.op("Identity", [scores], scores_out)
+        elif post == "LOGISTIC":
+            e.op("Concat", [e.op("Sigmoid", [e.op("Neg", [scores])]), e.op("Sigmoid", [scores])],
+                 scores_out, axis=1)
+        else:
+            e.op("Concat", [e.op("Sub", [e.const(np.ones(1, np.float32)), scores]), scores],
+                 scores_out, axis=1)
+    elif post == "LOGISTIC":
+        e.op("Sigmoid", [scores], scores_out)
+    elif post == "SOFTMAX":
+        e.op("Softmax", [scores], scores_out, axis=1)
+    else:
+        e.op("Identity", [scores], scores_out)
+
+
+def _normalizer(e: _Emitter) -> None:
+    # each row over its norm: MAX (the signed maximum), L1 or L2; a row
+    # whose norm is 0 is left as it is (ONNX Runtime's kernel)
+    a = _attrs(e.node)
+    norm = a.get("norm", b"MAX")
+    norm = norm.decode() if isinstance(norm, bytes) else norm
+    if norm not in ("MAX", "L1", "L2"):
+        raise _refuse(e.node, f"unknown norm {norm}")
+    _features(e)
+    x, dtype = _in_float(e, e.node.input[0])
+    last = e.const(np.array([-1], np.int64))
+    reduce = {"MAX": "ReduceMax", "L1": "ReduceL1", "L2": "ReduceSumSquare"}[norm]
+    n = e.op(reduce, [x, last], keepdims=1)
+    zero = e.op("Equal", [n, e.const(np.zeros(1, dtype))])
+    n = e.op("Where", [zero, e.const(np.ones(1, dtype)), n])
+    if norm == "L2":  # the root after the Where: ReduceL2's derivative is 0/0 at 0
+        n = e.op("Sqrt", [n])
+    _as_float_output(e, e.op("Div", [x, n]), dtype)
+
+
 # op -> (its rewrite, the default-domain form it takes: docs/COVERAGE.md)
 LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
     "Scaler": (_scaler, "Sub, Mul (float32 result)"),
@@ -274,6 +367,9 @@ LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
     "ArrayFeatureExtractor": (_array_feature_extractor, "Gather on the last axis"),
     "SVMRegressor": (_svm_regressor, "kernels (LINEAR, POLY, RBF, SIGMOID) of MatMul, "
                      "Exp, Pow, Tanh; post_transform NONE"),
+    "Normalizer": (_normalizer, "ReduceMax, ReduceL1 or ReduceSumSquare and Sqrt, Div"),
+    "LinearClassifier": (_linear_classifier, "MatMul, Add, then Sigmoid or Softmax (scores); "
+                         "ArgMax, Gather (labels); post_transform NONE, LOGISTIC, SOFTMAX"),
 }
 
 

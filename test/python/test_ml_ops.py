@@ -1,5 +1,5 @@
 """ai.onnx.ml ops lowered at import (Scaler, LinearRegressor,
-ArrayFeatureExtractor, SVMRegressor): the derivative models' primal outputs against ONNX
+ArrayFeatureExtractor, SVMRegressor, LinearClassifier, Normalizer): the derivative models' primal outputs against ONNX
 Runtime's own ML kernels, their derivatives against central differences of
 the original model (run with those kernels), and the refusals."""
 from __future__ import annotations
@@ -126,6 +126,71 @@ def test_svm_regressor_forms(attrs, x):
     check_derivatives(model, {"x": x})
 
 
+def classifier(classes: int, labels=None, c: int = 3, **attrs):
+    labels = list(range(10, 10 + classes)) if labels is None else labels
+    key = "classlabels_strings" if labels and isinstance(labels[0], str) else "classlabels_ints"
+    attrs = {"coefficients": np.linspace(-1.2, 0.9, classes * c).tolist(),
+             "intercepts": np.linspace(-0.3, 0.4, classes).tolist(), **attrs}
+    if labels:
+        attrs[key] = labels
+    return h.make_node("LinearClassifier", ["x"], ["label", "y"], name="cls", domain=ML, **attrs)
+
+
+@pytest.mark.parametrize("classes,labels,post", [
+    (3, None, "SOFTMAX"), (3, None, "LOGISTIC"), (3, ["a", "b", "c"], "NONE"),
+    (2, [0, 1], "LOGISTIC"),  # skl2onnx's binary LogisticRegression
+    (1, [4, 7], "LOGISTIC"), (1, [4, 7], "SOFTMAX"),  # one score, two labels
+    (1, [], "LOGISTIC")])  # one score, raw
+def test_linear_classifier(classes, labels, post):
+    """Labels and scores as ONNX Runtime's kernel computes them (the label of
+    the first best score); derivatives of the scores."""
+    node = classifier(classes, labels, post_transform=post)
+    g = h.make_graph([node], "ml", [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("label", T.STRING if labels and
+                                               isinstance(labels[0], str) else T.INT64, None),
+                      h.make_tensor_value_info("y", T.FLOAT, None)])
+    model = h.make_model(g, opset_imports=OPSETS)
+    x = np.array([[0.3, -1.2, 2.0], [-1.5, 0.7, 0.4]], np.float32)
+    want = run(model, {"x": x})
+    fwd = forward(model, inputs=["x"], outputs=["y"], layout="onnx")
+    got = run(fwd, {"x": x, "fwd_x": np.zeros(x.shape + (1,), np.float32)})
+    assert got["label"].tolist() == want["label"].tolist()
+    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-6, atol=1e-6)
+    check_derivatives(model, {"x": x}, outputs=["y"])
+
+
+def normalizer(norm: str, shape: list) -> onnx.ModelProto:
+    return ml_model([h.make_node("Normalizer", ["x"], ["y"], domain=ML, norm=norm)], T.FLOAT,
+                    shape)
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("x", [X, X[0]])
+def test_normalizer(norm, x):
+    model = normalizer(norm, list(x.shape))
+    assert_primal_matches_ort(model, {"x": x})
+    check_derivatives(model, {"x": x})
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_normalizer_rows_of_norm_zero(norm):
+    """Such a row (MAX: a maximum of 0) stays as it is, where the map jumps:
+    finite differences cannot judge there, but both modes must give finite
+    derivatives that agree (<J v, w> = <v, J^T w>), not 0/0."""
+    x = np.array([[-1.0, 0.0, -2.0], [0.0, 0.0, 0.0], [0.5, -0.25, 1.0]], np.float32)
+    model = normalizer(norm, [3, 3])
+    assert_primal_matches_ort(model, {"x": x})
+    rng = np.random.default_rng(0)
+    v, w = rng.standard_normal((3, 3, 1)).astype(np.float32), \
+        rng.standard_normal((3, 3, 1)).astype(np.float32)
+    jv = run(forward(model, inputs=["x"], outputs=["y"], layout="onnx"),
+             {"x": x, "fwd_x": v})["fwd_y"]
+    jtw = run(reverse(model, inputs=["x"], outputs=["y"], layout="onnx"),
+              {"x": x, "adj_y": w})["adj_x"]
+    assert np.isfinite(jv).all() and np.isfinite(jtw).all()
+    np.testing.assert_allclose(float((jv * w).sum()), float((v * jtw).sum()), rtol=1e-5)
+
+
 def test_pipeline_second_order():
     """Scaler -> MatMul -> Tanh -> LinearRegressor -> ArrayFeatureExtractor,
     the shape of a scikit-learn pipeline: both modes and forward(reverse(m))."""
@@ -171,9 +236,13 @@ def test_repeated_default_opset_entries_are_one_domain():
     (svm("RBF", post_transform="PROBIT"), [], "node 'svm'.*post_transform PROBIT"),
     (svm("RBF", coefficients=[1.0]), [], "1 coefficients, 9 support vector entries"),
     (svm("CUBIC"), [], "unknown kernel_type CUBIC"),
-    (h.make_node("LinearClassifier", ["x"], ["label", "y"], name="cls", domain=ML,
-                 coefficients=[1.0] * 6, classlabels_ints=[0, 1]), [],
-     "'LinearClassifier' of domain 'ai.onnx.ml' is not supported.*Scaler, LinearRegressor"),
+    (h.make_node("Binarizer", ["x"], ["y"], name="bin", domain=ML), [],
+     "'Binarizer' of domain 'ai.onnx.ml' is not supported.*Scaler, LinearRegressor"),
+    (h.make_node("Normalizer", ["x"], ["y"], name="norm", domain=ML, norm="L3"), [],
+     "node 'norm'.*unknown norm L3"),
+    (classifier(3, post_transform="PROBIT"), [], "node 'cls'.*post_transform PROBIT"),
+    (classifier(3, labels=[0, 1]), [], "2 class labels for 3 classes"),
+    (classifier(1, labels=["only"]), [], r"1 class labels for 1 classes \(one score takes 0 or 2\)"),
 ])
 def test_refusals_name_the_node(node, inits, match):
     model = ml_model([node], T.FLOAT, [2, 3], inits)

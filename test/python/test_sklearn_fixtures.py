@@ -5,8 +5,9 @@ The fixtures are made by test/fixtures/make_sklearn_fixtures.py (neither
 scikit-learn nor skl2onnx is needed here): a StandardScaler + MLPRegressor
 pipeline (an ai.onnx.ml Scaler), polynomial features + ridge
 (ArrayFeatureExtractor, LinearRegressor), a Gaussian process (kernel
-distances in a Scan), a logistic regression's probabilities and an RBF
-support vector regression (SVMRegressor): the surrogate
+distances in a Scan), logistic regressions' probabilities (float64: default
+ops; float32: LinearClassifier, two and three classes) and an RBF support
+vector regression (SVMRegressor): the surrogate
 models optimal-control users fit and hand to CasADi.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from adcheck import check_hessian, run
 from onnx_ad_mlir.api import forward, reverse
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "sklearn")
-NAMES = ["scaled_mlp", "poly_ridge", "gp_rbf", "logistic", "svr"]
+NAMES = ["scaled_mlp", "poly_ridge", "gp_rbf", "logistic", "svr", "logistic_f32", "softmax_f32"]
 
 
 def load(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

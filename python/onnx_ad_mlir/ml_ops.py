@@ -204,8 +204,10 @@ def _array_feature_extractor(e: _Emitter) -> None:
     known = e.g.constants.get(indices)
     if known is not None and known.data_location != TensorProto.EXTERNAL:
         values = numpy_helper.to_array(known)
-        if values.size == 0 or values.min() < 0:
-            raise _refuse(e.node, "needs non-negative indices (ONNX Runtime refuses others)")
+        dim = e.g.types[x].tensor_type.shape.dim[-1]
+        end = dim.dim_value if dim.HasField("dim_value") else None
+        if values.size == 0 or values.min() < 0 or end is not None and values.max() >= end:
+            raise _refuse(e.node, "needs indices in [0, features) (ONNX Runtime refuses others)")
     flat = e.op("Reshape", [indices, e.const(np.array([-1], np.int64))])
     if rank == 1:
         y = e.op("Gather", [x, flat], axis=0)

@@ -145,6 +145,13 @@ def _in_float(e: _Emitter, x: str) -> tuple[str, type]:
     return e.op("Cast", [x], to=TensorProto.FLOAT), np.float32
 
 
+def _as_rows(e: _Emitter, x: str) -> str:
+    """x (the op's input, or its cast) as [N, C]: a 1-D input is one row."""
+    if e.g.rank(e.node.input[0]) == 1:
+        return e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
+    return x
+
+
 def _as_float_output(e: _Emitter, value: str, dtype: type) -> None:
     """The op's output, which ONNX declares float whatever the input type."""
     if dtype is np.float32:
@@ -184,8 +191,7 @@ def _linear_regressor(e: _Emitter) -> None:
     if intercepts.size != targets:
         raise _refuse(e.node, f"{intercepts.size} intercepts for {targets} targets")
     x, dtype = _in_float(e, e.node.input[0])
-    if e.g.rank(e.node.input[0]) == 1:
-        x = e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
+    x = _as_rows(e, x)
     weights = coefficients.reshape(targets, -1).T.astype(dtype)
     y = e.op("MatMul", [x, e.const(weights)])
     y = e.op("Add", [y, e.const(intercepts.astype(dtype))])
@@ -243,8 +249,7 @@ def _svm_regressor(e: _Emitter) -> None:
                       f"vector entries and {rho.size} rho do not fit n_supports {supports}"
                       + (f" and {features} features" if features else ""))
     x, dtype = _in_float(e, e.node.input[0])
-    if e.g.rank(e.node.input[0]) == 1:
-        x = e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
+    x = _as_rows(e, x)
     if supports == 0:
         y = e.op("MatMul", [x, e.const(coefficients.reshape(-1, 1).astype(dtype))])
     else:
@@ -290,8 +295,8 @@ def _linear_classifier(e: _Emitter) -> None:
     features = _features(e)
     classes = len(a.get("intercepts", []))
     coefficients = np.asarray(a.get("coefficients", []), np.float32)
-    if classes == 0 or coefficients.size != classes * (features or coefficients.size // classes) \
-            or coefficients.size % classes:
+    if classes == 0 or coefficients.size == 0 or coefficients.size % classes or \
+            features is not None and coefficients.size != classes * features:
         raise _refuse(e.node, f"{coefficients.size} coefficients do not make {classes} class "
                       "rows (one per intercept)" + (f" of {features} features" if features else ""))
     strings = "classlabels_strings" in a
@@ -306,8 +311,7 @@ def _linear_classifier(e: _Emitter) -> None:
         raise _NotYet("needs the element type of its input")
     if e.g.elem_type(x) != TensorProto.FLOAT:
         x = e.op("Cast", [x], to=TensorProto.FLOAT)
-    if e.g.rank(e.node.input[0]) == 1:
-        x = e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
+    x = _as_rows(e, x)
     weights = coefficients.reshape(classes, -1).T.copy()
     scores = e.op("Add", [e.op("MatMul", [x, e.const(weights)]),
                           e.const(np.asarray(a["intercepts"], np.float32))])

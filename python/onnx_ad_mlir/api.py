@@ -86,6 +86,34 @@ def save_atomic(model: onnx.ModelProto, path: str | os.PathLike) -> None:
     output_files.save_model(model, path)
 
 
+def _outputs_typed_as(model: onnx.ModelProto, derived: onnx.ModelProto) -> onnx.ModelProto:
+    """`model`, or a copy whose output shapes are the static ones `derived`
+    (which recomputes them) declares where `model` leaves extents unknown:
+    CasADi reads an output's shape from the primal file and a derivative's
+    seed shape from its sibling, and refuses the pair when they differ
+    (skl2onnx declares a 2-target MLPRegressor's output [?, 1])."""
+    static = {o.name: o.type.tensor_type.shape for o in derived.graph.output
+              if o.type.tensor_type.HasField("shape") and
+              all(d.HasField("dim_value") for d in o.type.tensor_type.shape.dim)}
+    refined = []
+    for i, o in enumerate(model.graph.output):
+        shape, mine = static.get(o.name), o.type.tensor_type
+        if shape is None or not mine.HasField("shape") or len(mine.shape.dim) != len(shape.dim):
+            continue
+        dims = list(zip(mine.shape.dim, shape.dim))
+        if all(a.HasField("dim_value") for a, _ in dims) or \
+                any(a.HasField("dim_value") and a.dim_value != b.dim_value for a, b in dims):
+            continue
+        refined.append((i, shape))
+    if not refined:
+        return model
+    typed = onnx.ModelProto()
+    typed.CopyFrom(model)
+    for i, shape in refined:
+        typed.graph.output[i].type.tensor_type.shape.CopyFrom(shape)
+    return typed
+
+
 def family(model: onnx.ModelProto | str | os.PathLike, path: str | os.PathLike,
            inputs: Sequence[str] | None = None, outputs: Sequence[str] | None = None,
            second_order: bool = True, forward_sibling: bool = False) -> list[str]:
@@ -107,7 +135,7 @@ def family(model: onnx.ModelProto | str | os.PathLike, path: str | os.PathLike,
         os.makedirs(folder, exist_ok=True)
     adjoint = reverse(model, inputs=inputs, outputs=outputs)
     if source is None or not output_files.same_file(source, path):
-        save_atomic(model, path)
+        save_atomic(_outputs_typed_as(model, adjoint), path)
     save_atomic(adjoint, written[1])
     if forward_sibling:
         save_atomic(forward(model, inputs=inputs, outputs=outputs), written[2])

@@ -70,3 +70,36 @@ def test_casadi_gradient_jacobian_hessian(tmp_path, monkeypatch):
     H_fd = np.stack([(grad(x0 + 1e-4 * e) - grad(x0 - 1e-4 * e)) / 2e-4 for e in np.eye(3)], axis=1)
     np.testing.assert_allclose(H, H_fd, atol=1e-5)
     np.testing.assert_allclose(H, H.T, atol=1e-12)
+
+
+def test_casadi_with_scikit_learn_surrogates(tmp_path, monkeypatch):
+    """Surrogates fitted in scikit-learn (a StandardScaler + MLPRegressor
+    pipeline with its ai.onnx.ml Scaler, an RBF SVR, a Gaussian process)
+    at one sample: CasADi's Jacobian against central differences of
+    scikit-learn's predictions, its Hessian symmetric and against
+    differences of the Jacobian. skl2onnx declares the MLP's output [?, 1]
+    (it is [2, 1]): `family` writes the primal with the shape it computes."""
+    monkeypatch.setenv("CASADI_ONNXRUNTIME_LIB", _ort_library())
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "sklearn")
+    for name in ("scaled_mlp", "svr", "gp_rbf"):
+        model = onnx.load(os.path.join(here, f"{name}.onnx"))
+        ref = np.load(os.path.join(here, f"{name}.npz"))
+        model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # CasADi: static shapes
+        family(model, tmp_path / name / "f.onnx")
+        f = casadi.GraphBuilder(str(tmp_path / name / "f.onnx")).create("f")
+        x = casadi.MX.sym("x", 1, 4)
+        y = casadi.vec(f(x))
+        F = casadi.Function("F", [x], [y, casadi.jacobian(y, x),
+                                       casadi.hessian(casadi.sum1(y), x)[0]])
+        J_of = casadi.Function("J", [x], [casadi.jacobian(y, x)])
+        x0 = ref["x"][:1].astype(np.float64)
+        y0, J, H = (np.array(v) for v in F(x0))
+        tol = 1e-5 if ref["x"].dtype == np.float32 else 1e-8
+        np.testing.assert_allclose(y0.ravel(), ref["y"][0].ravel(), rtol=tol, atol=tol)
+        np.testing.assert_allclose(J, ref["jac"][0], rtol=100 * tol, atol=100 * tol,
+                                   err_msg=f"{name}: CasADi's Jacobian vs scikit-learn")
+        H_fd = np.stack([(np.array(J_of(x0 + 1e-3 * e)).sum(0) - np.array(J_of(x0 - 1e-3 * e)).sum(0))
+                         / 2e-3 for e in np.eye(4)], axis=1)
+        np.testing.assert_allclose(H, H.T, atol=1e-6)
+        np.testing.assert_allclose(H, H_fd, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(H).max()),
+                                   err_msg=f"{name}: CasADi's Hessian vs its Jacobian")

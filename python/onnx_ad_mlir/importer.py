@@ -19,7 +19,7 @@ from ._dialect import new_context
 from ._gc import gc_paused
 from .errors import ImportFailure, UnsupportedOp
 from .import_prep import node_rows, prepare_model
-from .ml_ops import LOWERINGS, ML_DOMAIN
+from .ml_ops import unsupported
 from .onnx_types import TypeConverter
 from .ranks import refine_rank
 from .schema_types import fallback_result_type
@@ -347,10 +347,7 @@ class _ModelImporter:
     def _op_info(self, node: onnx.NodeProto) -> _OpInfo:
         """The dispatch facts of a node's op at this model's opset (cached)."""
         if node.domain not in DEFAULT_DOMAINS:
-            also = f", and of {ML_DOMAIN} {', '.join(LOWERINGS)} in the main graph" \
-                if node.domain == ML_DOMAIN else ""
-            raise UnsupportedOp(f"{_what(node)}: op '{node.op_type}' of domain '{node.domain}' "
-                                f"is not supported (only the default ONNX domain is{also})")
+            raise unsupported(node)
         info = _OpInfo(_mlir_op_name(node.op_type, self.opset, _what(node)))
         self._ops[node.op_type] = info
         return info

@@ -3,8 +3,8 @@
 scikit-learn models exported by skl2onnx put a float32 StandardScaler in a
 `Scaler`, a linear model in a `LinearRegressor`, a column selection in an
 `ArrayFeatureExtractor`, an SVR in an `SVMRegressor`, a float32 classifier
-in a `LinearClassifier` (and a `Normalizer`); the dialect holds only the
-default ONNX domain.
+in a `LinearClassifier` (and a `Normalizer`), a PowerTransformer's guards in
+`Imputer`s; the dialect holds only the default ONNX domain.
 Each such node of the main graph becomes the default-domain nodes that
 compute what ONNX Runtime's kernel computes (types and shapes included), so
 the derivative model runs on any runtime. Attributes outside that exact form
@@ -81,6 +81,15 @@ class _Emitter:
         return self.op("Constant", [], value=numpy_helper.from_array(value))
 
 
+def unsupported(node: onnx.NodeProto) -> UnsupportedOp:
+    """The refusal of a node of a domain other than the default one."""
+    what = f"node '{node.name}' ({node.op_type})" if node.name else f"node {node.op_type}"
+    also = f", and of {ML_DOMAIN} {', '.join(LOWERINGS)} in the main graph" \
+        if node.domain == ML_DOMAIN else ""
+    return UnsupportedOp(f"{what}: op '{node.op_type}' of domain '{node.domain}' is not "
+                         f"supported (only the default ONNX domain is{also})")
+
+
 def _refuse(node: onnx.NodeProto, reason: str) -> UnsupportedOp:
     what = f"node '{node.name}' ({node.op_type}" if node.name else f"node ({node.op_type}"
     return UnsupportedOp(f"{what}, domain {ML_DOMAIN}): {reason}")
@@ -95,10 +104,13 @@ _ATTRIBUTE_TYPES = {"offset": _A.FLOATS, "scale": _A.FLOATS, "coefficients": _A.
                     "support_vectors": _A.FLOATS, "rho": _A.FLOATS, "n_supports": _A.INT,
                     "one_class": _A.INT}
 _ATTRIBUTE_TYPES.update({"classlabels_ints": _A.INTS, "classlabels_strings": _A.STRINGS,
-                         "multi_class": _A.INT, "norm": _A.STRING})
+                         "multi_class": _A.INT, "norm": _A.STRING,
+                         "imputed_value_floats": _A.FLOATS, "imputed_value_int64s": _A.INTS,
+                         "replaced_value_float": _A.FLOAT, "replaced_value_int64": _A.INT})
 # operands, results
 _ARITY = {"Scaler": (1, 1), "LinearRegressor": (1, 1), "ArrayFeatureExtractor": (2, 1),
-          "SVMRegressor": (1, 1), "LinearClassifier": (1, 2), "Normalizer": (1, 1)}
+          "SVMRegressor": (1, 1), "LinearClassifier": (1, 2), "Normalizer": (1, 1),
+          "Imputer": (1, 1)}
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -366,6 +378,33 @@ def _normalizer(e: _Emitter) -> None:
     _as_float_output(e, e.op("Div", [x, n]), dtype)
 
 
+def _imputer(e: _Emitter) -> None:
+    # entries equal to the replaced value (NaN: the NaNs) become the imputed
+    # value of their column (or the one imputed value); a float input reads
+    # the float attributes, an integer one the int64 ones
+    a = _attrs(e.node)
+    features = _features(e)
+    x = e.node.input[0]
+    elem = e.g.elem_type(x)
+    if not elem:
+        raise _NotYet("needs the element type of its input")
+    floats = elem in _FLOAT_TYPES
+    imputed = a.get("imputed_value_floats" if floats else "imputed_value_int64s", [])
+    if len(imputed) == 0 or features is not None and len(imputed) not in (1, features):
+        raise _refuse(e.node, f"{len(imputed)} imputed values for {features} features")
+    dtype = {TensorProto.DOUBLE: np.float64, TensorProto.FLOAT: np.float32}.get(elem)
+    if dtype is None:
+        if elem not in (TensorProto.INT64, TensorProto.INT32):
+            raise _refuse(e.node, f"input of element type {TensorProto.DataType.Name(elem)}")
+        dtype = np.int64 if elem == TensorProto.INT64 else np.int32
+    replaced = a.get("replaced_value_float", 0.0) if floats else a.get("replaced_value_int64", 0)
+    if floats and np.isnan(replaced):
+        mask = e.op("IsNaN", [x])
+    else:
+        mask = e.op("Equal", [x, e.const(np.asarray([replaced], dtype))])
+    e.op("Where", [mask, e.const(np.asarray(imputed, dtype)), x], e.node.output[0])
+
+
 # op -> (its rewrite, the default-domain form it takes: docs/COVERAGE.md)
 LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
     "Scaler": (_scaler, "Sub, Mul (float32 result)"),
@@ -374,6 +413,7 @@ LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
     "SVMRegressor": (_svm_regressor, "kernels (LINEAR, POLY, RBF, SIGMOID) of MatMul, "
                      "Exp, Pow, Tanh; post_transform NONE"),
     "Normalizer": (_normalizer, "ReduceMax, ReduceL1 or ReduceSumSquare and Sqrt, Div"),
+    "Imputer": (_imputer, "IsNaN or Equal, Where"),
     "LinearClassifier": (_linear_classifier, "MatMul, Add, then Sigmoid or Softmax (scores); "
                          "ArgMax, Gather (labels); post_transform NONE, LOGISTIC, SOFTMAX"),
 }
@@ -385,6 +425,10 @@ def lower(model: onnx.ModelProto,
     with a default-domain form are replaced by it, or None when there are
     none. ONNX infers no type past most ML nodes: a node whose input is
     such a result waits for the next round's inference."""
+    other = next((n for n in model.graph.node
+                  if n.domain == ML_DOMAIN and n.op_type not in LOWERINGS), None)
+    if other is not None:  # before the others wait on its untyped result
+        raise unsupported(other)
     lowered = None
     while any(n.domain == ML_DOMAIN and n.op_type in LOWERINGS for n in model.graph.node):
         model = infer(_lower_ready(model, _Graph(model.graph)))

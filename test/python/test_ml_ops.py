@@ -1,5 +1,5 @@
 """ai.onnx.ml ops lowered at import (Scaler, LinearRegressor,
-ArrayFeatureExtractor, SVMRegressor, LinearClassifier, Normalizer): the derivative models' primal outputs against ONNX
+ArrayFeatureExtractor, SVMRegressor, LinearClassifier, Normalizer, Imputer): the derivative models' primal outputs against ONNX
 Runtime's own ML kernels, their derivatives against central differences of
 the original model (run with those kernels), and the refusals."""
 from __future__ import annotations
@@ -189,6 +189,34 @@ def test_normalizer_rows_of_norm_zero(norm):
               {"x": x, "adj_y": w})["adj_x"]
     assert np.isfinite(jv).all() and np.isfinite(jtw).all()
     np.testing.assert_allclose(float((jv * w).sum()), float((v * jtw).sum()), rtol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"imputed_value_floats": [9.0, 8.0, 7.0], "replaced_value_float": float("nan")},
+    {"imputed_value_floats": [0.0], "replaced_value_float": float("inf")},
+    {"imputed_value_floats": [9.0, 8.0, 7.0]},  # replaces 0.0, ONNX's default
+])
+def test_imputer(attrs):
+    """skl2onnx guards a PowerTransformer's branches with Imputers (inf and
+    NaN to 0): the primal as ONNX Runtime's, derivatives at finite points
+    (1 where kept, 0 where imputed)."""
+    model = ml_model([h.make_node("Imputer", ["x"], ["y"], domain=ML, **attrs)], T.FLOAT, [2, 3])
+    odd = np.array([[np.nan, 1.0, 0.0], [np.inf, -np.inf, 3.0]], np.float32)
+    assert_primal_matches_ort(model, {"x": odd})
+    check_derivatives(model, {"x": X})
+
+
+def test_unsupported_ml_op_named_before_what_waits_on_it():
+    """A Scaler after a TreeEnsembleRegressor cannot be typed: the refusal
+    names the op without a lowering, not the Scaler."""
+    tree = h.make_node("TreeEnsembleRegressor", ["x"], ["t"], name="trees", domain=ML,
+                       n_targets=1, nodes_treeids=[0], nodes_nodeids=[0],
+                       nodes_featureids=[0], nodes_values=[0.0], nodes_modes=["LEAF"],
+                       nodes_truenodeids=[0], nodes_falsenodeids=[0], target_ids=[0],
+                       target_nodeids=[0], target_treeids=[0], target_weights=[1.0])
+    model = ml_model([tree, scaler("t", "y", (0.5,), (2.0,))], T.FLOAT, [2, 3])
+    with pytest.raises(UnsupportedOp, match="node 'trees' .*'TreeEnsembleRegressor' of domain"):
+        reverse(model, inputs=["x"], outputs=["y"])
 
 
 def test_pipeline_second_order():

@@ -7,7 +7,8 @@ pipeline (an ai.onnx.ml Scaler), polynomial features + ridge
 (ArrayFeatureExtractor, LinearRegressor), a Gaussian process (kernel
 distances in a Scan), logistic regressions' probabilities (float64: default
 ops; float32: LinearClassifier, two and three classes) and an RBF support
-vector regression (SVMRegressor): the surrogate
+vector regression (SVMRegressor), a PowerTransformer pipeline (Imputers
+over NaN branches): the surrogate
 models optimal-control users fit and hand to CasADi.
 """
 from __future__ import annotations
@@ -22,7 +23,8 @@ from adcheck import check_hessian, run
 from onnx_ad_mlir.api import forward, reverse
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "sklearn")
-NAMES = ["scaled_mlp", "poly_ridge", "gp_rbf", "logistic", "svr", "logistic_f32", "softmax_f32"]
+NAMES = ["scaled_mlp", "poly_ridge", "gp_rbf", "logistic", "svr", "logistic_f32", "softmax_f32",
+         "power_ridge"]
 
 
 def load(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

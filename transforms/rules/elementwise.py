@@ -15,7 +15,8 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
-from ..builder import Builder, attribute, dims, element_type, is_float, rank, tensor_type
+from ..builder import (Builder, attribute, constant_floats, constant_ints, constant_value,
+                       defining_op, dims, element_type, is_float, op_type, rank, tensor_type)
 from ..registry import jvp, transpose, zero_derivative
 
 Coefficient = Callable[[Builder, ir.Operation, ir.Value, ir.Value], ir.Value]
@@ -203,6 +204,59 @@ def _div(b: Builder, op, tangents):
     return [total(b, [ta, tc])]
 
 
+# Ops whose result is >= 0 whatever their operands, and ops that keep their
+# float operands' signs (>= 0 in, >= 0 out: a Pad's zeros included).
+_NONNEGATIVE = {"Abs", "Exp", "Sqrt", "Relu", "Sigmoid", "Softplus", "Softmax",
+                "ReduceSumSquare", "ReduceL1", "ReduceL2"}
+_SIGN_KEEPING = {"Add", "Mul", "Sum", "Max", "ReduceSum", "ReduceMean", "ReduceMax",
+                 "ReduceMin", "AveragePool", "MaxPool", "Slice", "Pad", "Reshape", "Flatten",
+                 "Squeeze", "Unsqueeze", "Transpose", "Concat", "Expand", "Identity", "Gather"}
+
+
+def _nonnegative(v: ir.Value, budget: int = 24) -> bool:
+    """Whether every entry of `v` is provably >= 0 (or NaN): a bounded walk
+    up its producers (x * x, non-negative constants, the tables above)."""
+    stack = [v]
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        v = stack.pop()
+        if constant_value(v) is not None:
+            values = _small_floats(v)
+            if values is None or any(x < 0 for x in values):
+                return False
+            continue
+        op = defining_op(v)
+        if op is None:
+            return False
+        ot = op_type(op)
+        if ot in _NONNEGATIVE or ot == "Mul" and op.operands[0] == op.operands[1]:
+            continue
+        if ot not in _SIGN_KEEPING:
+            return False
+        stack.extend(w for w in op.operands if is_float(w))
+    return True
+
+
+def _small_floats(v: ir.Value) -> list[float] | None:
+    """The entries of a float constant of at most 4096 (weights are not read)."""
+    attr = constant_value(v)
+    if not isinstance(attr, ir.DenseFPElementsAttr) or \
+            math.prod(ir.ShapedType(attr.type).shape) > 4096:
+        return None
+    return constant_floats(v)
+
+
+def _integral_exponent(e: ir.Value) -> bool:
+    """Whether a Pow's exponent is a constant whose entries are all
+    integers (integer-typed, or floats such as 2.0)."""
+    if constant_ints(e) is not None:
+        return True
+    values = _small_floats(e)
+    return values is not None and all(math.isfinite(v) and v == int(v) for v in values)
+
+
 @jvp("Pow")
 def _pow(b: Builder, op, tangents):
     a, e = op.operands
@@ -211,7 +265,15 @@ def _pow(b: Builder, op, tangents):
     terms = []
     if tangents[0] is not None:
         ef = e if is_float(e) and element_type(e) == element_type(a) else b.cast_like(e, a)
-        terms.append(scale(b, tangents[0], b.mul(ef, b.ew("Pow", a, b.sub(ef, _c(b, 1.0, a)))), r))
+        coef = b.mul(ef, b.ew("Pow", a, b.sub(ef, _c(b, 1.0, a))))
+        if b.opset >= 9 and not _integral_exponent(e) and not _nonnegative(a):
+            # a negative base to a fractional power is NaN in the primal and
+            # in this coefficient; where a later Where or Imputer discards
+            # the NaN, reverse mode would turn its zero cotangent into
+            # 0 * NaN. Zero there, as forward mode's discarded tangent is.
+            nan = b.op("IsNaN", [y], tensor_type(dims(y), ir.IntegerType.get_signless(1)))
+            coef = b.where(nan, b.scalar(0.0, coef), coef)
+        terms.append(scale(b, tangents[0], coef, r))
     if tangents[1] is not None:
         terms.append(scale(b, tangents[1], b.mul(y, b.ew("Log", a)), r))
     return [total(b, terms)]

@@ -148,13 +148,16 @@ def test_float32_model():
     check_derivatives(m, feeds)
 
 
-def test_fractional_power_of_a_masked_negative_base():
-    """Where(x > 0, x ** 0.75, 0): the discarded branch is NaN for x < 0 in
-    the primal and in the power's coefficient. Forward mode drops its
-    tangent; reverse mode must not turn the zero cotangent the Where sends
-    back into 0 * NaN. Finite differences away from 0, and the two modes
-    against each other (<J v, w> = <v, J^T w>) at every entry."""
-    nodes = [h.make_node("Pow", ["x", "p"], ["q"]), h.make_node("Greater", ["x", "zero"], ["pos"]),
+@pytest.mark.parametrize("root", [h.make_node("Pow", ["x", "p"], ["q"]),
+                                  h.make_node("Sqrt", ["x"], ["q"])])
+def test_fractional_power_of_a_masked_negative_base(root):
+    """Where(x > 0, x ** 0.75, 0) and Where(x > 0, sqrt(x), 0): the
+    discarded branch is NaN for x < 0 in the primal and in the root's
+    coefficient. Forward mode drops its tangent; reverse mode must not turn
+    the zero cotangent the Where sends back into 0 * NaN. Finite
+    differences away from 0, and the two modes against each other
+    (<J v, w> = <v, J^T w>) at every entry."""
+    nodes = [root, h.make_node("Greater", ["x", "zero"], ["pos"]),
              h.make_node("Where", ["pos", "q", "zero"], ["y"])]
     consts = [numpy_helper.from_array(np.array(0.75), "p"), numpy_helper.from_array(np.array(0.0), "zero")]
     m = model(nodes, [("x", D, [2, 3])], [("y", D, [2, 3])], initializers=consts)
@@ -169,12 +172,16 @@ def test_fractional_power_of_a_masked_negative_base():
     check_hessian(m, {"x": x})
 
 
-def test_power_of_a_nonnegative_base_is_not_guarded():
-    """(x * x + 1) ** 0.75 (as LRN's lowering builds its denominator): the
-    base cannot be negative, so no NaN guard is emitted."""
-    nodes = [h.make_node("Mul", ["x", "x"], ["s"]), h.make_node("Add", ["s", "one"], ["b"]),
-             h.make_node("Pow", ["b", "p"], ["y"])]
-    consts = [numpy_helper.from_array(np.array(0.75), "p"), numpy_helper.from_array(np.array(1.0), "one")]
+@pytest.mark.parametrize("square,root", [
+    (h.make_node("Mul", ["x", "x"], ["s"]), h.make_node("Pow", ["b", "p"], ["y"])),
+    (h.make_node("Pow", ["x", "two"], ["s"]), h.make_node("Sqrt", ["b"], ["y"]))])
+def test_root_of_a_nonnegative_base_is_not_guarded(square, root):
+    """(x * x + 1) ** 0.75 (as LRN's lowering builds its denominator) and
+    sqrt(x ** 2 + 1) (a legacy LayerNorm's deviation): the base cannot be
+    negative, so no NaN guard is emitted."""
+    nodes = [square, h.make_node("Add", ["s", "one"], ["b"]), root]
+    consts = [numpy_helper.from_array(np.array(0.75), "p"), numpy_helper.from_array(np.array(1.0), "one"),
+              numpy_helper.from_array(np.array(2.0), "two")]
     m = model(nodes, [("x", D, [2, 3])], [("y", D, [2, 3])], initializers=consts)
     check_derivatives(m, {"x": np.random.default_rng(1).standard_normal((2, 3))})
     assert not any(n.op_type == "IsNaN" for n in reverse(m, inputs=["x"], outputs=["y"]).graph.node)

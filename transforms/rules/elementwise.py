@@ -66,7 +66,7 @@ def total(b: Builder, terms: Sequence[Optional[ir.Value]]) -> Optional[ir.Value]
 UNARY: dict[str, Coefficient] = {
     "Exp": lambda b, op, x, y: y,
     "Log": lambda b, op, x, y: b.ew("Reciprocal", x),
-    "Sqrt": lambda b, op, x, y: b.div(_c(b, 0.5, y), y),
+    "Sqrt": lambda b, op, x, y: _zero_where_nan(b, b.div(_c(b, 0.5, y), y), y, x),
     "Reciprocal": lambda b, op, x, y: b.neg(b.mul(y, y)),
     "Abs": lambda b, op, x, y: b.ew("Sign", x),
     "Sin": lambda b, op, x, y: b.ew("Cos", x),
@@ -231,12 +231,26 @@ def _nonnegative(v: ir.Value, budget: int = 24) -> bool:
         if op is None:
             return False
         ot = op_type(op)
-        if ot in _NONNEGATIVE or ot == "Mul" and op.operands[0] == op.operands[1]:
+        if ot in _NONNEGATIVE or ot == "Mul" and op.operands[0] == op.operands[1] or \
+                ot == "Pow" and _even_exponent(op.operands[1]):
             continue
         if ot not in _SIGN_KEEPING:
             return False
         stack.extend(w for w in op.operands if is_float(w))
     return True
+
+
+def _zero_where_nan(b: Builder, coef: ir.Value, y: ir.Value, base: ir.Value) -> ir.Value:
+    """`coef` with 0 where `y` is NaN, unless `base` is provably >= 0. A
+    negative base under a root or a fractional power is NaN in the primal
+    and in its coefficient; where a later Where or Imputer discards the NaN
+    (scikit-learn's Yeo-Johnson, `where(x > 0, sqrt(x), 0)`), reverse mode
+    would turn its zero cotangent into 0 * NaN. Zero there, as forward
+    mode's discarded tangent is."""
+    if b.opset < 9 or _nonnegative(base):  # (no IsNaN before opset 9)
+        return coef
+    nan = b.op("IsNaN", [y], tensor_type(dims(y), ir.IntegerType.get_signless(1)))
+    return b.where(nan, b.scalar(0.0, coef), coef)
 
 
 def _small_floats(v: ir.Value) -> list[float] | None:
@@ -246,6 +260,12 @@ def _small_floats(v: ir.Value) -> list[float] | None:
             math.prod(ir.ShapedType(attr.type).shape) > 4096:
         return None
     return constant_floats(v)
+
+
+def _even_exponent(e: ir.Value) -> bool:
+    values = constant_ints(e) or _small_floats(e)
+    return bool(values) and all(math.isfinite(v) and v == int(v) and int(v) % 2 == 0
+                                for v in values)
 
 
 def _integral_exponent(e: ir.Value) -> bool:
@@ -266,13 +286,8 @@ def _pow(b: Builder, op, tangents):
     if tangents[0] is not None:
         ef = e if is_float(e) and element_type(e) == element_type(a) else b.cast_like(e, a)
         coef = b.mul(ef, b.ew("Pow", a, b.sub(ef, _c(b, 1.0, a))))
-        if b.opset >= 9 and not _integral_exponent(e) and not _nonnegative(a):
-            # a negative base to a fractional power is NaN in the primal and
-            # in this coefficient; where a later Where or Imputer discards
-            # the NaN, reverse mode would turn its zero cotangent into
-            # 0 * NaN. Zero there, as forward mode's discarded tangent is.
-            nan = b.op("IsNaN", [y], tensor_type(dims(y), ir.IntegerType.get_signless(1)))
-            coef = b.where(nan, b.scalar(0.0, coef), coef)
+        if not _integral_exponent(e):
+            coef = _zero_where_nan(b, coef, y, a)
         terms.append(scale(b, tangents[0], coef, r))
     if tangents[1] is not None:
         terms.append(scale(b, tangents[1], b.mul(y, b.ew("Log", a)), r))

@@ -12,7 +12,7 @@ from onnx import helper as h
 from adcheck import assert_unique_node_names, check_derivatives, check_hessian, run
 from onnx_ad_mlir.api import forward, reverse, unroll
 
-D, I64, B = TP.DOUBLE, TP.INT64, TP.BOOL
+D, F, I64, B = TP.DOUBLE, TP.FLOAT, TP.INT64, TP.BOOL
 
 
 def vi(name, t, shape):
@@ -352,6 +352,25 @@ def test_reverse_if_reads_the_primal_results(sign):
     assert primal_branches == [["MatMul", "Tanh"], ["Exp"]]
     assert not {"Tanh", "Exp", "Transpose"} & {t for b in reverse_branches for t in b}, \
         reverse_branches
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_reverse_if_with_a_padded_pool_in_the_taken_branch(sign):
+    """The pool's rule builds a pool of ones with the pool's attributes: it
+    also copied the region reversal's tag marking the op that computes the
+    branch's result, and the reverse branch then read the primal result in
+    place of that pool's (fuzz seed 87, case 404: <J v, w> != <v, J^T w>)."""
+    pool = lambda name, out: h.make_node("AveragePool", ["x"], [out], kernel_shape=[3, 3],
+                                         pads=[1, 1, 1, 1], count_include_pad=0, name=name)
+    then = h.make_graph([pool("p_then", "t")], "then", [], [vi("t", F, [1, 1, 4, 5])])
+    els = h.make_graph([h.make_node("Tanh", ["x"], ["e"], name="p_tanh")], "else", [],
+                       [vi("e", F, [1, 1, 4, 5])])
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="p_sum"), const("zero", 0.0, F),
+             h.make_node("Greater", ["s", "zero"], ["c"], name="p_gt"),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="p_if")]
+    m = model(nodes, [("x", F, [1, 1, 4, 5])], [("y", F, [1, 1, 4, 5])])  # (no double pools in ORT)
+    errors = check_derivatives(m, {"x": (sign * np.abs(_r(1, 1, 4, 5))).astype(np.float32)})
+    assert errors["dot"] < 1e-6
 
 
 def sibling_scans(T=4):

@@ -40,9 +40,12 @@ def _i64() -> ir.Type:
 
 
 def _verbatim(op: ir.Operation, drop: tuple = ()) -> dict:
+    """The op's ONNX attributes: not the passes' own marks (dotted names,
+    e.g. the region reversal's tag on the op computing a branch's yield,
+    which a copy on other operands must not carry)."""
     attrs = op.attributes
     named = [attrs[i] for i in range(len(attrs))]
-    return {na.name: na.attr for na in named if na.name not in drop}
+    return {na.name: na.attr for na in named if na.name not in drop and "." not in na.name}
 
 
 def _on_merged_batch(b: Builder, op: ir.Operation, t: ir.Value,
@@ -56,7 +59,7 @@ def _on_merged_batch(b: Builder, op: ir.Operation, t: ir.Value,
     others = list(op.operands[1:]) if rest is None else rest(merged)
     res = ir.Operation.create(op.name, results=[tensor_type([None] + dims(y)[1:], element_type(t))],
                               operands=[merged] + others,
-                              attributes={n: op.attributes[n] for n in op.attributes},
+                              attributes=_verbatim(op),
                               loc=b.location).results[0]
     return b.reshape_k(res, t, y, [None] + dims(y))
 

@@ -534,14 +534,21 @@ def _mark_yields(blk: ir.Block, ys: list[ir.Value]) -> None:
 
 def _reuse_marked(blk: ir.Block, results: list[ir.Value]) -> None:
     """Uses inside blk of a tagged op's result read the primal result
-    instead (the same value: same branch, same inputs)."""
+    instead (the same value: same branch, same inputs). A yield two ops
+    claim (a rule copied the tag with an op's attributes) is not reused."""
+    tagged = []
     for o in list(blk.operations):
         o = o.operation
         if YIELD_OF not in o.attributes:
             continue
         tags = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(o.attributes[YIELD_OF])]
         del o.attributes[YIELD_OF]
+        tagged.append((o, tags))
+    claims = [j for _, tags in tagged for j in tags[1::2]]
+    for o, tags in tagged:
         for rn, j in zip(tags[::2], tags[1::2]):
+            if claims.count(j) > 1:
+                continue
             y, r = o.results[rn], results[j]
             if y.type != r.type:
                 continue

@@ -9,6 +9,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from adcheck import check_derivatives, check_hessian
+from onnx_ad_mlir.api import forward, reverse
 from onnx_ad_mlir.errors import UnsupportedOp
 
 F, I = TP.FLOAT, TP.INT64
@@ -107,7 +108,6 @@ def test_ceil_mode_last_window_in_padding(op):
     """ceil_mode with a last window that would start in the end padding:
     ONNX Runtime drops it, ONNX shape inference before opset 22 does not
     (declared 3 where 2 run): refused there, differentiated at opset 22."""
-    from onnx_ad_mlir.api import forward
     attrs = dict(kernel_shape=[1, 2], strides=[1, 4], ceil_mode=1)
     m, feeds = case(op, (2, 1, 3, 8), opset=19, distinct=op == "MaxPool", **attrs)
     with pytest.raises(UnsupportedOp, match=r"the output extent on spatial axis 1 is "
@@ -120,7 +120,6 @@ def test_ceil_mode_last_window_in_padding(op):
 def test_same_padding_with_dilations_refused():
     """ONNX Runtime pads SAME pools for the undilated window, ONNX's
     inference for the dilated one: 3 against 4 here (fuzz seed 308 case 14)."""
-    from onnx_ad_mlir.api import forward
     m, _ = case("MaxPool", (1, 1, 4, 4), kernel_shape=[2, 1], dilations=[2, 1],
                 auto_pad="SAME_LOWER")
     with pytest.raises(UnsupportedOp, match=r"axis 0 is 4 by ONNX shape inference but 3 in "
@@ -245,7 +244,6 @@ def test_max_pool_before_opset16(name, shape, attrs):
 
 
 def test_closure_second_order():
-    from onnx_ad_mlir.api import forward, reverse
     builders = [
         lambda: case("MaxPool", (1, 2, 4, 4), kernel_shape=[2, 2])[0],
         lambda: case("MaxPool", (1, 1, 4, 4), opset=13, kernel_shape=[3, 3])[0],
@@ -278,7 +276,6 @@ def test_average_pool_exact_tiles(opset):
     before 9). Second derivatives go through the upsample's own rules.
     Constants of the derivative models before opset 9 are initializers
     (Constant holds floats only there), which the checker verifies."""
-    from onnx_ad_mlir.api import forward, reverse
     nodes = [h.make_node("Tanh", ["x"], ["t"]),
              h.make_node("AveragePool", ["t"], ["p"], kernel_shape=[2, 3], strides=[2, 3]),
              h.make_node("Tanh", ["p"], ["y"])]
@@ -298,7 +295,6 @@ def test_average_pool_exact_tiles(opset):
 def test_max_pool_reverse_of_reverse(opset):
     """Overlapping windows (MaxUnpool per phase in reverse): reverse(reverse(m))
     against forward(reverse(m)) by <J v, w> == <v, J^T w>."""
-    from onnx_ad_mlir.api import forward, reverse
     from adcheck import run as ort_run
     m, feeds = case("MaxPool", (1, 2, 5, 5), opset=opset, kernel_shape=[3, 3], strides=[2, 2],
                     pads=[1, 1, 1, 1])
@@ -327,7 +323,6 @@ def test_max_pool_of_relu():
     differences, and the reverse result against a NumPy reference with ties
     (all-negative windows, equal positive maxima shared among them)."""
     from adcheck import run
-    from onnx_ad_mlir.api import reverse
     nodes = [h.make_node("Relu", ["x"], ["r"]),
              h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
     m = model(nodes, [("x", F, [2, 3, 4, 6])], [("y", F, None)])
@@ -352,7 +347,6 @@ def test_max_pool_of_relu_dynamic_batch_ties():
     converting the full-size result out of its blocked layout); with a
     dynamic batch the derivatives stay exact at ties, in both modes."""
     from adcheck import run
-    from onnx_ad_mlir.api import forward, reverse
     nodes = [h.make_node("Relu", ["x"], ["r"]),
              h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
     m = model(nodes, [("x", F, ["n", 8, 4, 6])], [("y", F, ["n", 8, 2, 3])])
@@ -409,7 +403,6 @@ def test_resize_of_run_time_extents(mode, opset):
     if opset < 11 and mode == "cubic":
         pytest.skip("cubic mode is new in Resize-11")
     from adcheck import run as ort_run
-    from onnx_ad_mlir.api import forward
     sc = const("sc", np.asarray([1, 1, 2, 1.5], np.float32))
     if opset < 11:
         resize = [sc, h.make_node("Resize", ["t", "sc"], ["r"], mode=mode, name="up")]
@@ -494,7 +487,6 @@ def test_pool_of_run_time_extents(op, attrs):
     forward/reverse identity, a Hessian, and the same model with static
     extents (whose rules place the windows at transform time)."""
     from adcheck import run as ort_run
-    from onnx_ad_mlir.api import reverse
     if op == "LpPool":
         attrs = {k: v for k, v in attrs.items() if k != "count_include_pad"}
     nodes = [h.make_node("Tanh", ["x"], ["t"]), h.make_node(op, ["t"], ["p"], name="pool", **attrs),
@@ -517,7 +509,6 @@ def test_average_pool_of_run_time_extents_before_opset_11():
     """Before Pad-11 no pads are read at run time: forward mode pools the
     tangent itself; reverse mode is refused naming the node."""
     from adcheck import check_forward
-    from onnx_ad_mlir.api import reverse
     nodes = [h.make_node("Tanh", ["x"], ["t"]),
              h.make_node("AveragePool", ["t"], ["p"], kernel_shape=[3, 2], ceil_mode=1,
                          strides=[2, 2], name="pool"),
@@ -536,7 +527,6 @@ def test_same_pool_with_dilations_on_run_time_extents_refused(op):
     start at rows 1 and 0); with the extents unknown when transforming
     neither can be checked, so both modes refuse naming the node (was a
     wrong derivative)."""
-    from onnx_ad_mlir.api import forward, reverse
     nodes = [h.make_node("Tanh", ["x"], ["t"]),
              h.make_node(op, ["t"], ["y"], name="pool", kernel_shape=[3, 1], strides=[3, 1],
                          dilations=[2, 1], auto_pad="SAME_UPPER")]
@@ -550,10 +540,25 @@ def test_overlapping_max_pool_taps_in_3d():
     """A 2-D pool's primal window taps come from a 3-D Conv (ONNX Runtime
     keeps it out of its blocked layout, whose reorder cost twice the Conv);
     the derivatives are the same against finite differences."""
-    from onnx_ad_mlir.api import reverse
     m, feeds = case("MaxPool", (2, 3, 7, 6), kernel_shape=[3, 3], strides=[2, 2],
                     pads=[1, 1, 1, 1])
     check_derivatives(m, feeds)
     convs = [n for n in reverse(m, layout="onnx").graph.node if n.op_type == "Conv"]
     shapes = [list(next(a.ints for a in n.attribute if a.name == "kernel_shape")) for n in convs]
     assert [1, 3, 3] in shapes, shapes
+
+
+@pytest.mark.parametrize("transform", [forward, reverse])
+def test_resize_with_scales_for_another_rank_refused(transform):
+    """Three scales for a rank-2 input (fuzz seed 87, case 1245: an internal
+    error in the rule): refused, naming the node; ONNX Runtime refuses the
+    model when it runs."""
+    nodes = [h.make_node("Constant", [], ["roi"], value=h.make_tensor("roi", TP.FLOAT, [0], [])),
+             h.make_node("Constant", [], ["scales"],
+                         value=h.make_tensor("scales", TP.FLOAT, [3], [1.0, 1.0, 0.5])),
+             h.make_node("Resize", ["x", "roi", "scales"], ["y"], mode="nearest", name="rs")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [1, 2])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [1, 2, 1])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    with pytest.raises(UnsupportedOp, match="node 'rs'.*3 scales for its rank-2 input"):
+        transform(m, inputs=["x"], outputs=["y"])

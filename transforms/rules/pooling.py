@@ -759,6 +759,10 @@ def _resize(b: Builder, op, tangents):
     r = len(xd)
     scales = resize_scales(op)
     sizes = _resize_sizes(op)
+    known_sizes = None if sizes is None else constant_ints(sizes)
+    for role, values in (("scales", scales), ("sizes", known_sizes)):
+        if values is not None and len(values) != r:  # (ONNX Runtime refuses it when run)
+            raise UnsupportedOp(f"{kind} has {len(values)} {role} for its rank-{r} input")
     resized = _resized_axes(op)
     static = (scales is not None or sizes is not None and constant_ints(sizes) is not None) and \
         all(xd[a] is not None and yd[a] is not None for a in resized)

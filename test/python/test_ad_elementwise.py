@@ -185,3 +185,37 @@ def test_root_of_a_nonnegative_base_is_not_guarded(square, root):
     m = model(nodes, [("x", D, [2, 3])], [("y", D, [2, 3])], initializers=consts)
     check_derivatives(m, {"x": np.random.default_rng(1).standard_normal((2, 3))})
     assert not any(n.op_type == "IsNaN" for n in reverse(m, inputs=["x"], outputs=["y"]).graph.node)
+
+
+def test_safe_division():
+    """Where(n > 0, x / n, 0) with n = Relu(z) exactly 0 for z < 0: reverse
+    mode must not turn the zero cotangent the Where sends back into 0 / 0
+    (both operands differentiated), nor forward mode's discarded tangent
+    into NaN; finite differences, <J v, w> = <v, J^T w>, Hessian."""
+    nodes = [h.make_node("Relu", ["z"], ["n"]), h.make_node("Div", ["x", "n"], ["q"]),
+             h.make_node("Greater", ["n", "zero"], ["pos"]),
+             h.make_node("Where", ["pos", "q", "zero"], ["y"])]
+    m = model(nodes, [("x", D, [2, 3]), ("z", D, [2, 3])], [("y", D, [2, 3])],
+              initializers=[numpy_helper.from_array(np.array(0.0), "zero")])
+    feeds = {"x": np.array([[1.0, 2.0, -1.0], [0.5, 3.0, -2.0]]),
+             "z": np.array([[0.5, -1.0, 2.0], [-0.3, 1.5, -2.0]])}
+    errors = check_derivatives(m, feeds)
+    assert errors["dot"] < 1e-12
+    adj = run(reverse(m, inputs=["x", "z"], outputs=["y"], layout="onnx"),
+              {**feeds, "adj_y": np.ones((2, 3, 1))})
+    assert np.isfinite(adj["adj_x"]).all() and np.isfinite(adj["adj_z"]).all()
+    check_hessian(m, feeds)
+
+
+def test_division_by_a_provably_nonzero_value_is_not_guarded():
+    """x / sqrt(s * s + eps) and x / 4: no zero test is emitted."""
+    nodes = [h.make_node("Mul", ["s", "s"], ["ss"]), h.make_node("Add", ["ss", "eps"], ["v"]),
+             h.make_node("Sqrt", ["v"], ["d"]), h.make_node("Div", ["x", "d"], ["q"]),
+             h.make_node("Div", ["q", "four"], ["y"])]
+    m = model(nodes, [("x", D, [2, 3]), ("s", D, [2, 3])], [("y", D, [2, 3])],
+              initializers=[numpy_helper.from_array(np.array(1e-5), "eps"),
+                            numpy_helper.from_array(np.array(4.0), "four")])
+    rng = np.random.default_rng(2)
+    check_derivatives(m, {"x": rng.standard_normal((2, 3)), "s": rng.standard_normal((2, 3))})
+    ops = {n.op_type for n in reverse(m, inputs=["x", "s"], outputs=["y"]).graph.node}
+    assert not {"Equal", "Where", "IsNaN"} & ops, ops

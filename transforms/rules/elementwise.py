@@ -198,9 +198,20 @@ def _mul(b: Builder, op, tangents):
 @jvp("Div")
 def _div(b: Builder, op, tangents):
     a, c = op.operands
+    y = op.results[0]
     r = _out_rank(op)
-    ta = None if tangents[0] is None else b.div(b.align(tangents[0], r), c)
-    tc = scale(b, tangents[1], b.neg(b.div(op.results[0], c)), r)
+    if _nonzero(c):
+        ta = None if tangents[0] is None else b.div(b.align(tangents[0], r), c)
+        tc = scale(b, tangents[1], b.neg(b.div(y, c)), r)
+        return [total(b, [ta, tc])]
+    # a divisor that may be 0 where a later Where discards the quotient
+    # (`where(n > 0, x / n, 0)`): reverse mode would turn the zero cotangent
+    # into 0 / 0. 1 / 0 taken as 0 there (as LpNormalization's rule does),
+    # where the primal is inf or NaN.
+    zero = b.compare("Equal", c, b.scalar(0.0, c))
+    inv = b.where(zero, b.scalar(0.0, c), b.ew("Reciprocal", c))
+    ta = scale(b, tangents[0], inv, r)
+    tc = scale(b, tangents[1], b.where(zero, b.scalar(0.0, c), b.neg(b.mul(y, inv))), r)
     return [total(b, [ta, tc])]
 
 
@@ -237,6 +248,51 @@ def _nonnegative(v: ir.Value, budget: int = 24) -> bool:
         if ot not in _SIGN_KEEPING:
             return False
         stack.extend(w for w in op.operands if is_float(w))
+    return True
+
+
+# Ops whose result is > 0 whatever their operands (barring underflow, where
+# the primal divides by 0 anyway), and ops > 0 when their operands all are.
+_POSITIVE = {"Exp", "Softplus", "Sigmoid", "Softmax"}
+_POSITIVE_KEEPING = {"Mul", "Div", "Pow", "Sqrt", "Max", "Min", "ReduceSum", "ReduceMean", "ReduceMax",
+                     "ReduceMin", "ReduceProd", "Slice", "Reshape", "Flatten", "Squeeze",
+                     "Unsqueeze", "Transpose", "Concat", "Expand", "Identity", "Gather"}
+
+
+def _nonzero(v: ir.Value, budget: int = 24) -> bool:
+    """Whether no entry of `v` is provably able to be 0: a constant without
+    zeros, or > 0 by a bounded walk (sums of non-negatives with a positive
+    term, x + eps under a root, exponentials, the tables above)."""
+    values = _small_floats(v) if constant_value(v) is not None else None
+    if values is not None:
+        return all(x != 0 for x in values)
+    stack = [v]
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        v = stack.pop()
+        if constant_value(v) is not None:
+            values = _small_floats(v)
+            if values is None or any(x <= 0 for x in values):
+                return False
+            continue
+        op = defining_op(v)
+        if op is None:
+            return False
+        ot = op_type(op)
+        floats = [w for w in op.operands if is_float(w)]
+        if ot in _POSITIVE:
+            continue
+        if ot in ("Add", "Sum"):  # one positive term, the others >= 0
+            positive = next((w for w in floats if constant_value(w) is not None), None)
+            if positive is None or not all(_nonnegative(w) for w in floats if w != positive):
+                return False
+            stack.append(positive)
+            continue
+        if ot not in _POSITIVE_KEEPING:
+            return False
+        stack.extend(floats[:1] if ot == "Pow" else floats)
     return True
 
 

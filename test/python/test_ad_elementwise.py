@@ -219,3 +219,20 @@ def test_division_by_a_provably_nonzero_value_is_not_guarded():
     check_derivatives(m, {"x": rng.standard_normal((2, 3)), "s": rng.standard_normal((2, 3))})
     ops = {n.op_type for n in reverse(m, inputs=["x", "s"], outputs=["y"]).graph.node}
     assert not {"Equal", "Where", "IsNaN"} & ops, ops
+
+
+@pytest.mark.parametrize("op", ["Log", "Reciprocal"])
+def test_masked_singularity_at_zero(op):
+    """Where(n > 0, log(n), 0) and Where(n > 0, 1 / n, 0), n = Relu(z)
+    exactly 0 for z < 0: the coefficient is inf there, and reverse mode must
+    not multiply the zero cotangent by it."""
+    nodes = [h.make_node("Relu", ["z"], ["n"]), h.make_node(op, ["n"], ["q"]),
+             h.make_node("Greater", ["n", "zero"], ["pos"]),
+             h.make_node("Where", ["pos", "q", "zero"], ["y"])]
+    m = model(nodes, [("z", D, [2, 3])], [("y", D, [2, 3])],
+              initializers=[numpy_helper.from_array(np.array(0.0), "zero")])
+    feeds = {"z": np.array([[0.5, -1.0, 2.0], [-0.3, 1.5, -2.0]])}
+    assert check_derivatives(m, feeds)["dot"] < 1e-12
+    adj = run(reverse(m, inputs=["z"], outputs=["y"], layout="onnx"),
+              {**feeds, "adj_y": np.ones((2, 3, 1))})["adj_z"]
+    assert np.isfinite(adj).all()

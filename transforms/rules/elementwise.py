@@ -200,7 +200,7 @@ def _div(b: Builder, op, tangents):
     a, c = op.operands
     y = op.results[0]
     r = _out_rank(op)
-    if _nonzero(c):
+    if b.opset < 11 or _nonzero(c):  # (no float Equal before opset 11)
         ta = None if tangents[0] is None else b.div(b.align(tangents[0], r), c)
         tc = scale(b, tangents[1], b.neg(b.div(y, c)), r)
         return [total(b, [ta, tc])]
@@ -219,7 +219,7 @@ def _zero_where_zero(b: Builder, coef: ir.Value, x: ir.Value) -> ir.Value:
     inf, and reverse mode would turn the zero cotangent into 0 * inf. 1 / 0
     taken as 0 there (as LpNormalization's rule does), where the primal is
     inf or NaN."""
-    if _nonzero(x):
+    if b.opset < 11 or _nonzero(x):  # (no float Equal before opset 11)
         return coef
     zero = b.compare("Equal", x, b.scalar(0.0, x))
     return b.where(zero, b.scalar(0.0, coef), coef)
@@ -232,50 +232,20 @@ _NONNEGATIVE = {"Abs", "Exp", "Sqrt", "Relu", "Sigmoid", "Softplus", "Softmax",
 _SIGN_KEEPING = {"Add", "Mul", "Sum", "Max", "ReduceSum", "ReduceMean", "ReduceMax",
                  "ReduceMin", "AveragePool", "MaxPool", "Slice", "Pad", "Reshape", "Flatten",
                  "Squeeze", "Unsqueeze", "Transpose", "Concat", "Expand", "Identity", "Gather"}
-
-
-def _nonnegative(v: ir.Value, budget: int = 24) -> bool:
-    """Whether every entry of `v` is provably >= 0 (or NaN): a bounded walk
-    up its producers (x * x, non-negative constants, the tables above)."""
-    stack = [v]
-    while stack:
-        budget -= 1
-        if budget < 0:
-            return False
-        v = stack.pop()
-        if constant_value(v) is not None:
-            values = _small_floats(v)
-            if values is None or any(x < 0 for x in values):
-                return False
-            continue
-        op = defining_op(v)
-        if op is None:
-            return False
-        ot = op_type(op)
-        if ot in _NONNEGATIVE or ot == "Mul" and op.operands[0] == op.operands[1] or \
-                ot == "Pow" and _even_exponent(op.operands[1]):
-            continue
-        if ot not in _SIGN_KEEPING:
-            return False
-        stack.extend(w for w in op.operands if is_float(w))
-    return True
-
-
 # Ops whose result is > 0 whatever their operands (barring underflow, where
 # the primal divides by 0 anyway), and ops > 0 when their operands all are.
 _POSITIVE = {"Exp", "Softplus", "Sigmoid", "Softmax"}
-_POSITIVE_KEEPING = {"Mul", "Div", "Pow", "Sqrt", "Max", "Min", "ReduceSum", "ReduceMean", "ReduceMax",
-                     "ReduceMin", "ReduceProd", "Slice", "Reshape", "Flatten", "Squeeze",
-                     "Unsqueeze", "Transpose", "Concat", "Expand", "Identity", "Gather"}
+_POSITIVE_KEEPING = {"Mul", "Div", "Pow", "Sqrt", "Max", "Min", "ReduceSum", "ReduceMean",
+                     "ReduceMax", "ReduceMin", "ReduceProd", "Slice", "Reshape", "Flatten",
+                     "Squeeze", "Unsqueeze", "Transpose", "Concat", "Expand", "Identity",
+                     "Gather"}
 
 
-def _nonzero(v: ir.Value, budget: int = 24) -> bool:
-    """Whether no entry of `v` is provably able to be 0: a constant without
-    zeros, or > 0 by a bounded walk (sums of non-negatives with a positive
-    term, x + eps under a root, exponentials, the tables above)."""
-    values = _small_floats(v) if constant_value(v) is not None else None
-    if values is not None:
-        return all(x != 0 for x in values)
+def _proved(v: ir.Value, step: Callable[[ir.Value, ir.Operation], bool | list],
+            constant_ok: Callable[[float], bool], budget: int = 24) -> bool:
+    """A bounded walk up v's producers: small constants must satisfy
+    `constant_ok`; `step(value, op)` proves a value (True), refutes it
+    (False) or names the operands it holds if they do."""
     stack = [v]
     while stack:
         budget -= 1
@@ -284,26 +254,55 @@ def _nonzero(v: ir.Value, budget: int = 24) -> bool:
         v = stack.pop()
         if constant_value(v) is not None:
             values = _small_floats(v)
-            if values is None or any(x <= 0 for x in values):
+            if values is None or not all(constant_ok(x) for x in values):
                 return False
             continue
         op = defining_op(v)
-        if op is None:
+        verdict = False if op is None else step(v, op)
+        if verdict is False:
             return False
-        ot = op_type(op)
-        floats = [w for w in op.operands if is_float(w)]
-        if ot in _POSITIVE:
-            continue
-        if ot in ("Add", "Sum"):  # one positive term, the others >= 0
-            positive = next((w for w in floats if constant_value(w) is not None), None)
-            if positive is None or not all(_nonnegative(w) for w in floats if w != positive):
-                return False
-            stack.append(positive)
-            continue
-        if ot not in _POSITIVE_KEEPING:
-            return False
-        stack.extend(floats[:1] if ot == "Pow" else floats)
+        if verdict is not True:
+            stack.extend(verdict)
     return True
+
+
+def _nonnegative_step(v: ir.Value, op: ir.Operation) -> bool | list:
+    ot = op_type(op)
+    if ot in _NONNEGATIVE or ot == "Mul" and op.operands[0] == op.operands[1] or \
+            ot == "Pow" and _even_exponent(op.operands[1]):
+        return True
+    return [w for w in op.operands if is_float(w)] if ot in _SIGN_KEEPING else False
+
+
+def _positive_step(v: ir.Value, op: ir.Operation) -> bool | list:
+    ot = op_type(op)
+    floats = [w for w in op.operands if is_float(w)]
+    if ot in _POSITIVE:
+        return True
+    if ot in ("Add", "Sum"):  # one positive constant term, the others >= 0
+        positive = next((w for w in floats if constant_value(w) is not None), None)
+        if positive is None or not all(_nonnegative(w) for w in floats if w != positive):
+            return False
+        return [positive]
+    if ot not in _POSITIVE_KEEPING:
+        return False
+    return floats[:1] if ot == "Pow" else floats
+
+
+def _nonnegative(v: ir.Value) -> bool:
+    """Whether every entry of `v` is provably >= 0 (or NaN): x * x, even
+    powers, non-negative constants and ops, sign-keeping ops of those."""
+    return _proved(v, _nonnegative_step, lambda x: x >= 0)
+
+
+def _nonzero(v: ir.Value) -> bool:
+    """Whether no entry of `v` can be 0: a constant without zeros, or > 0
+    (x + eps over non-negative x, exponentials, probabilities, roots and
+    products of those)."""
+    values = _small_floats(v) if constant_value(v) is not None else None
+    if values is not None:
+        return all(x != 0 for x in values)
+    return _proved(v, _positive_step, lambda x: x > 0)
 
 
 def _zero_where_nan(b: Builder, coef: ir.Value, y: ir.Value, base: ir.Value) -> ir.Value:

@@ -241,10 +241,10 @@ _POSITIVE_KEEPING = {"Mul", "Div", "Pow", "Sqrt", "Max", "Min", "ReduceSum", "Re
                      "Gather"}
 
 
-def _proved(v: ir.Value, step: Callable[[ir.Value, ir.Operation], bool | list],
+def _proved(v: ir.Value, step: Callable[[ir.Operation], bool | list],
             constant_ok: Callable[[float], bool], budget: int = 24) -> bool:
     """A bounded walk up v's producers: small constants must satisfy
-    `constant_ok`; `step(value, op)` proves a value (True), refutes it
+    `constant_ok`; `step(op)` proves the op's result (True), refutes it
     (False) or names the operands it holds if they do."""
     stack = [v]
     while stack:
@@ -258,7 +258,7 @@ def _proved(v: ir.Value, step: Callable[[ir.Value, ir.Operation], bool | list],
                 return False
             continue
         op = defining_op(v)
-        verdict = False if op is None else step(v, op)
+        verdict = False if op is None else step(op)
         if verdict is False:
             return False
         if verdict is not True:
@@ -266,7 +266,7 @@ def _proved(v: ir.Value, step: Callable[[ir.Value, ir.Operation], bool | list],
     return True
 
 
-def _nonnegative_step(v: ir.Value, op: ir.Operation) -> bool | list:
+def _nonnegative_step(op: ir.Operation) -> bool | list:
     ot = op_type(op)
     if ot in _NONNEGATIVE or ot == "Mul" and op.operands[0] == op.operands[1] or \
             ot == "Pow" and _even_exponent(op.operands[1]):
@@ -274,7 +274,7 @@ def _nonnegative_step(v: ir.Value, op: ir.Operation) -> bool | list:
     return [w for w in op.operands if is_float(w)] if ot in _SIGN_KEEPING else False
 
 
-def _positive_step(v: ir.Value, op: ir.Operation) -> bool | list:
+def _positive_step(op: ir.Operation) -> bool | list:
     ot = op_type(op)
     floats = [w for w in op.operands if is_float(w)]
     if ot in _POSITIVE:

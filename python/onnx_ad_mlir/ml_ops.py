@@ -9,9 +9,10 @@ Each such node of the main graph becomes the default-domain nodes that
 compute what ONNX Runtime's kernel computes (types and shapes included), so
 the derivative model runs on any runtime. Attributes outside that exact form
 (a post transform, a coefficient count that does not match) are refused
-here, naming the node; other `ai.onnx.ml` operators are refused by the
-importer. Runs on an inferred model: the rewrites need input ranks and
-element types.
+here, naming the node, as is any other `ai.onnx.ml` operator of the main
+graph, before the lowering starts (`unsupported`: the importer's message
+for nodes of other domains, in subgraphs too). Runs on an inferred model:
+the rewrites need input ranks and element types.
 """
 from __future__ import annotations
 

@@ -103,11 +103,10 @@ _ATTRIBUTE_TYPES = {"offset": _A.FLOATS, "scale": _A.FLOATS, "coefficients": _A.
                     "intercepts": _A.FLOATS, "targets": _A.INT, "post_transform": _A.STRING,
                     "kernel_type": _A.STRING, "kernel_params": _A.FLOATS,
                     "support_vectors": _A.FLOATS, "rho": _A.FLOATS, "n_supports": _A.INT,
-                    "one_class": _A.INT}
-_ATTRIBUTE_TYPES.update({"classlabels_ints": _A.INTS, "classlabels_strings": _A.STRINGS,
-                         "multi_class": _A.INT, "norm": _A.STRING,
-                         "imputed_value_floats": _A.FLOATS, "imputed_value_int64s": _A.INTS,
-                         "replaced_value_float": _A.FLOAT, "replaced_value_int64": _A.INT})
+                    "one_class": _A.INT, "classlabels_ints": _A.INTS,
+                    "classlabels_strings": _A.STRINGS, "multi_class": _A.INT, "norm": _A.STRING,
+                    "imputed_value_floats": _A.FLOATS, "imputed_value_int64s": _A.INTS,
+                    "replaced_value_float": _A.FLOAT, "replaced_value_int64": _A.INT}
 # operands, results
 _ARITY = {"Scaler": (1, 1), "LinearRegressor": (1, 1), "ArrayFeatureExtractor": (2, 1),
           "SVMRegressor": (1, 1), "LinearClassifier": (1, 2), "Normalizer": (1, 1),
@@ -115,9 +114,9 @@ _ARITY = {"Scaler": (1, 1), "LinearRegressor": (1, 1), "ArrayFeatureExtractor": 
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
-    """The node's attributes, after checking its operand and result counts
-    and the types of the attributes the lowering reads (a classifier's
-    label result may be absent)."""
+    """The node's attributes (strings decoded), after checking its operand
+    and result counts and the types of the attributes the lowering reads (a
+    classifier's label result may be absent)."""
     operands, results = _ARITY[node.op_type]
     if len(node.input) != operands or not all(node.input) or \
             len(node.output) != results or not node.output[-1]:
@@ -127,7 +126,12 @@ def _attrs(node: onnx.NodeProto) -> dict:
         expected = _ATTRIBUTE_TYPES.get(a.name)
         if expected is not None and a.type != expected:
             raise _refuse(node, f"attribute '{a.name}' must be {_A.AttributeType.Name(expected)}")
-        found[a.name] = helper.get_attribute_value(a)
+        value = helper.get_attribute_value(a)
+        if a.type == _A.STRING:
+            value = value.decode()
+        elif a.type == _A.STRINGS:
+            value = [v.decode() for v in value]
+        found[a.name] = value
     return found
 
 
@@ -141,7 +145,12 @@ def _features(e: _Emitter) -> int | None:
         raise _NotYet("needs the rank of its input")
     if rank not in (1, 2):
         raise _refuse(e.node, f"needs an input of rank 1 or 2, not {rank}")
-    dim = e.g.types[x].tensor_type.shape.dim[-1]
+    return _last_extent(e.g, x)
+
+
+def _last_extent(g: _Graph, x: str) -> int | None:
+    """The static extent of x's last axis (x of known rank >= 1), else None."""
+    dim = g.types[x].tensor_type.shape.dim[-1]
     return dim.dim_value if dim.HasField("dim_value") else None
 
 
@@ -223,8 +232,7 @@ def _array_feature_extractor(e: _Emitter) -> None:
     known = e.g.constants.get(indices)
     if known is not None and known.data_location != TensorProto.EXTERNAL:
         values = numpy_helper.to_array(known)
-        dim = e.g.types[x].tensor_type.shape.dim[-1]
-        end = dim.dim_value if dim.HasField("dim_value") else None
+        end = _last_extent(e.g, x)
         if values.size == 0 or values.min() < 0 or end is not None and values.max() >= end:
             raise _refuse(e.node, "needs indices in [0, features) (ONNX Runtime refuses others)")
     flat = e.op("Reshape", [indices, e.const(np.array([-1], np.int64))])
@@ -242,8 +250,7 @@ def _svm_regressor(e: _Emitter) -> None:
     a = _attrs(e.node)
     _post_transform(e, a, ("NONE",))
     features = _features(e)
-    kernel = a.get("kernel_type", b"LINEAR")
-    kernel = kernel.decode() if isinstance(kernel, bytes) else kernel
+    kernel = a.get("kernel_type", "LINEAR")
     if kernel not in ("LINEAR", "POLY", "RBF", "SIGMOID"):
         raise _refuse(e.node, f"unknown kernel_type {kernel}")
     params = list(a.get("kernel_params", []))
@@ -289,8 +296,7 @@ def _svm_regressor(e: _Emitter) -> None:
 
 
 def _post_transform(e: _Emitter, a: dict, allowed: tuple[str, ...]) -> str:
-    post = a.get("post_transform", b"NONE")
-    post = post.decode() if isinstance(post, bytes) else post
+    post = a.get("post_transform", "NONE")
     if post not in allowed:
         raise _refuse(e.node, f"post_transform {post} is not supported (only "
                       f"{', '.join(allowed)})")
@@ -330,8 +336,7 @@ def _linear_classifier(e: _Emitter) -> None:
                           e.const(np.asarray(a["intercepts"], np.float32))])
     label_out, scores_out = e.node.output
     if label_out:
-        as_labels = (lambda values: np.array([v.decode() if isinstance(v, bytes) else v
-                                              for v in values], dtype=object)) if strings \
+        as_labels = (lambda values: np.array(values, dtype=object)) if strings \
             else (lambda values: np.asarray(values, np.int64))
         if classes > 1:
             best = e.op("ArgMax", [scores], axis=1, keepdims=0)
@@ -363,8 +368,7 @@ def _normalizer(e: _Emitter) -> None:
     # each row over its norm: MAX (the signed maximum), L1 or L2; a row
     # whose norm is 0 is left as it is (ONNX Runtime's kernel)
     a = _attrs(e.node)
-    norm = a.get("norm", b"MAX")
-    norm = norm.decode() if isinstance(norm, bytes) else norm
+    norm = a.get("norm", "MAX")
     if norm not in ("MAX", "L1", "L2"):
         raise _refuse(e.node, f"unknown norm {norm}")
     _features(e)

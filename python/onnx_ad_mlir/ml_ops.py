@@ -127,10 +127,13 @@ def _attrs(node: onnx.NodeProto) -> dict:
         if expected is not None and a.type != expected:
             raise _refuse(node, f"attribute '{a.name}' must be {_A.AttributeType.Name(expected)}")
         value = helper.get_attribute_value(a)
-        if a.type == _A.STRING:
-            value = value.decode()
-        elif a.type == _A.STRINGS:
-            value = [v.decode() for v in value]
+        try:
+            if a.type == _A.STRING:
+                value = value.decode()
+            elif a.type == _A.STRINGS:
+                value = [v.decode() for v in value]
+        except UnicodeDecodeError:
+            raise _refuse(node, f"attribute '{a.name}' is not valid UTF-8 text") from None
         found[a.name] = value
     return found
 

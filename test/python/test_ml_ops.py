@@ -265,6 +265,8 @@ def test_repeated_default_opset_entries_are_one_domain():
     (svm("RBF", post_transform="PROBIT"), [], "node 'svm'.*post_transform PROBIT"),
     (svm("RBF", coefficients=[1.0]), [], "1 coefficients, 9 support vector entries"),
     (svm("CUBIC"), [], "unknown kernel_type CUBIC"),
+    (h.make_node("Normalizer", ["x"], ["y"], name="norm", domain=ML, norm=b"\xffL2"), [],
+     "node 'norm'.*attribute 'norm' is not valid UTF-8 text"),
     (h.make_node("Binarizer", ["x"], ["y"], name="bin", domain=ML), [],
      "'Binarizer' of domain 'ai.onnx.ml' is not supported.*Scaler, LinearRegressor"),
     (h.make_node("Normalizer", ["x"], ["y"], name="norm", domain=ML, norm="L3"), [],

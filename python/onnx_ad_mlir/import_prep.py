@@ -71,7 +71,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     validate.check_dims(model.graph, rows=rows)
     model = validate.clear_negative_subgraph_dims(model, rows)
     model = _infer_shapes(model, rows, inits)
-    lowered = ml_ops.lower(model, lambda m: _infer_shapes(m, validate.node_fields(m.graph), inits))
+    lowered = ml_ops.lower(model, lambda m: _infer_again(m, inits))
     if lowered is not None:
         model, rows = lowered, validate.node_fields(lowered.graph)
     declared = validate.declared_types(model.graph)  # read once for three checks
@@ -84,7 +84,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
         validate.check_types(model.graph, opset, rows=rows, declared=declared, inits=inits)
     folded = index_constants.fold(model, rows, inits)
     if folded is not None:  # inferred again: the folds give it what it could not compute
-        model = _infer_shapes(folded, validate.node_fields(folded.graph), inits)
+        model = _infer_again(folded, inits)
         declared = validate.declared_types(model.graph)
         rows = node_rows(model.graph, lambda name: None, validate.node_fields(model.graph), inits)
     return model, base_dir, rows, declared, inits
@@ -119,6 +119,12 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
         inferred.graph.ClearField("initializer")
         inferred.graph.initializer.extend(model.graph.initializer)
     return inferred
+
+
+def _infer_again(model: onnx.ModelProto, inits: list[InitRow]) -> onnx.ModelProto:
+    """_infer_shapes of a model import_prep rewrote (its nodes read anew;
+    its initializers are the original's)."""
+    return _infer_shapes(model, validate.node_fields(model.graph), inits)
 
 
 def _unpin_input_extents(inferred: onnx.ModelProto, model: onnx.ModelProto,

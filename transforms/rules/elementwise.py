@@ -327,19 +327,21 @@ def _small_floats(v: ir.Value) -> list[float] | None:
     return constant_floats(v)
 
 
-def _even_exponent(e: ir.Value) -> bool:
-    values = constant_ints(e) or _small_floats(e)
-    return bool(values) and all(math.isfinite(v) and v == int(v) and int(v) % 2 == 0
-                                for v in values)
-
-
-def _integral_exponent(e: ir.Value) -> bool:
-    """Whether a Pow's exponent is a constant whose entries are all
-    integers (integer-typed, or floats such as 2.0)."""
-    if constant_ints(e) is not None:
-        return True
+def _integer_exponents(e: ir.Value) -> list[int] | None:
+    """A Pow exponent's entries when it is a constant of integers
+    (integer-typed, or floats such as 2.0), else None."""
+    values = constant_ints(e)
+    if values is not None:
+        return values
     values = _small_floats(e)
-    return values is not None and all(math.isfinite(v) and v == int(v) for v in values)
+    if values is None or not all(math.isfinite(v) and v == int(v) for v in values):
+        return None
+    return [int(v) for v in values]
+
+
+def _even_exponent(e: ir.Value) -> bool:
+    values = _integer_exponents(e)
+    return bool(values) and all(v % 2 == 0 for v in values)
 
 
 @jvp("Pow")
@@ -351,7 +353,7 @@ def _pow(b: Builder, op, tangents):
     if tangents[0] is not None:
         ef = e if is_float(e) and element_type(e) == element_type(a) else b.cast_like(e, a)
         coef = b.mul(ef, b.ew("Pow", a, b.sub(ef, _c(b, 1.0, a))))
-        if not _integral_exponent(e):
+        if _integer_exponents(e) is None:
             coef = _zero_where_nan(b, coef, y, a)
         terms.append(scale(b, tangents[0], coef, r))
     if tangents[1] is not None:

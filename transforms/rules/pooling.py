@@ -764,7 +764,7 @@ def _resize(b: Builder, op, tangents):
         if values is not None and len(values) != r:  # (ONNX Runtime refuses it when run)
             raise UnsupportedOp(f"{kind} has {len(values)} {role} for its rank-{r} input")
     resized = _resized_axes(op)
-    static = (scales is not None or sizes is not None and constant_ints(sizes) is not None) and \
+    static = (scales is not None or known_sizes is not None) and \
         all(xd[a] is not None and yd[a] is not None for a in resized)
     if not static:
         if 0 in resized:

@@ -100,7 +100,9 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         for i in ys:
             y = ret.operands[i]
             t = state.get(y)
-            results.append(sig.pack(b, sig.zeros(b, y, k) if t is None else t, y, layout))
+            if t is None:
+                t = sig.zeros(b, y, k, prefix + out_names[i])
+            results.append(sig.pack(b, t, y, layout))
     sig.append_results(f, results, [
         (prefix + out_names[i], sig.boundary_dim_params(
             ret.operands[i], sig.dim_params(f, "res_attrs", i), dim)[layout]) for i in ys])
@@ -140,8 +142,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     with ir.InsertionPoint(ret):
         k = sig.seed_count(b, seeds[0], primal_y[0], layout)
         results = []
-        for x, ct in zip(primal_x, cts):
-            ct = sig.zeros(b, x, k) if ct is None else b.fit(ct, x)
+        for i, x, ct in zip(xs, primal_x, cts):
+            ct = sig.zeros(b, x, k, prefix + in_names[i]) if ct is None else b.fit(ct, x)
             results.append(sig.pack(b, ct, x, layout))
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
     drop_redundant_expands(f)

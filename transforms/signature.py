@@ -192,9 +192,13 @@ def seed_count(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.
     return b.ew("Div", cols, b.shape(primal, 1, 2))
 
 
-def zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
+def zeros(b: Builder, primal: ir.Value, k: ir.Value, name: str) -> ir.Value:
     """A zero derivative [k] + shape(primal), for requested results that do
-    not depend on the differentiated values (CasADi needs every result)."""
+    not depend on the differentiated values (CasADi needs every result);
+    `name` is the derivative's, for the refusal."""
+    if b.opset < 8:
+        raise UnsupportedOp(f"'{name}' is zero (it does not depend on the differentiated "
+                            "values), and its zeros need Expand (opset 8)")
     d = dims(primal)
     target = b.concat([k, b.shape(primal)], 0)
     zero = b.scalar(0.0, primal)

@@ -4,7 +4,9 @@ scikit-learn models exported by skl2onnx put a float32 StandardScaler in a
 `Scaler`, a linear model in a `LinearRegressor`, a column selection in an
 `ArrayFeatureExtractor`, an SVR in an `SVMRegressor`, a float32 classifier
 in a `LinearClassifier` (and a `Normalizer`), a PowerTransformer's guards in
-`Imputer`s; the dialect holds only the default ONNX domain.
+`Imputer`s, a ColumnTransformer's categorical columns in `OneHotEncoder`s
+and `LabelEncoder`s (ordinal and target encoders), a threshold in a
+`Binarizer`; the dialect holds only the default ONNX domain.
 Each such node of the main graph becomes the default-domain nodes that
 compute what ONNX Runtime's kernel computes (types and shapes included), so
 the derivative model runs on any runtime. Attributes outside that exact form
@@ -32,7 +34,8 @@ class _Graph:
     """The facts a rewrite reads (element types and ranks of values) and
     fresh value names."""
 
-    def __init__(self, graph: onnx.GraphProto):
+    def __init__(self, graph: onnx.GraphProto, opset: int):
+        self.opset = opset  # the default domain's
         self.types: dict[str, onnx.TypeProto] = {
             v.name: v.type for v in list(graph.input) + list(graph.value_info) +
             list(graph.output)}
@@ -81,14 +84,41 @@ class _Emitter:
     def const(self, value: np.ndarray) -> str:
         return self.op("Constant", [], value=numpy_helper.from_array(value))
 
+    def unsqueeze(self, x: str, axis: int, out: str | None = None) -> str:
+        """x with a new axis `axis` >= 0 (negative axes only from opset 11)."""
+        if self.g.opset >= 13:  # axes an operand from opset 13
+            return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64))], out)
+        return self.op("Unsqueeze", [x], out, axes=[axis])
+
+    def reduce(self, op_type: str, x: str, axis: int, keepdims: int) -> str:
+        if self.g.opset >= (13 if op_type == "ReduceSum" else 18):  # axes an operand
+            return self.op(op_type, [x, self.const(np.array([axis], np.int64))],
+                           keepdims=keepdims)
+        return self.op(op_type, [x], axes=[axis], keepdims=keepdims)
+
+
+_PIECEWISE_CONSTANT = "a tree ensemble is piecewise constant: its derivative is 0 wherever " \
+    "it has one"
+# why the common ai.onnx.ml ops without a lowering have none, and what to do
+_NO_LOWERING = {
+    "ZipMap": "it turns the probabilities into a sequence of maps, which no derivative model "
+              "can output; export the classifier with skl2onnx's options={'zipmap': False} "
+              "to keep them a tensor",
+    "TreeEnsembleRegressor": _PIECEWISE_CONSTANT,
+    "TreeEnsembleClassifier": _PIECEWISE_CONSTANT,
+    "TreeEnsemble": _PIECEWISE_CONSTANT,
+}
+
 
 def unsupported(node: onnx.NodeProto) -> UnsupportedOp:
     """The refusal of a node of a domain other than the default one."""
     what = f"node '{node.name}' ({node.op_type})" if node.name else f"node {node.op_type}"
     also = f", and of {ML_DOMAIN} {', '.join(LOWERINGS)} in the main graph" \
         if node.domain == ML_DOMAIN else ""
+    why = f": {_NO_LOWERING[node.op_type]}" \
+        if node.domain == ML_DOMAIN and node.op_type in _NO_LOWERING else ""
     return UnsupportedOp(f"{what}: op '{node.op_type}' of domain '{node.domain}' is not "
-                         f"supported (only the default ONNX domain is{also})")
+                         f"supported (only the default ONNX domain is{also}){why}")
 
 
 def _refuse(node: onnx.NodeProto, reason: str) -> UnsupportedOp:
@@ -106,11 +136,20 @@ _ATTRIBUTE_TYPES = {"offset": _A.FLOATS, "scale": _A.FLOATS, "coefficients": _A.
                     "one_class": _A.INT, "classlabels_ints": _A.INTS,
                     "classlabels_strings": _A.STRINGS, "multi_class": _A.INT, "norm": _A.STRING,
                     "imputed_value_floats": _A.FLOATS, "imputed_value_int64s": _A.INTS,
-                    "replaced_value_float": _A.FLOAT, "replaced_value_int64": _A.INT}
+                    "replaced_value_float": _A.FLOAT, "replaced_value_int64": _A.INT,
+                    "cats_int64s": _A.INTS, "cats_strings": _A.STRINGS, "zeros": _A.INT,
+                    "threshold": _A.FLOAT, "classes_strings": _A.STRINGS,
+                    "keys_floats": _A.FLOATS, "keys_int64s": _A.INTS, "keys_strings": _A.STRINGS,
+                    "values_floats": _A.FLOATS, "values_int64s": _A.INTS,
+                    "values_strings": _A.STRINGS, "default_float": _A.FLOAT,
+                    "default_int64": _A.INT, "default_string": _A.STRING,
+                    "keys_tensor": _A.TENSOR, "values_tensor": _A.TENSOR,
+                    "default_tensor": _A.TENSOR}
 # operands, results
 _ARITY = {"Scaler": (1, 1), "LinearRegressor": (1, 1), "ArrayFeatureExtractor": (2, 1),
           "SVMRegressor": (1, 1), "LinearClassifier": (1, 2), "Normalizer": (1, 1),
-          "Imputer": (1, 1)}
+          "Imputer": (1, 1), "OneHotEncoder": (1, 1), "LabelEncoder": (1, 1),
+          "Binarizer": (1, 1)}
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -173,7 +212,7 @@ def _in_float(e: _Emitter, x: str) -> tuple[str, type]:
 def _as_rows(e: _Emitter, x: str) -> str:
     """x (the op's input, or its cast) as [N, C]: a 1-D input is one row."""
     if e.g.rank(e.node.input[0]) == 1:
-        return e.op("Unsqueeze", [x, e.const(np.array([0], np.int64))])
+        return e.unsqueeze(x, 0)
     return x
 
 
@@ -241,7 +280,7 @@ def _array_feature_extractor(e: _Emitter) -> None:
     flat = e.op("Reshape", [indices, e.const(np.array([-1], np.int64))])
     if rank == 1:
         y = e.op("Gather", [x, flat], axis=0)
-        e.op("Unsqueeze", [y, e.const(np.array([0], np.int64))], e.node.output[0])
+        e.unsqueeze(y, 0, e.node.output[0])
     else:
         e.op("Gather", [x, flat], e.node.output[0], axis=-1)
 
@@ -278,10 +317,8 @@ def _svm_regressor(e: _Emitter) -> None:
     else:
         vectors = vectors.reshape(supports, -1).astype(dtype)
         if kernel == "RBF":  # squared distances, as the kernel sums them
-            diff = e.op("Sub", [e.op("Unsqueeze", [x, e.const(np.array([1], np.int64))]),
-                                e.const(vectors)])
-            squares = e.op("ReduceSum", [e.op("Mul", [diff, diff]),
-                                         e.const(np.array([2], np.int64))], keepdims=0)
+            diff = e.op("Sub", [e.unsqueeze(x, 1), e.const(vectors)])
+            squares = e.reduce("ReduceSum", e.op("Mul", [diff, diff]), 2, 0)
             k = e.op("Exp", [e.op("Mul", [squares, e.const(np.asarray(-gamma, dtype))])])
         else:
             k = e.op("MatMul", [x, e.const(vectors.T.copy())])
@@ -375,10 +412,10 @@ def _normalizer(e: _Emitter) -> None:
     if norm not in ("MAX", "L1", "L2"):
         raise _refuse(e.node, f"unknown norm {norm}")
     _features(e)
+    _require_opset(e, 11, "rows of norm 0 are found by Equal on floats")
     x, dtype = _in_float(e, e.node.input[0])
-    last = e.const(np.array([-1], np.int64))
     reduce = {"MAX": "ReduceMax", "L1": "ReduceL1", "L2": "ReduceSumSquare"}[norm]
-    n = e.op(reduce, [x, last], keepdims=1)
+    n = e.reduce(reduce, x, -1, 1)
     zero = e.op("Equal", [n, e.const(np.zeros(1, dtype))])
     n = e.op("Where", [zero, e.const(np.ones(1, dtype)), n])
     if norm == "L2":  # the root after the Where: ReduceL2's derivative is 0/0 at 0
@@ -407,10 +444,142 @@ def _imputer(e: _Emitter) -> None:
         dtype = np.int64 if elem == TensorProto.INT64 else np.int32
     replaced = a.get("replaced_value_float", 0.0) if floats else a.get("replaced_value_int64", 0)
     if floats and np.isnan(replaced):
+        _require_opset(e, 9, "IsNaN and Where")
         mask = e.op("IsNaN", [x])
     else:
+        _require_opset(e, 11 if floats else 9, "Equal on floats and Where" if floats else "Where")
         mask = e.op("Equal", [x, e.const(np.asarray([replaced], dtype))])
     e.op("Where", [mask, e.const(np.asarray(imputed, dtype)), x], e.node.output[0])
+
+
+def _require_opset(e: _Emitter, version: int, why: str) -> None:
+    if e.g.opset < version:
+        raise _refuse(e.node, f"{why} (opset {version}); the model imports opset "
+                      f"{e.g.opset}: re-export it at opset {version} or later")
+
+
+def _one_hot_encoder(e: _Emitter) -> None:
+    # Y [*X.shape, C]: 1 where X equals the category (a float X truncated to
+    # int64 first, as ONNX Runtime casts it); of repeated categories only the
+    # last column matches (ONNX Runtime's map keeps the last index). An
+    # unknown category gives a row of zeros even under zeros=0, where ONNX
+    # Runtime stops with an error instead.
+    a = _attrs(e.node)
+    strings = "cats_strings" in a
+    if strings == ("cats_int64s" in a):
+        raise _refuse(e.node, "needs exactly one of cats_int64s and cats_strings")
+    cats = list(a["cats_strings" if strings else "cats_int64s"])
+    if not cats:
+        raise _refuse(e.node, "has no categories")
+    x = e.node.input[0]
+    elem, rank = e.g.elem_type(x), e.g.rank(x)
+    if not elem or rank is None:
+        raise _NotYet("needs the element type and rank of its input")
+    if (elem == TensorProto.STRING) != strings:
+        raise _refuse(e.node, "string categories need a string input, int64 ones a numeric "
+                      "input (these never match)")
+    if strings:
+        _require_opset(e, 19, "string categories need Equal on strings")
+    if not strings and elem != TensorProto.INT64:
+        if elem not in _FLOAT_TYPES + (TensorProto.INT32,):
+            raise _refuse(e.node, f"input of element type {TensorProto.DataType.Name(elem)}")
+        x = e.op("Cast", [x], to=TensorProto.INT64)
+    values = np.array(cats, dtype=object) if strings else np.asarray(cats, np.int64)
+    hit = e.op("Equal", [e.unsqueeze(x, rank), e.const(values)])
+    last = np.array([c not in cats[i + 1:] for i, c in enumerate(cats)])
+    if not last.all():
+        hit = e.op("And", [hit, e.const(last)])
+    e.op("Cast", [hit], e.node.output[0], to=TensorProto.FLOAT)
+
+
+# the element types of the arrays a LabelEncoder's attributes give
+_NP_ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
+            np.dtype(np.int64): TensorProto.INT64, np.dtype(np.int16): TensorProto.INT16,
+            np.dtype(object): TensorProto.STRING}
+
+
+def _label_encoder_map(e: _Emitter, a: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, values, default) of the mapping, whichever opset spelled it:
+    `classes_strings` (opset 1: strings <-> their indices), `keys_*` and
+    `values_*` (2), `*_tensor` (4). Defaults are ONNX Runtime's: -1, -0.0,
+    "_Unused"."""
+    def array(kind: str) -> np.ndarray | None:
+        if f"{kind}_tensor" in a:
+            v = numpy_helper.to_array(a[f"{kind}_tensor"]).reshape(-1)
+            return v.astype(object) if v.dtype.kind in "SUO" else v
+        for suffix, dtype in (("floats", np.float32), ("int64s", np.int64), ("strings", object)):
+            if f"{kind}_{suffix}" in a:
+                return np.asarray(a[f"{kind}_{suffix}"], dtype)
+        return None
+
+    if "classes_strings" in a:
+        classes = np.asarray(a["classes_strings"], object)
+        indices = np.arange(len(classes), dtype=np.int64)
+        if e.g.elem_type(e.node.input[0]) == TensorProto.STRING:
+            return classes, indices, np.asarray(a.get("default_int64", -1), np.int64)
+        return indices, classes, np.asarray(a.get("default_string", "_Unused"), object)
+    keys, values = array("keys"), array("values")
+    if keys is None or values is None or len(keys) != len(values) or len(keys) == 0:
+        raise _refuse(e.node, "needs keys and values of the same, non-zero length")
+    if "default_tensor" in a:
+        default = numpy_helper.to_array(a["default_tensor"]).reshape(-1)
+        if default.size != 1:
+            raise _refuse(e.node, "default_tensor must hold one value")
+        default = default.astype(object) if default.dtype.kind in "SUO" else default
+        return keys, values, default.astype(values.dtype)[0]
+    if values.dtype == object:
+        return keys, values, np.asarray(a.get("default_string", "_Unused"), object)
+    if values.dtype.kind == "f":
+        return keys, values, np.asarray(a.get("default_float", -0.0), values.dtype)
+    return keys, values, np.asarray(a.get("default_int64", -1), values.dtype)
+
+
+def _label_encoder(e: _Emitter) -> None:
+    # elementwise lookup: the value of the first key X equals (Equal: NaN
+    # matches no key, -0.0 matches 0.0, as ONNX Runtime's map), else the
+    # default. ArgMax over [matches..., 1] picks the first match, or the
+    # appended default when none.
+    a = _attrs(e.node)
+    x = e.node.input[0]
+    elem, rank = e.g.elem_type(x), e.g.rank(x)
+    if not elem or rank is None:
+        raise _NotYet("needs the element type and rank of its input")
+    keys, values, default = _label_encoder_map(e, a)
+    key_elem = _NP_ELEM.get(keys.dtype, TensorProto.UNDEFINED)
+    if key_elem != elem:
+        name = TensorProto.DataType.Name
+        raise _refuse(e.node, f"keys of element type {name(key_elem)} for an input of {name(elem)}")
+    if elem == TensorProto.STRING:
+        _require_opset(e, 19, "string keys need Equal on strings")
+    _require_opset(e, 11, "the lookup needs Equal on floats and Pad with operands")
+    hit = e.op("Cast", [e.op("Equal", [e.unsqueeze(x, rank), e.const(keys)])],
+               to=TensorProto.INT32)
+    pads = np.zeros(2 * (rank + 1), np.int64)
+    pads[-1] = 1
+    hit = e.op("Pad", [hit, e.const(pads), e.const(np.array(1, np.int32))])
+    first = e.op("ArgMax", [hit], axis=-1, keepdims=0)
+    table = np.concatenate([values, np.asarray(default, values.dtype).reshape(1)])
+    e.op("Gather", [e.const(table), first], e.node.output[0], axis=0)
+
+
+def _binarizer(e: _Emitter) -> None:
+    # 1 where X > threshold, else 0 (a NaN gives 0; ONNX Runtime stops with
+    # an error there); a step: its derivative is 0 wherever it has one
+    a = _attrs(e.node)
+    x = e.node.input[0]
+    elem = e.g.elem_type(x)
+    if not elem:
+        raise _NotYet("needs the element type of its input")
+    dtype = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
+             TensorProto.INT64: np.int64, TensorProto.INT32: np.int32}.get(elem)
+    if dtype is None:
+        raise _refuse(e.node, f"input of element type {TensorProto.DataType.Name(elem)}")
+    threshold = float(np.float32(a.get("threshold", 0.0)))
+    if dtype not in (np.float32, np.float64):  # x > t <=> x > floor(t) for integers
+        _require_opset(e, 9, "Greater on integers")
+        threshold = np.floor(threshold)
+    above = e.op("Greater", [x, e.const(np.asarray(threshold, dtype))])
+    e.op("Cast", [above], e.node.output[0], to=elem)
 
 
 # op -> (its rewrite, the default-domain form it takes: docs/COVERAGE.md)
@@ -422,6 +591,11 @@ LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
                      "Exp, Pow, Tanh; post_transform NONE"),
     "Normalizer": (_normalizer, "ReduceMax, ReduceL1 or ReduceSumSquare and Sqrt, Div"),
     "Imputer": (_imputer, "IsNaN or Equal, Where"),
+    "LabelEncoder": (_label_encoder, "Equal against the keys (strings: opset 19), Cast, Pad, "
+                     "ArgMax, Gather of the values and the default"),
+    "Binarizer": (_binarizer, "Greater, Cast (derivative 0)"),
+    "OneHotEncoder": (_one_hot_encoder, "Equal against the categories (strings: opset 19), "
+                      "Cast to float"),
     "LinearClassifier": (_linear_classifier, "MatMul, Add, then Sigmoid or Softmax (scores); "
                          "ArgMax, Gather (labels); post_transform NONE, LOGISTIC, SOFTMAX"),
 }
@@ -437,15 +611,24 @@ def lower(model: onnx.ModelProto,
                   if n.domain == ML_DOMAIN and n.op_type not in LOWERINGS), None)
     if other is not None:  # before the others wait on its untyped result
         raise unsupported(other)
+    first = next((n for n in model.graph.node if n.domain == ML_DOMAIN), None)
+    opset = _default_opset(model)
+    if first is not None and not opset:
+        raise _refuse(first, "its lowering emits default-domain ops, but the model imports no "
+                      "version of the default domain")
     lowered = None
     while any(n.domain == ML_DOMAIN and n.op_type in LOWERINGS for n in model.graph.node):
-        model = infer(_lower_ready(model, _Graph(model.graph)))
+        model = infer(_lower_ready(model, _Graph(model.graph, opset)))
         lowered = model
     if lowered is not None and not _uses_ml(lowered.graph):
         kept = [o for o in lowered.opset_import if o.domain != ML_DOMAIN]
         del lowered.opset_import[:]
         lowered.opset_import.extend(kept)
     return lowered
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 class _NotYet(Exception):

@@ -1,5 +1,6 @@
 """ai.onnx.ml ops lowered at import (Scaler, LinearRegressor,
-ArrayFeatureExtractor, SVMRegressor, LinearClassifier, Normalizer, Imputer): the derivative models' primal outputs against ONNX
+ArrayFeatureExtractor, SVMRegressor, LinearClassifier, Normalizer, Imputer,
+OneHotEncoder, LabelEncoder, Binarizer): the derivative models' primal outputs against ONNX
 Runtime's own ML kernels, their derivatives against central differences of
 the original model (run with those kernels), and the refusals."""
 from __future__ import annotations
@@ -206,6 +207,128 @@ def test_imputer(attrs):
     check_derivatives(model, {"x": X})
 
 
+def encoded(node: onnx.NodeProto, c_type: int, c_shape: list, to_float: bool = False
+            ) -> onnx.ModelProto:
+    """y = x * float(node(c)): a float input x [2, 3] differentiated beside a
+    categorical input c the encoder reads (as skl2onnx's ColumnTransformers)."""
+    nodes = [node]
+    code = node.output[0]
+    if to_float:
+        nodes.append(h.make_node("Cast", [code], ["code_f"], to=T.FLOAT))
+        code = "code_f"
+    nodes.append(h.make_node("Mul", ["x", code], ["y"]))
+    g = h.make_graph(nodes, "ml", [h.make_tensor_value_info("x", T.FLOAT, [2, 3]),
+                                   h.make_tensor_value_info("c", c_type, c_shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 19), h.make_opsetid(ML, 3)])
+
+
+def encoder(op: str, **attrs) -> onnx.NodeProto:
+    return h.make_node(op, ["c"], ["code"], name="enc", domain=ML, **attrs)
+
+
+STR = np.array([["x", "q", "y"], ["y", "y", "x"]], object)
+INTS = np.array([[0, 2, 7], [1, 1, 2]], np.int64)
+
+
+@pytest.mark.parametrize("node,c,to_float", [
+    (encoder("OneHotEncoder", cats_int64s=[7, 0, 2]), INTS[0], False),
+    (encoder("OneHotEncoder", cats_int64s=[2, 0, 2]), INTS[1], False),  # repeated: the last
+    (encoder("OneHotEncoder", cats_strings=["y", "x", "q"], zeros=0), STR[0], False),
+    (encoder("OneHotEncoder", cats_int64s=[1, 0, 2]), np.array([1.7, -0.5, 2.0], np.float32),
+     False),  # a float X truncated
+    (encoder("LabelEncoder", keys_strings=["x", "y"], values_floats=[0.5, 1.5]), STR, False),
+    (encoder("LabelEncoder", keys_strings=["x", "y"], values_floats=[0.5, 1.5],
+             default_float=0.25), STR, False),
+    (encoder("LabelEncoder", keys_int64s=[0, 1, 0], values_int64s=[5, 6, 7]), INTS, True),
+    (encoder("LabelEncoder", keys_floats=[1.0, float("nan"), 0.0], values_floats=[2., 3., 4.]),
+     np.array([[1.0, np.nan, -0.0], [0.0, 1.0, 5.0]], np.float32), False),  # NaN: no key
+    (encoder("LabelEncoder", keys_strings=["x", "q"], values_int64s=[3, 4]), STR, True),
+])
+def test_encoders_recompute_ort_kernels(node, c, to_float):
+    """The encoded categorical input scales x: the derivative models'
+    primal as ONNX Runtime's OneHotEncoder/LabelEncoder kernels compute it,
+    derivatives w.r.t. x by central differences."""
+    model = encoded(node, {np.float32: T.FLOAT, np.int64: T.INT64, np.object_: T.STRING}[
+        c.dtype.type], list(c.shape), to_float)
+    x = X if c.shape[-1] == 3 else X[:, :1]
+    if node.op_type == "OneHotEncoder":  # [3] -> [3, 3]: x broadcast as [2, 1] * [3, 3]
+        model.graph.input[0].CopyFrom(h.make_tensor_value_info("x", T.FLOAT, [3, 1]))
+        x = X.T[:, :1].copy()
+    feeds = {"x": x, "c": c}
+    want = run(model, feeds)["y"]
+    for transform, extra in ((forward, {"fwd_x": np.zeros(x.shape + (1,), np.float32)}),
+                             (reverse, {"adj_y": np.zeros(want.shape + (1,), np.float32)})):
+        m = transform(model, inputs=["x"], outputs=["y"], layout="onnx")
+        onnx.checker.check_model(m, full_check=True)
+        assert not any(n.domain == ML for n in m.graph.node)
+        got = run(m, {**feeds, **extra})["y"]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))  # the -0.0 default
+    check_derivatives(model, feeds, inputs=["x"])
+
+
+def test_binarizer_is_a_step():
+    """x * Binarizer(x): the primal as ONNX Runtime's kernel, the derivative
+    the step's value where x is away from the threshold (its own 0 there)."""
+    node = h.make_node("Binarizer", ["x"], ["b"], name="bin", domain=ML, threshold=0.5)
+    model = ml_model([node, h.make_node("Mul", ["x", "b"], ["y"])], T.FLOAT, [2, 3])
+    assert_primal_matches_ort(model, {"x": X})
+    check_derivatives(model, {"x": X})
+
+
+@pytest.mark.parametrize("opset", [9, 11, 12, 17])
+@pytest.mark.parametrize("node,x_shape", [
+    (extractor(), [3]),
+    (regressor(targets=3, c=3), [3]),
+    (svm("RBF"), [2, 3]),
+    (h.make_node("Imputer", ["x"], ["y"], domain=ML, imputed_value_floats=[1.0],
+                 replaced_value_float=float("nan")), [2, 3]),
+    (h.make_node("OneHotEncoder", ["x"], ["y"], domain=ML, cats_int64s=[0, 1, -1]), [2, 3]),
+    (h.make_node("Binarizer", ["x"], ["y"], domain=ML, threshold=0.5), [2, 3]),
+])
+def test_older_default_opsets(node, x_shape, opset):
+    """The lowering emits each opset's form (Unsqueeze and ReduceSum axes as
+    attributes before 13, no negative axes before 11)."""
+    model = ml_model([node], T.FLOAT, x_shape, [indices([2, 0])] if node.input[1:] else [],
+                     opsets=[h.make_opsetid("", opset), h.make_opsetid(ML, 1)])
+    assert_primal_matches_ort(model, {"x": X if len(x_shape) == 2 else X[0]})
+
+
+@pytest.mark.parametrize("node,opset,match", [
+    (normalizer("L2", [2, 3]).graph.node[0], 10, "node \\(Normalizer.*rows of norm 0 are found by Equal "
+     "on floats \\(opset 11\\); the model imports opset 10: re-export it at opset 11"),
+    (encoder("LabelEncoder", keys_floats=[1.0], values_floats=[2.0]), 10,
+     "node 'enc'.*Pad with operands \\(opset 11\\)"),
+    (h.make_node("Binarizer", ["x"], ["y"], domain=ML), 7,
+     "'fwd_y' is zero .*need Expand \\(opset 8\\)"),
+])
+def test_older_opsets_refused_naming_what_they_lack(node, opset, match):
+    node = onnx.NodeProto.FromString(node.SerializeToString())
+    node.input[0], node.output[0] = "x", "y"
+    model = ml_model([node], T.FLOAT, [2, 3],
+                     opsets=[h.make_opsetid("", opset), h.make_opsetid(ML, 2)])
+    with pytest.raises(UnsupportedOp, match=match):
+        forward(model, inputs=["x"], outputs=["y"])
+
+
+def test_ml_only_model_refused():
+    """ONNX's own ML test models import no default domain for the lowering."""
+    model = ml_model([scaler()], T.FLOAT, [2, 3], opsets=[h.make_opsetid(ML, 1)])
+    with pytest.raises(UnsupportedOp, match="node 'scale'.*imports no version of the default"):
+        forward(model, inputs=["x"], outputs=["y"])
+
+
+def test_string_keys_need_opset_19():
+    """Equal compares strings from opset 19: an older model is refused with the fix."""
+    model = encoded(encoder("OneHotEncoder", cats_strings=["x", "y", "z"]), T.STRING, [2])
+    del model.opset_import[:]
+    model.opset_import.extend([h.make_opsetid("", 18), h.make_opsetid(ML, 3)])
+    with pytest.raises(UnsupportedOp, match="node 'enc'.*string categories need Equal on strings "
+                       "\\(opset 19\\).*imports opset 18: re-export it at opset 19"):
+        forward(model, inputs=["x"], outputs=["y"])
+
+
 def test_unsupported_ml_op_named_before_what_waits_on_it():
     """A Scaler after a TreeEnsembleRegressor cannot be typed: the refusal
     names the op without a lowering, not the Scaler."""
@@ -215,8 +338,24 @@ def test_unsupported_ml_op_named_before_what_waits_on_it():
                        nodes_truenodeids=[0], nodes_falsenodeids=[0], target_ids=[0],
                        target_nodeids=[0], target_treeids=[0], target_weights=[1.0])
     model = ml_model([tree, scaler("t", "y", (0.5,), (2.0,))], T.FLOAT, [2, 3])
-    with pytest.raises(UnsupportedOp, match="node 'trees' .*'TreeEnsembleRegressor' of domain"):
+    with pytest.raises(UnsupportedOp, match="node 'trees' .*'TreeEnsembleRegressor' of domain"
+                       ".*: a tree ensemble is piecewise constant"):
         reverse(model, inputs=["x"], outputs=["y"])
+
+
+def test_zipmap_refused_with_the_export_option():
+    """skl2onnx's default classifier export ends in a ZipMap (a sequence of
+    maps): the refusal says how to export the probabilities as a tensor."""
+    zipmap = h.make_node("ZipMap", ["y"], ["maps"], name="zip", domain=ML,
+                         classlabels_int64s=[10, 11, 12])
+    g = h.make_graph([classifier(3), zipmap], "ml",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("label", T.INT64, None),
+                      h.make_value_info("maps", h.make_sequence_type_proto(
+                          h.make_map_type_proto(T.INT64, h.make_tensor_type_proto(T.FLOAT, []))))])
+    with pytest.raises(UnsupportedOp, match="node 'zip' .*sequence of maps.*"
+                       "options=\\{'zipmap': False\\}"):
+        forward(h.make_model(g, opset_imports=OPSETS))
 
 
 def test_pipeline_second_order():
@@ -267,8 +406,16 @@ def test_repeated_default_opset_entries_are_one_domain():
     (svm("CUBIC"), [], "unknown kernel_type CUBIC"),
     (h.make_node("Normalizer", ["x"], ["y"], name="norm", domain=ML, norm=b"\xffL2"), [],
      "node 'norm'.*attribute 'norm' is not valid UTF-8 text"),
-    (h.make_node("Binarizer", ["x"], ["y"], name="bin", domain=ML), [],
-     "'Binarizer' of domain 'ai.onnx.ml' is not supported.*Scaler, LinearRegressor"),
+    (h.make_node("FeatureVectorizer", ["x"], ["y"], name="vec", domain=ML, inputdimensions=[3]),
+     [], "'FeatureVectorizer' of domain 'ai.onnx.ml' is not supported.*Scaler, LinearRegressor"),
+    (h.make_node("LabelEncoder", ["x"], ["y"], name="codes", domain=ML, keys_floats=[1.0, 2.0],
+                 values_floats=[3.0]), [], "node 'codes'.*keys and values of the same"),
+    (h.make_node("LabelEncoder", ["x"], ["y"], name="codes", domain=ML, keys_int64s=[1],
+                 values_floats=[3.0]), [], "keys of element type INT64 for an input of FLOAT"),
+    (h.make_node("OneHotEncoder", ["x"], ["y"], name="hot", domain=ML, cats_int64s=[1],
+                 cats_strings=["a"]), [], "node 'hot'.*exactly one of cats_int64s and cats"),
+    (h.make_node("OneHotEncoder", ["x"], ["y"], name="hot", domain=ML, cats_strings=["a"]), [],
+     "string categories need a string input"),
     (h.make_node("Normalizer", ["x"], ["y"], name="norm", domain=ML, norm="L3"), [],
      "node 'norm'.*unknown norm L3"),
     (classifier(3, post_transform="PROBIT"), [], "node 'cls'.*post_transform PROBIT"),
@@ -313,7 +460,8 @@ def _random_ml_node(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarr
     floats = lambda n: rng.standard_normal(n).round(2).tolist()
     size = lambda fit: int(rng.choice([fit, fit, fit + 1]))
     op = str(rng.choice(["Scaler", "LinearRegressor", "ArrayFeatureExtractor", "SVMRegressor",
-                         "LinearClassifier", "Normalizer"]))
+                         "LinearClassifier", "Normalizer", "Binarizer", "LabelEncoder",
+                         "OneHotEncoder"]))
     attrs, inits, outputs = {}, [], ["y"]
     if op == "Scaler":
         n = int(rng.choice([1, c, c + 1]))
@@ -336,6 +484,13 @@ def _random_ml_node(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarr
                  "classlabels_ints": list(range(int(rng.choice([e, 2, 0])))),
                  "post_transform": str(rng.choice(["NONE", "LOGISTIC", "SOFTMAX", "PROBIT"]))}
         outputs = ["label", "y"]
+    elif op == "Binarizer":
+        attrs = {"threshold": floats(1)[0]}
+    elif op == "LabelEncoder":  # keys drawn from the input's own values, rounded as it is
+        k = int(rng.integers(1, 4))
+        attrs = {"keys_floats": floats(size(k)), "values_floats": floats(k)}
+    elif op == "OneHotEncoder":  # the input truncated to int64: categories near it
+        attrs = {"cats_int64s": rng.integers(-2, 3, size=int(rng.integers(1, 4))).tolist()}
     else:
         attrs = {"norm": str(rng.choice(["MAX", "L1", "L2"]))}
     attrs = {k: v for k, v in attrs.items() if v != []}
@@ -343,7 +498,11 @@ def _random_ml_node(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarr
     results = [h.make_tensor_value_info(o, T.INT64 if o == "label" else T.FLOAT, None)
                for o in outputs]
     g = h.make_graph([node], "ml", [h.make_tensor_value_info("x", T.FLOAT, shape)], results, inits)
-    return h.make_model(g, opset_imports=OPSETS), rng.standard_normal(shape).astype(np.float32)
+    x = rng.standard_normal(shape).round(2).astype(np.float32)
+    if op == "LabelEncoder":  # some entries hit a key
+        keys = np.asarray(attrs["keys_floats"], np.float32)
+        x.reshape(-1)[::2] = keys[rng.integers(0, keys.size, size=x.reshape(-1)[::2].size)]
+    return h.make_model(g, opset_imports=OPSETS), x
 
 
 def test_random_nodes_are_lowered_exactly_or_refused():

@@ -8,8 +8,11 @@ pipeline (an ai.onnx.ml Scaler), polynomial features + ridge
 distances in a Scan), logistic regressions' probabilities (float64: default
 ops; float32: LinearClassifier, two and three classes) and an RBF support
 vector regression (SVMRegressor), a PowerTransformer pipeline (Imputers
-over NaN branches): the surrogate
-models optimal-control users fit and hand to CasADi.
+over NaN branches): the surrogate models optimal-control users fit and hand
+to CasADi. And pipelines over a DataFrame of numeric and categorical
+columns (an operating mode, a site): OneHotEncoder, OrdinalEncoder and
+TargetEncoder, whose ai.onnx.ml OneHotEncoders and LabelEncoders read the
+int64 and string inputs, differentiated w.r.t. the float columns.
 """
 from __future__ import annotations
 
@@ -67,3 +70,40 @@ def test_second_order(name):
     model, ref = load(name)
     check_hessian(model, {model.graph.input[0].name: ref["x"]},
                   output=model.graph.output[-1].name)
+
+
+MIXED = ["onehot_mlp", "onehot_drop_ridge", "ordinal_ridge", "target_ridge"]
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_mixed_columns_jacobian_matches_scikit_learn(name):
+    """One input per column: a direction per float column (the int64 and
+    string columns are not differentiated), in both modes."""
+    model, ref = load(name)
+    jac = ref.pop("jac")
+    want = ref.pop("y")
+    floats = [i.name for i in model.graph.input
+              if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
+    assert floats == ["a", "b"]
+    y_name = model.graph.output[0].name
+    fwd = forward(model, outputs=[y_name], layout="onnx")
+    adj = reverse(model, outputs=[y_name], layout="onnx")
+    for m in (fwd, adj):
+        onnx.checker.check_model(m, full_check=True)
+        assert not any(n.domain == "ai.onnx.ml" for n in m.graph.node)
+        assert {i.name for i in m.graph.input} >= {"mode", "site"}
+    feeds = {k: v.astype(object) if v.dtype.kind == "U" else v for k, v in ref.items()}
+    seeds = {f"fwd_{c}": np.zeros(feeds[c].shape + (2,), np.float32) for c in floats}
+    for j, c in enumerate(floats):
+        seeds[f"fwd_{c}"][..., j] = 1
+    got = run(fwd, {**feeds, **seeds})
+    np.testing.assert_allclose(got[y_name].reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[f"fwd_{y_name}"].reshape(jac.shape), jac, rtol=2e-3, atol=2e-4,
+                               err_msg="forward mode vs scikit-learn")
+    u = np.random.default_rng(0).standard_normal(jac.shape[:2])
+    seed = u.reshape(got[y_name].shape + (1,)).astype(np.float32)
+    back = run(adj, {**feeds, f"adj_{y_name}": seed})
+    vjp = np.einsum("noi,no->ni", jac, u)
+    for j, c in enumerate(floats):
+        np.testing.assert_allclose(back[f"adj_{c}"][..., 0].reshape(-1), vjp[:, j], rtol=2e-3,
+                                   atol=2e-4, err_msg=f"reverse mode vs scikit-learn ({c})")

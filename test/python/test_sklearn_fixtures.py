@@ -107,3 +107,12 @@ def test_mixed_columns_jacobian_matches_scikit_learn(name):
     for j, c in enumerate(floats):
         np.testing.assert_allclose(back[f"adj_{c}"][..., 0].reshape(-1), vjp[:, j], rtol=2e-3,
                                    atol=2e-4, err_msg=f"reverse mode vs scikit-learn ({c})")
+
+
+def test_mixed_columns_second_order():
+    """forward(reverse(m)) of the one-hot MLP w.r.t. both float columns, the
+    categorical columns fed as they are."""
+    model, ref = load("onehot_mlp")
+    feeds = {k: v.astype(object) if v.dtype.kind == "U" else v for k, v in ref.items()
+             if k in ("a", "b", "mode", "site")}
+    check_hessian(model, feeds, inputs=["a", "b"], output=model.graph.output[0].name)

@@ -76,8 +76,10 @@ _sources_of: dict = {}  # value -> the symbols it is the source of (for forget)
 
 def _note_sources(v: ir.Value, out: list, sig=None) -> None:
     for i, d in enumerate(out):
-        # (a proved extent ("=", n) is shared by values in any region: no source)
-        if isinstance(d, tuple) and d[0] != "=" and d not in _source:
+        # (a proved extent ("=", n) is shared by values in any region, and a
+        # joint one may first appear in a region its other users cannot see:
+        # no source)
+        if isinstance(d, tuple) and d[0] not in ("=", "bc") and d not in _source:
             _source[d] = (sig if sig is not None else _signature(v), v, i)
             _sources_of.setdefault(v, []).append(d)
 
@@ -254,7 +256,7 @@ def broadcast(*shapes: list) -> list | None:
     """Multidirectional broadcasting of symbolic extents, folded pairwise:
     per dim, the one non-1 extent; between two different ones, the static one
     when exactly one is static (a valid model needs the other to be it or
-    1), else None (unknown)."""
+    1), else their joint symbol (`_joint`)."""
     if not shapes:
         return []
     out = shapes[0]
@@ -285,8 +287,20 @@ def broadcast(*shapes: list) -> list | None:
             elif ee:
                 out[j] = e
             elif not ce:
-                out[j] = None
+                out[j] = _joint(c, e)
     return [None if e is _CONFLICT else e for e in out] if _CONFLICT in out else out
+
+
+def _joint(c, e):
+    """The broadcast of two different symbolic extents: a symbol naming the
+    set of extents broadcast together (their one non-1 extent is a function
+    of the set), so that a tangent term da * b and the primal a * b get the
+    same extents whatever the symbols. None when either is unknown."""
+    if c is None or e is None:
+        return None
+    def parts(x) -> frozenset:
+        return x[1] if x[0] == "bc" else frozenset([x])
+    return ("bc", parts(c) | parts(e))
 
 
 _INTS = (int, np.integer)

@@ -665,3 +665,34 @@ def test_loop_whose_state_grows(M):
     plain = run(rev, {**feeds, **u})
     for got in run(reverse(m, layout="onnx", checkpoint=2), {**feeds, **u}).items():
         np.testing.assert_array_equal(got[1], plain[got[0]])  # no segments: nothing stored
+
+
+def _ops_in_bodies(m: onnx.ModelProto) -> list[str]:
+    found = []
+    for n in m.graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                found += [x.op_type for x in a.g.node]
+    return found
+
+
+def test_tangents_of_dynamic_broadcasts_in_a_body_need_no_expand():
+    """h <- h * x_t + x_t over a Scan with a run-time batch: the body's state
+    and scan-input slices carry unrelated `?` extents, yet d(h x) = dh x +
+    h dx and the primal h x broadcast the same ones (symdims' joint
+    extents): no Shape/Expand per step in forward mode; values of both
+    modes and of forward(reverse(m)) by central differences."""
+    body = h.make_graph([h.make_node("Mul", ["hb", "xt"], ["p"], name="b_mul"),
+                         h.make_node("Add", ["p", "xt"], ["hn"], name="b_add"),
+                         h.make_node("Identity", ["hn"], ["yt"], name="b_id")],
+                        "body", [vi("hb", D, [None, 3]), vi("xt", D, [None, 3])],
+                        [vi("hn", D, [None, 3]), vi("yt", D, [None, 3])])
+    m = model([h.make_node("Scan", ["h0", "X"], ["hT", "Y"], body=body, num_scan_inputs=1,
+                           name="scan")],
+              [("h0", D, ["n", 3]), ("X", D, [4, "n", 3])], [("hT", D, ["n", 3])])
+    body_ops = _ops_in_bodies(forward(m, layout="onnx"))
+    assert not {"Expand", "Shape"} & set(body_ops), body_ops
+    rng = np.random.default_rng(3)
+    feeds = {"h0": rng.uniform(0.5, 1.0, (2, 3)), "X": rng.uniform(0.5, 1.0, (4, 2, 3))}
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)

@@ -51,6 +51,10 @@ BATCH_FIRST = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "Glo
                "GlobalMaxPool", "GlobalLpPool", "Resize", "Upsample", "MaxRoiPool"}
 
 
+# Scan ops whose bodies take the states and then one slice of each scan input
+# (Scan-8 adds a batch axis: its arguments get fresh symbols)
+_SCANS = {"onnx.Scan"} | {f"onnx.ScanV{v}" for v in range(9, 100)}
+
 _context: list = [None]  # the context the caches belong to (kept alive: identity is safe)
 
 
@@ -204,6 +208,63 @@ def _fill(out: list | None, v: ir.Value) -> list:
     return res
 
 
+def _scan_arg_dims(scan: ir.Operation, i: int, rank: int) -> list | None:
+    """A Scan body's argument i: a state has its start's extents (ONNX
+    requires a state to keep one shape through the iterations, and ONNX
+    Runtime holds it to its start's), a scan input its operand's without the
+    scan axis. None when the operand's rank does not fit."""
+    ops = list(scan.operands)
+    m = ir.IntegerAttr(scan.attributes["num_scan_inputs"]).value
+    n = len(ops) - m
+    if i >= len(ops):
+        return None
+    d = dims(ops[i])
+    if i < n:
+        return d if d is not None and len(d) == rank else None
+    if d is None or len(d) != rank + 1:
+        return None
+    axes = _axes(scan, "scan_input_axes", m)
+    axis = axes[i - n] % (rank + 1) if i - n < len(axes) else 0
+    return d[:axis] + d[axis + 1:]
+
+
+def _scan_result_dims(scan: ir.Operation, i: int, rank: int) -> list | None:
+    """A Scan's result i: a final state has its start's extents; a scan
+    output, the iteration count (the first scan input's extent on its axis)
+    inserted at its axis into the extents of the body's yield, where those
+    are known outside the body (static, named, or the extents of the Scan's
+    operands): a symbol of a body value is not visible to the Scan's users."""
+    ops = list(scan.operands)
+    m = ir.IntegerAttr(scan.attributes["num_scan_inputs"]).value
+    n = len(ops) - m
+    if i < n:
+        d = dims(ops[i])
+        return d if d is not None and len(d) == rank else None
+    body = scan.regions[0].blocks[0]
+    yields = list(body.operations)[-1].operands
+    first = dims(ops[n]) if n < len(ops) else None
+    elem = dims(yields[i]) if i < len(yields) else None
+    if first is None or elem is None or len(elem) + 1 != rank:
+        return None
+    in_axes = _axes(scan, "scan_input_axes", m)
+    out_axes = _axes(scan, "scan_output_axes", len(scan.results) - n)
+    steps = first[in_axes[0] % len(first)]
+    outside = {e for o in ops for e in (dims(o) or []) if isinstance(e, tuple)}
+
+    def visible(e) -> bool:
+        return not isinstance(e, tuple) or e[0] in ("param", "=") or e in outside or \
+            (e[0] == "bc" and all(visible(p) for p in e[1]))
+    elem = [e if visible(e) else None for e in elem]
+    axis = out_axes[i - n] % rank
+    return elem[:axis] + [steps] + elem[axis:]
+
+
+def _axes(scan: ir.Operation, name: str, count: int) -> list[int]:
+    if name not in scan.attributes:
+        return [0] * count
+    return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(scan.attributes[name])]
+
+
 def _arg_dims(v: ir.Value) -> list:
     st = _static(v.type)
     block = v.owner
@@ -212,6 +273,10 @@ def _arg_dims(v: ir.Value) -> list:
     try:
         parent = block.owner
         parent = parent.operation if isinstance(parent, ir.OpView) else parent
+        if parent is not None and parent.name in _SCANS:
+            inherited = _scan_arg_dims(parent, arg.arg_number, len(st))
+            if inherited is not None:
+                return _fill(inherited, v)
         if parent is not None and parent.name == "func.func" and "arg_attrs" in parent.attributes:
             attrs = ir.ArrayAttr(parent.attributes["arg_attrs"])
             if arg.arg_number < len(attrs):
@@ -375,6 +440,8 @@ def _compute(v: ir.Value, op, ins, sig) -> list:
     if op is None:
         return _arg_dims(v)
     name = op.name
+    if name in _SCANS:
+        return _fill(_scan_result_dims(op, ir.OpResult(v).result_number, len(v.type.shape)), v)
     if not name.startswith("onnx."):
         return _fill(None, v)
     ot = _op_table.OPS.get(name[5:], {}).get("op_type")

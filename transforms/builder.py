@@ -618,7 +618,7 @@ class Builder:
         lead = len(sc) - len(st)
         axes = list(range(1, 1 + lead))
         for i in range(1, len(st)):
-            c, t = sc[lead + i], st[i]
+            c, t = symdims.claimed(sc[lead + i]), symdims.claimed(st[i])
             if c == t:
                 continue
             if t == 1:

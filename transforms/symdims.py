@@ -413,9 +413,8 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
         return src[starts[0]:ends[0]]
     if ot in ("Mul", "Div", "Add", "Sub"):
         a, b = shape_value(op.operands[0], dims_of), shape_value(op.operands[1], dims_of)
-        claim = lambda e: e[1] if isinstance(e, tuple) and e[0] == "=" else e
-        a = None if a is None else [claim(e) for e in a]
-        b = None if b is None else [claim(e) for e in b]
+        a = None if a is None else [claimed(e) for e in a]
+        b = None if b is None else [claimed(e) for e in b]
         if a is None or b is None or len(a) != len(b) or not all(
                 isinstance(e, (int, np.integer)) for e in a + b):
             return None
@@ -436,6 +435,8 @@ def _compute(v: ir.Value, op, ins, sig) -> list:
     if hit is not None and hit[0] == sig:
         ld = dims(hit[1])
         if ld is not None and len(ld) == len(v.type.shape):
+            if hit[2]:
+                return _fill(ld, v)
             return _fill([v.type.shape[0] if v.type.shape[0] != DYN else fresh()] + ld[1:], v)
     if op is None:
         return _arg_dims(v)
@@ -605,6 +606,11 @@ def _rule(ot, op, idx, ins) -> list | None:
     return None
 
 
+def claimed(e):
+    """An extent with a proved value ("=", n, see _fill) as that value n."""
+    return e[1] if isinstance(e, tuple) and e[0] == "=" else e
+
+
 def _earliest(syms: list):
     """One of several extents known to be equal: a static one, else the
     oldest symbol (parameters first)."""
@@ -650,16 +656,17 @@ def register(t: ir.Value, primal: ir.Value) -> None:
         _cache[t] = (sig, [td[0]] + pd)
 
 
-_alike: dict = {}  # value -> (signature, value with the same extents past axis 0)
+_alike: dict = {}  # value -> (signature, value with the same extents, on every axis?)
 _alikes_of: dict = {}  # value -> the values declared alike it (for forget)
 
 
-def alike(t: ir.Value, like: ir.Value) -> None:
+def alike(t: ir.Value, like: ir.Value, every_axis: bool = False) -> None:
     """`t` has exactly `like`'s extents past axis 0 (a cotangent a rule built
     for the linear value `like`, e.g. out of a Scan, whose extents the ops
-    alone do not tell); kept across cache resets, like `register`."""
+    alone do not tell), or on every axis; kept across cache resets, like
+    `register`."""
     _same_context()
-    _alike[t] = (_signature(t), like)
+    _alike[t] = (_signature(t), like, every_axis)
     _alikes_of.setdefault(like, []).append(t)
     _cache.pop(t, None)
 

@@ -711,6 +711,11 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     primal_floats = [r for r in results[:n + nout] if is_float(r)]
     fl = [j for j, a in enumerate(cargs) if is_float(a)]
     caps_all = [v for v in inputs if v in captures(primal)]
+    if name == "Loop" and not recompute:
+        # stacked states are one shape (ONNX Runtime refuses a scan output
+        # whose slices differ): the carried values keep their starts' extents
+        for f, i in zip(finals, inits):
+            symdims.alike(f, i, every_axis=True)
     # Cotangent inits for the carried values: those of the final results.
     ct_final = [ct_at[j] for j in fl]
     ct_final = [_zeros(b, finals[j], k) if c is None else b.fit(c, finals[j])
@@ -799,6 +804,10 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         else:
             states = [b.op("Gather", [h, idx], cargs[j].type, axis=0)
                       for j, h in enumerate(state_hist)]
+            for v, i in zip(states, inits):
+                symdims.alike(v, i, every_axis=True)
+            for c, start in zip(ct_v, ct_final):  # its yields are fit to the states
+                symdims.alike(c, start)
         it = b.op("Gather", [iters, idx], body.arguments[0].type, axis=0) if with_i else a[0]
         cty = [fixed[mm] if fixed[mm] is not None else
                b.op("Gather", [c, idx], b.derivative_type(outs[mm]), axis=1)
@@ -941,6 +950,13 @@ def refine_region_types(f: ir.Operation) -> None:
         else:
             inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
             new = [_join(i.type, y.type) for i, y in zip(inits, cys)]
+            # a carried argument is its start, then the previous yield: the
+            # extents both have are its own in every iteration (a Scan state
+            # keeps its start's shape throughout)
+            for a, i, shape in zip(cargs, inits, new):
+                if _refine(a, dims(i) if name == "Scan" else shape):
+                    changed = True
+                    _retype_users(a)
             if name == "Loop":
                 T = _fixed_trip_count(op)
                 new += [None if dims(y) is None else [T] + dims(y) for y in outs]

@@ -704,15 +704,17 @@ def test_run_time_batch_scan_bodies_need_no_shape_arithmetic():
     check_hessian(m, feeds)
 
 
-@pytest.mark.parametrize("batch", ["n", 2])
-def test_loop_bodies_need_no_run_time_unbroadcasting(batch):
+@pytest.mark.parametrize("batch,out", [("n", ["n", 3]), ("n", ["out_0", "out_1"]), (2, [2, 3])])
+def test_loop_bodies_need_no_run_time_unbroadcasting(batch, out):
     """h <- tanh(h W) * x + h over a Loop, the body's h typed [?, 3]: with a
     static batch outside, the carried argument gets its start's extents (the
     start and every yield have them); with a run-time batch, the reverse
     body's stored states and cotangents are known to keep their starts'
-    extents (a stacked history is one shape). Either way no Shape, NonZero
-    or ReduceSum per step (3x the reverse model's time on a Loop RNN);
-    values by central differences, second order too."""
+    extents (a stacked history is one shape), whatever names the output's
+    declaration gives them (a torch export's Loop output: [out_0, out_1]).
+    Either way no Shape, NonZero or ReduceSum per step (3x the reverse
+    model's time on a Loop RNN); values by central differences, second
+    order too."""
     body = h.make_graph([h.make_node("MatMul", ["hb", "W"], ["a"], name="l_mm"),
                          h.make_node("Tanh", ["a"], ["d"], name="l_tanh"),
                          h.make_node("Mul", ["d", "x"], ["e"], name="l_mul"),
@@ -722,7 +724,7 @@ def test_loop_bodies_need_no_run_time_unbroadcasting(batch):
                         [vi("co", B, []), vi("hn", D, [None, 3])])
     m = model([const("M", 5, I64), const("W", np.linspace(-0.5, 0.7, 9).reshape(3, 3)),
                h.make_node("Loop", ["M", "", "h0"], ["hT"], body=body, name="loop")],
-              [("h0", D, [batch, 3]), ("x", D, [batch, 3])], [("hT", D, [batch, 3])])
+              [("h0", D, [batch, 3]), ("x", D, [batch, 3])], [("hT", D, out)])
     body_ops = _ops_in_bodies(reverse(m, layout="onnx"))
     assert not {"Shape", "NonZero", "ReduceSum"} & set(body_ops), body_ops
     rng = np.random.default_rng(4)

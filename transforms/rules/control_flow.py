@@ -173,6 +173,7 @@ def _create(name: str, operands, result_types, attrs, loc, nregions: int) -> ir.
 def _replace(rewriter, old: ir.Operation, new_values: list[ir.Value]) -> None:
     for r, v in zip(old.results, new_values):
         r.replace_all_uses_with(v)
+    symdims.forget(old)  # (what was registered with its results must not outlive them)
     rewriter.erase_op(old) if rewriter is not None else old.erase()
 
 
@@ -700,6 +701,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     loc = op.location
     ct_at = [ct_of.get(r) for r in op.results]  # by index: the op is replaced next
     recompute = name == "Loop" and _shape_may_vary(op)
+    if name == "Loop" and not recompute:
+        # stacked states are one shape (ONNX Runtime refuses a scan output
+        # whose slices differ): the carried values keep their starts'
+        # extents, and so do the results' cotangents ([k] + the result's)
+        for c, start in zip(ct_at, list(op.operands)[2:]):
+            if c is not None:
+                symdims.register(c, start)
     primal, hist, with_i = _with_history(op, name, states=not recompute)
     inits, cargs, cys, scans, sargs, outs = _loop_layout(primal, name)
     body = primal.regions[0].blocks[0]
@@ -712,8 +720,6 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     fl = [j for j, a in enumerate(cargs) if is_float(a)]
     caps_all = [v for v in inputs if v in captures(primal)]
     if name == "Loop" and not recompute:
-        # stacked states are one shape (ONNX Runtime refuses a scan output
-        # whose slices differ): the carried values keep their starts' extents
         for f, i in zip(finals, inits):
             symdims.alike(f, i, every_axis=True)
     # Cotangent inits for the carried values: those of the final results.

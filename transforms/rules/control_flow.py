@@ -701,13 +701,6 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     loc = op.location
     ct_at = [ct_of.get(r) for r in op.results]  # by index: the op is replaced next
     recompute = name == "Loop" and _shape_may_vary(op)
-    if name == "Loop" and not recompute:
-        # stacked states are one shape (ONNX Runtime refuses a scan output
-        # whose slices differ): the carried values keep their starts'
-        # extents, and so do the results' cotangents ([k] + the result's)
-        for c, start in zip(ct_at, list(op.operands)[2:]):
-            if c is not None:
-                symdims.register(c, start)
     primal, hist, with_i = _with_history(op, name, states=not recompute)
     inits, cargs, cys, scans, sargs, outs = _loop_layout(primal, name)
     body = primal.regions[0].blocks[0]
@@ -720,8 +713,15 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     fl = [j for j, a in enumerate(cargs) if is_float(a)]
     caps_all = [v for v in inputs if v in captures(primal)]
     if name == "Loop" and not recompute:
+        # stacked states are one shape (ONNX Runtime refuses a scan output
+        # whose slices differ): the carried values keep their starts' extents
         for f, i in zip(finals, inits):
             symdims.alike(f, i, every_axis=True)
+    # the results' cotangents have [k] + their extents, whatever names the
+    # output declarations give them (a torch export's Loop output)
+    for c, r in zip(ct_at, finals + scan_results):
+        if c is not None:
+            symdims.register(c, r)
     # Cotangent inits for the carried values: those of the final results.
     ct_final = [ct_at[j] for j in fl]
     ct_final = [_zeros(b, finals[j], k) if c is None else b.fit(c, finals[j])

@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
-import time
 
 import numpy as np
 
@@ -67,26 +65,10 @@ def measure(case: dict, variants: dict, k: int, rounds: int) -> dict:
             runs[label] = (s, feeds, outs, kind, err)
         except Exception as e:  # noqa: BLE001
             result[label] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
-    times = {label: [] for label in runs}
-    labels = list(runs)
-    inner = {}  # calls per round: each label's round lasts >= ~5 ms
-    for label in labels:
-        s, feeds, outs = runs[label][:3]
-        s.run(outs, feeds)
-        t0 = time.perf_counter()
-        s.run(outs, feeds)
-        inner[label] = max(1, min(200, int(0.005 / max(1e-7, time.perf_counter() - t0)) + 1))
-    for i in range(rounds):
-        for label in labels[i % len(labels):] + labels[:i % len(labels)]:
-            s, feeds, outs = runs[label][:3]
-            t0 = time.perf_counter()
-            for _ in range(inner[label]):
-                s.run(outs, feeds)
-            times[label].append((time.perf_counter() - t0) / inner[label])
-    primal = statistics.median(times["primal"])
-    for label in labels[1:]:
-        result[label] = {"median_s": statistics.median(times[label]),
-                         "x_primal": statistics.median(times[label]) / primal,
+    med = run.interleaved_medians({label: r[:3] for label, r in runs.items()}, rounds)
+    primal = med["primal"]
+    for label in list(runs)[1:]:
+        result[label] = {"median_s": med[label], "x_primal": med[label] / primal,
                          "max_rel_err": runs[label][4]}
     result["primal"] = {"median_s": primal}
     return result

@@ -18,8 +18,6 @@ declarations cost what the static one does.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 import onnx
@@ -92,16 +90,7 @@ def measure(m: onnx.ModelProto, rounds: int) -> dict:
             if i.name not in f:  # a seed fwd_<x> / adj_<y>: that value's shape + [1]
                 f[i.name] = np.ones(values[i.name.split("_", 1)[1]].shape + (1,), np.float32)
         runs[kind] = (run.session(model), f)
-    times = {kind: [] for kind in runs}
-    kinds = list(runs)
-    for r in range(rounds):
-        for kind in kinds[r % 3:] + kinds[:r % 3]:
-            s, f = runs[kind]
-            t0 = time.perf_counter()
-            for _ in range(10):
-                s.run(None, f)
-            times[kind].append((time.perf_counter() - t0) / 10)
-    med = {kind: statistics.median(t) for kind, t in times.items()}
+    med = run.interleaved_medians({kind: (s, f, None) for kind, (s, f) in runs.items()}, rounds)
     return {"fwd_x": med["fwd"] / med["primal"], "rev_x": med["rev"] / med["primal"],
             "fwd_body": body_ops(models["fwd"]), "rev_body": body_ops(models["rev"])}
 

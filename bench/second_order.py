@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 
 import numpy as np
@@ -59,22 +58,8 @@ def measure(case: dict, built: dict, rounds: int) -> dict:
             "rev": (run.session(built["rev"]), {**case["feeds"], **adj}),
             "hvp": (run.session(built["hvp"]), {**case["feeds"], **adj,
                                                 f"fwd_{x}": case["v"][..., None]})}
-    inner = {}
-    for label, (s, feeds) in runs.items():
-        s.run(None, feeds)
-        t0 = time.perf_counter()
-        s.run(None, feeds)
-        inner[label] = max(1, min(200, int(0.005 / max(1e-7, time.perf_counter() - t0)) + 1))
-    times = {label: [] for label in runs}
-    labels = list(runs)
-    for i in range(rounds):
-        for label in labels[i % 3:] + labels[:i % 3]:
-            s, feeds = runs[label]
-            t0 = time.perf_counter()
-            for _ in range(inner[label]):
-                s.run(None, feeds)
-            times[label].append((time.perf_counter() - t0) / inner[label])
-    med = {label: statistics.median(t) for label, t in times.items()}
+    med = run.interleaved_medians({label: (s, feeds, None) for label, (s, feeds) in runs.items()},
+                                  rounds)
     return {"primal_s": med["primal"], "rev_x": med["rev"] / med["primal"],
             "hvp_x": med["hvp"] / med["primal"],
             "asymmetry": asymmetry(case, runs["hvp"][0], np.random.default_rng(0))}

@@ -1,8 +1,9 @@
 """ai.onnx.ml ops lowered at import (Scaler, LinearRegressor,
 ArrayFeatureExtractor, SVMRegressor, LinearClassifier, Normalizer, Imputer,
-OneHotEncoder, LabelEncoder, Binarizer): the derivative models' primal outputs against ONNX
-Runtime's own ML kernels, their derivatives against central differences of
-the original model (run with those kernels), and the refusals."""
+OneHotEncoder, LabelEncoder, Binarizer): the derivative models' primal
+outputs against ONNX Runtime's own ML kernels, their derivatives against
+central differences of the original model (run with those kernels), and
+the refusals."""
 from __future__ import annotations
 
 import numpy as np
@@ -207,9 +208,9 @@ def test_imputer(attrs):
     check_derivatives(model, {"x": X})
 
 
-def encoded(node: onnx.NodeProto, c_type: int, c_shape: list, to_float: bool = False
-            ) -> onnx.ModelProto:
-    """y = x * float(node(c)): a float input x [2, 3] differentiated beside a
+def encoded(node: onnx.NodeProto, c_type: int, c_shape: list, to_float: bool = False,
+            x_shape: tuple = (2, 3)) -> onnx.ModelProto:
+    """y = x * float(node(c)): a float input x differentiated beside a
     categorical input c the encoder reads (as skl2onnx's ColumnTransformers)."""
     nodes = [node]
     code = node.output[0]
@@ -217,7 +218,7 @@ def encoded(node: onnx.NodeProto, c_type: int, c_shape: list, to_float: bool = F
         nodes.append(h.make_node("Cast", [code], ["code_f"], to=T.FLOAT))
         code = "code_f"
     nodes.append(h.make_node("Mul", ["x", code], ["y"]))
-    g = h.make_graph(nodes, "ml", [h.make_tensor_value_info("x", T.FLOAT, [2, 3]),
+    g = h.make_graph(nodes, "ml", [h.make_tensor_value_info("x", T.FLOAT, list(x_shape)),
                                    h.make_tensor_value_info("c", c_type, c_shape)],
                      [h.make_tensor_value_info("y", T.FLOAT, None)])
     return h.make_model(g, opset_imports=[h.make_opsetid("", 19), h.make_opsetid(ML, 3)])
@@ -249,12 +250,10 @@ def test_encoders_recompute_ort_kernels(node, c, to_float):
     """The encoded categorical input scales x: the derivative models'
     primal as ONNX Runtime's OneHotEncoder/LabelEncoder kernels compute it,
     derivatives w.r.t. x by central differences."""
+    # a LabelEncoder maps c [2, 3] to [2, 3]; a OneHotEncoder c [3] to [3, 3] (x [3, 1])
+    x = X.T[:, :1].copy() if node.op_type == "OneHotEncoder" else X
     model = encoded(node, {np.float32: T.FLOAT, np.int64: T.INT64, np.object_: T.STRING}[
-        c.dtype.type], list(c.shape), to_float)
-    x = X if c.shape[-1] == 3 else X[:, :1]
-    if node.op_type == "OneHotEncoder":  # [3] -> [3, 3]: x broadcast as [2, 1] * [3, 3]
-        model.graph.input[0].CopyFrom(h.make_tensor_value_info("x", T.FLOAT, [3, 1]))
-        x = X.T[:, :1].copy()
+        c.dtype.type], list(c.shape), to_float, x.shape)
     feeds = {"x": x, "c": c}
     want = run(model, feeds)["y"]
     for transform, extra in ((forward, {"fwd_x": np.zeros(x.shape + (1,), np.float32)}),

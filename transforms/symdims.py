@@ -363,6 +363,7 @@ def _joint(c, e):
     same extents whatever the symbols. None when either is unknown."""
     if c is None or e is None:
         return None
+
     def parts(x) -> frozenset:
         return x[1] if x[0] == "bc" else frozenset([x])
     return ("bc", parts(c) | parts(e))

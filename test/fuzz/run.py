@@ -560,9 +560,13 @@ def _run_mlir(model, seed, folder, rec) -> dict:
     from onnx_ad_mlir.importer import import_onnx
     from onnx_ad_mlir.tools import opt
     import onnx
+    from onnx_ad_mlir.errors import OnnxAdError
     onnx.save(model, os.path.join(folder, "in.onnx"))
-    with ir.Context() as ctx:
-        text = import_onnx(model, context=ctx).operation.get_asm(enable_debug_info=True)
+    try:  # the text to mutate is made by the importer, which may refuse the model
+        with ir.Context() as ctx:
+            text = import_onnx(model, context=ctx).operation.get_asm(enable_debug_info=True)
+    except OnnxAdError as e:
+        return {"outcome": "refused", "detail": f"import: {e}"[:300]}
     mkind, bad = mutate_mlir(text, seed)
     rec["kind"] = f"mlir:{mkind}"
     inp, out = os.path.join(folder, "in.mlir"), os.path.join(folder, "out.mlir")

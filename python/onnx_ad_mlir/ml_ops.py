@@ -6,7 +6,8 @@ scikit-learn models exported by skl2onnx put a float32 StandardScaler in a
 in a `LinearClassifier` (and a `Normalizer`), a PowerTransformer's guards in
 `Imputer`s, a ColumnTransformer's categorical columns in `OneHotEncoder`s
 and `LabelEncoder`s (ordinal and target encoders), a threshold in a
-`Binarizer`; the dialect holds only the default ONNX domain.
+`Binarizer`, per-feature inputs joined in a `FeatureVectorizer`; the dialect
+holds only the default ONNX domain.
 Each such node of the main graph becomes the default-domain nodes that
 compute what ONNX Runtime's kernel computes (types and shapes included), so
 the derivative model runs on any runtime. Attributes outside that exact form
@@ -144,22 +145,23 @@ _ATTRIBUTE_TYPES = {"offset": _A.FLOATS, "scale": _A.FLOATS, "coefficients": _A.
                     "values_strings": _A.STRINGS, "default_float": _A.FLOAT,
                     "default_int64": _A.INT, "default_string": _A.STRING,
                     "keys_tensor": _A.TENSOR, "values_tensor": _A.TENSOR,
-                    "default_tensor": _A.TENSOR}
+                    "default_tensor": _A.TENSOR, "inputdimensions": _A.INTS}
 # operands, results
 _ARITY = {"Scaler": (1, 1), "LinearRegressor": (1, 1), "ArrayFeatureExtractor": (2, 1),
           "SVMRegressor": (1, 1), "LinearClassifier": (1, 2), "Normalizer": (1, 1),
           "Imputer": (1, 1), "OneHotEncoder": (1, 1), "LabelEncoder": (1, 1),
-          "Binarizer": (1, 1)}
+          "Binarizer": (1, 1), "FeatureVectorizer": (None, 1)}
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
     """The node's attributes (strings decoded), after checking its operand
     and result counts and the types of the attributes the lowering reads (a
     classifier's label result may be absent)."""
-    operands, results = _ARITY[node.op_type]
-    if len(node.input) != operands or not all(node.input) or \
+    operands, results = _ARITY[node.op_type]  # (None: any number, at least one)
+    if len(node.input) != (operands or len(node.input) or 1) or not all(node.input) or \
             len(node.output) != results or not node.output[-1]:
-        raise _refuse(node, f"takes {operands} operand(s) and gives {results} result(s)")
+        raise _refuse(node, f"takes {operands or 'one or more'} operand(s) and gives "
+                      f"{results} result(s)")
     found = {}
     for a in node.attribute:
         expected = _ATTRIBUTE_TYPES.get(a.name)
@@ -582,6 +584,52 @@ def _binarizer(e: _Emitter) -> None:
     e.op("Cast", [above], e.node.output[0], to=elem)
 
 
+def _feature_vectorizer(e: _Emitter) -> None:
+    # the inputs as rows ([N, rest] flattened; a 1-D input is one row), cast
+    # to float, each cut or zero-padded to its `inputdimensions` entry, side
+    # by side (ONNX Runtime's kernel; it takes inputs of one element type)
+    a = _attrs(e.node)
+    widths = list(a.get("inputdimensions", []))
+    inputs = list(e.node.input)
+    if len(widths) != len(inputs) or any(w < 0 for w in widths):
+        raise _refuse(e.node, f"{len(widths)} inputdimensions for {len(inputs)} inputs")
+    elems = {e.g.elem_type(x) for x in inputs}
+    ranks = [e.g.rank(x) for x in inputs]
+    if 0 in elems or None in ranks:
+        raise _NotYet("needs the element types and ranks of its inputs")
+    if len(elems) != 1 or elems - {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64,
+                                     TensorProto.INT32}:
+        raise _refuse(e.node, "needs inputs of one element type: float, double, int64 or int32")
+    if len({r == 1 for r in ranks}) != 1 or 0 in ranks:
+        raise _refuse(e.node, "needs inputs of rank 1 (one row each) or all of rank 2 or more")
+    parts = []
+    for name, rank, width in zip(inputs, ranks, widths):
+        columns = _columns(e.g, name, rank)
+        if columns is None:
+            raise _refuse(e.node, f"input '{name}' needs static extents past its first axis "
+                          "(its width against inputdimensions)")
+        x = name if elems == {TensorProto.FLOAT} else e.op("Cast", [name], to=TensorProto.FLOAT)
+        x = e.unsqueeze(x, 0) if rank == 1 else \
+            e.op("Reshape", [x, e.const(np.array([0, -1], np.int64))]) if rank > 2 else x
+        if columns > width:
+            x = e.op("Slice", [x, e.const(np.array([0], np.int64)),
+                               e.const(np.array([width], np.int64)),
+                               e.const(np.array([1], np.int64))])
+        elif columns < width:
+            x = e.op("Pad", [x, e.const(np.array([0, 0, 0, width - columns], np.int64))])
+        parts.append(x)
+    e.op("Concat", parts, e.node.output[0], axis=1)
+
+
+def _columns(g: _Graph, x: str, rank: int) -> int | None:
+    """The width of x as rows: its extents past the first multiplied (all of
+    them for a 1-D x), None when one is computed at run time."""
+    dims = g.types[x].tensor_type.shape.dim
+    extents = [d.dim_value if d.HasField("dim_value") else None
+               for d in (dims if rank == 1 else dims[1:])]
+    return None if None in extents else int(np.prod(extents, dtype=np.int64))
+
+
 # op -> (its rewrite, the default-domain form it takes: docs/COVERAGE.md)
 LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
     "Scaler": (_scaler, "Sub, Mul (float32 result)"),
@@ -594,6 +642,8 @@ LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
     "LabelEncoder": (_label_encoder, "Equal against the keys (strings: opset 19), Cast, Pad, "
                      "ArgMax, Gather of the values and the default"),
     "Binarizer": (_binarizer, "Greater, Cast (derivative 0)"),
+    "FeatureVectorizer": (_feature_vectorizer, "Reshape to rows, Cast, Slice or Pad to each "
+                          "input's width, Concat"),
     "OneHotEncoder": (_one_hot_encoder, "Equal against the categories (strings: opset 19), "
                       "Cast to float"),
     "LinearClassifier": (_linear_classifier, "MatMul, Add, then Sigmoid or Softmax (scores); "

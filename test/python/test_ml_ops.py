@@ -1,6 +1,6 @@
 """ai.onnx.ml ops lowered at import (Scaler, LinearRegressor,
 ArrayFeatureExtractor, SVMRegressor, LinearClassifier, Normalizer, Imputer,
-OneHotEncoder, LabelEncoder, Binarizer): the derivative models' primal
+OneHotEncoder, LabelEncoder, Binarizer, FeatureVectorizer): the derivative models' primal
 outputs against ONNX Runtime's own ML kernels, their derivatives against
 central differences of the original model (run with those kernels), and
 the refusals."""
@@ -295,8 +295,8 @@ def test_older_default_opsets(node, x_shape, opset):
 
 
 @pytest.mark.parametrize("node,opset,match", [
-    (normalizer("L2", [2, 3]).graph.node[0], 10, "node \\(Normalizer.*rows of norm 0 are found by Equal "
-     "on floats \\(opset 11\\); the model imports opset 10: re-export it at opset 11"),
+    (normalizer("L2", [2, 3]).graph.node[0], 10, "node \\(Normalizer.*rows of norm 0 are found "
+     "by Equal on floats \\(opset 11\\); the model imports opset 10: re-export it at opset 11"),
     (encoder("LabelEncoder", keys_floats=[1.0], values_floats=[2.0]), 10,
      "node 'enc'.*Pad with operands \\(opset 11\\)"),
     (h.make_node("Binarizer", ["x"], ["y"], domain=ML), 7,
@@ -328,15 +328,19 @@ def test_string_keys_need_opset_19():
         forward(model, inputs=["x"], outputs=["y"])
 
 
-def test_unsupported_ml_op_named_before_what_waits_on_it():
-    """A Scaler after a TreeEnsembleRegressor cannot be typed: the refusal
-    names the op without a lowering, not the Scaler."""
-    tree = h.make_node("TreeEnsembleRegressor", ["x"], ["t"], name="trees", domain=ML,
+def trees(x: str, y: str) -> onnx.NodeProto:
+    """A one-leaf TreeEnsembleRegressor (no lowering)."""
+    return h.make_node("TreeEnsembleRegressor", [x], [y], name="trees", domain=ML,
                        n_targets=1, nodes_treeids=[0], nodes_nodeids=[0],
                        nodes_featureids=[0], nodes_values=[0.0], nodes_modes=["LEAF"],
                        nodes_truenodeids=[0], nodes_falsenodeids=[0], target_ids=[0],
                        target_nodeids=[0], target_treeids=[0], target_weights=[1.0])
-    model = ml_model([tree, scaler("t", "y", (0.5,), (2.0,))], T.FLOAT, [2, 3])
+
+
+def test_unsupported_ml_op_named_before_what_waits_on_it():
+    """A Scaler after a TreeEnsembleRegressor cannot be typed: the refusal
+    names the op without a lowering, not the Scaler."""
+    model = ml_model([trees("x", "t"), scaler("t", "y", (0.5,), (2.0,))], T.FLOAT, [2, 3])
     with pytest.raises(UnsupportedOp, match="node 'trees' .*'TreeEnsembleRegressor' of domain"
                        ".*: a tree ensemble is piecewise constant"):
         reverse(model, inputs=["x"], outputs=["y"])
@@ -405,8 +409,8 @@ def test_repeated_default_opset_entries_are_one_domain():
     (svm("CUBIC"), [], "unknown kernel_type CUBIC"),
     (h.make_node("Normalizer", ["x"], ["y"], name="norm", domain=ML, norm=b"\xffL2"), [],
      "node 'norm'.*attribute 'norm' is not valid UTF-8 text"),
-    (h.make_node("FeatureVectorizer", ["x"], ["y"], name="vec", domain=ML, inputdimensions=[3]),
-     [], "'FeatureVectorizer' of domain 'ai.onnx.ml' is not supported.*Scaler, LinearRegressor"),
+    (trees("x", "y"), [], "'TreeEnsembleRegressor' of domain 'ai.onnx.ml' is not supported.*"
+     "Scaler, LinearRegressor.*: a tree ensemble is piecewise constant"),
     (h.make_node("LabelEncoder", ["x"], ["y"], name="codes", domain=ML, keys_floats=[1.0, 2.0],
                  values_floats=[3.0]), [], "node 'codes'.*keys and values of the same"),
     (h.make_node("LabelEncoder", ["x"], ["y"], name="codes", domain=ML, keys_int64s=[1],
@@ -460,7 +464,7 @@ def _random_ml_node(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarr
     size = lambda fit: int(rng.choice([fit, fit, fit + 1]))
     op = str(rng.choice(["Scaler", "LinearRegressor", "ArrayFeatureExtractor", "SVMRegressor",
                          "LinearClassifier", "Normalizer", "Binarizer", "LabelEncoder",
-                         "OneHotEncoder"]))
+                         "OneHotEncoder", "FeatureVectorizer"]))
     attrs, inits, outputs = {}, [], ["y"]
     if op == "Scaler":
         n = int(rng.choice([1, c, c + 1]))
@@ -488,6 +492,8 @@ def _random_ml_node(rng: np.random.Generator) -> tuple[onnx.ModelProto, np.ndarr
     elif op == "LabelEncoder":  # keys drawn from the input's own values, rounded as it is
         k = int(rng.integers(1, 4))
         attrs = {"keys_floats": floats(size(k)), "values_floats": floats(k)}
+    elif op == "FeatureVectorizer":  # cut or zero-padded to a width near the input's
+        attrs = {"inputdimensions": [int(rng.integers(1, c * max(1, rank - 1) + 2))]}
     elif op == "OneHotEncoder":  # the input truncated to int64: categories near it
         attrs = {"cats_int64s": rng.integers(-2, 3, size=int(rng.integers(1, 4))).tolist()}
     else:
@@ -523,3 +529,39 @@ def test_random_nodes_are_lowered_exactly_or_refused():
         assert np.isfinite(got["fwd_y"]).all() or not np.isfinite(want["y"]).all()
         lowered += 1
     assert lowered >= 50
+
+
+def test_feature_vectorizer_pipeline():
+    """skl2onnx joins a pipeline's per-feature inputs with a
+    FeatureVectorizer (here: cut to 1 of x's 2 columns, z padded from 1 to 2
+    with zeros): FeatureVectorizer -> Scaler -> LinearRegressor, the primal
+    as ONNX Runtime's kernels compute it, derivatives w.r.t. both inputs."""
+    vec = h.make_node("FeatureVectorizer", ["x", "z"], ["v"], name="vec", domain=ML,
+                      inputdimensions=[1, 2])
+    g = h.make_graph([vec, scaler("v", "s", (0.5, -1.0, 2.0), (2.0, 3.0, 0.5)),
+                      regressor("s", "y", targets=2, c=3)], "ml",
+                     [h.make_tensor_value_info("x", T.FLOAT, ["n", 2]),
+                      h.make_tensor_value_info("z", T.FLOAT, ["n", 1])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    model = h.make_model(g, opset_imports=OPSETS)
+    feeds = {"x": X[:, :2].copy(), "z": X[:, 2:].copy()}
+    want = run(model, feeds)["y"]
+    fwd = forward(model, layout="onnx")
+    assert not any(n.domain == ML for n in fwd.graph.node)
+    seeds = {"fwd_x": np.zeros((2, 2, 1), np.float32), "fwd_z": np.zeros((2, 1, 1), np.float32)}
+    np.testing.assert_array_equal(run(fwd, {**feeds, **seeds})["y"], want)
+    check_derivatives(model, feeds)
+
+
+@pytest.mark.parametrize("dims,types,match", [
+    ([1], (T.FLOAT, T.FLOAT), "1 inputdimensions for 2 inputs"),
+    ([1, 1], (T.FLOAT, T.DOUBLE), "needs inputs of one element type"),
+])
+def test_feature_vectorizer_refusals(dims, types, match):
+    vec = h.make_node("FeatureVectorizer", ["x", "z"], ["y"], name="vec", domain=ML,
+                      inputdimensions=dims)
+    g = h.make_graph([vec], "ml", [h.make_tensor_value_info("x", types[0], [2, 1]),
+                                   h.make_tensor_value_info("z", types[1], [2, 1])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    with pytest.raises(UnsupportedOp, match="node 'vec'.*" + match):
+        forward(h.make_model(g, opset_imports=OPSETS), inputs=["x"], outputs=["y"])

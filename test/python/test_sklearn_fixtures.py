@@ -12,7 +12,9 @@ over NaN branches): the surrogate models optimal-control users fit and hand
 to CasADi. And pipelines over a DataFrame of numeric and categorical
 columns (an operating mode, a site): OneHotEncoder, OrdinalEncoder and
 TargetEncoder, whose ai.onnx.ml OneHotEncoders and LabelEncoders read the
-int64 and string inputs, differentiated w.r.t. the float columns.
+int64 and string inputs, differentiated w.r.t. the float columns; and a
+pipeline over the float columns alone, whose inputs an ai.onnx.ml
+FeatureVectorizer joins.
 """
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ def test_second_order(name):
                   output=model.graph.output[-1].name)
 
 
-MIXED = ["onehot_mlp", "onehot_drop_ridge", "ordinal_ridge", "target_ridge"]
+MIXED = ["onehot_mlp", "onehot_drop_ridge", "ordinal_ridge", "target_ridge", "columns_mlp"]
 
 
 @pytest.mark.parametrize("name", MIXED)
@@ -91,7 +93,7 @@ def test_mixed_columns_jacobian_matches_scikit_learn(name):
     for m in (fwd, adj):
         onnx.checker.check_model(m, full_check=True)
         assert not any(n.domain == "ai.onnx.ml" for n in m.graph.node)
-        assert {i.name for i in m.graph.input} >= {"mode", "site"}
+        assert {i.name for i in m.graph.input} >= set(ref)  # (int64, string columns too)
     feeds = {k: v.astype(object) if v.dtype.kind == "U" else v for k, v in ref.items()}
     seeds = {f"fwd_{c}": np.zeros(feeds[c].shape + (2,), np.float32) for c in floats}
     for j, c in enumerate(floats):

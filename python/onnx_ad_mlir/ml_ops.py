@@ -611,6 +611,9 @@ def _feature_vectorizer(e: _Emitter) -> None:
         x = name if elems == {TensorProto.FLOAT} else e.op("Cast", [name], to=TensorProto.FLOAT)
         x = e.unsqueeze(x, 0) if rank == 1 else \
             e.op("Reshape", [x, e.const(np.array([0, -1], np.int64))]) if rank > 2 else x
+        if columns != width:
+            _require_opset(e, 11, "an input cut or padded to its width needs Slice and Pad "
+                           "with operands")
         if columns > width:
             x = e.op("Slice", [x, e.const(np.array([0], np.int64)),
                                e.const(np.array([width], np.int64)),

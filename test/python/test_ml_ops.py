@@ -301,6 +301,9 @@ def test_older_default_opsets(node, x_shape, opset):
      "node 'enc'.*Pad with operands \\(opset 11\\)"),
     (h.make_node("Binarizer", ["x"], ["y"], domain=ML), 7,
      "'fwd_y' is zero .*need Expand \\(opset 8\\)"),
+    (h.make_node("FeatureVectorizer", ["x"], ["y"], name="vec", domain=ML, inputdimensions=[2]),
+     10, "node 'vec'.*cut or padded to its width needs Slice and Pad with operands "
+     "\\(opset 11\\)"),
 ])
 def test_older_opsets_refused_naming_what_they_lack(node, opset, match):
     node = onnx.NodeProto.FromString(node.SerializeToString())

@@ -29,6 +29,8 @@ from .errors import UnsupportedOp
 
 ML_DOMAIN = "ai.onnx.ml"
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
+# the element types ONNX Runtime's numeric ML kernels take
+_NUMERIC_TYPES = _FLOAT_TYPES + (TensorProto.INT64, TensorProto.INT32)
 
 
 class _Graph:
@@ -179,6 +181,14 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return found
 
 
+def _elem_type(e: _Emitter, x: str) -> int:
+    """x's element type; a lowering waits for inference to give it."""
+    elem = e.g.elem_type(x)
+    if not elem:
+        raise _NotYet("needs the element type of its input")
+    return elem
+
+
 def _features(e: _Emitter) -> int | None:
     """The features of the op's [N, C] or [C] input: C if static (None if
     computed at run time); other ranks are refused (ONNX Runtime indexes
@@ -203,9 +213,7 @@ def _in_float(e: _Emitter, x: str) -> tuple[str, type]:
     (ONNX Runtime's Scaler computes a double input in double; its
     LinearRegressor and SVMRegressor take float only), float for the
     integer inputs these ops accept."""
-    elem = e.g.elem_type(x)
-    if not elem:
-        raise _NotYet("needs the element type of its input")
+    elem = _elem_type(e, x)
     if elem in _FLOAT_TYPES:
         return x, np.float64 if elem == TensorProto.DOUBLE else np.float32
     return e.op("Cast", [x], to=TensorProto.FLOAT), np.float32
@@ -368,9 +376,7 @@ def _linear_classifier(e: _Emitter) -> None:
     post = _post_transform(e, a, ("NONE", "LOGISTIC", "SOFTMAX") if classes > 1 else
                            ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO"))
     x = e.node.input[0]
-    if e.g.elem_type(x) == 0:
-        raise _NotYet("needs the element type of its input")
-    if e.g.elem_type(x) != TensorProto.FLOAT:
+    if _elem_type(e, x) != TensorProto.FLOAT:
         x = e.op("Cast", [x], to=TensorProto.FLOAT)
     x = _as_rows(e, x)
     weights = coefficients.reshape(classes, -1).T.copy()
@@ -432,18 +438,14 @@ def _imputer(e: _Emitter) -> None:
     a = _attrs(e.node)
     features = _features(e)
     x = e.node.input[0]
-    elem = e.g.elem_type(x)
-    if not elem:
-        raise _NotYet("needs the element type of its input")
+    elem = _elem_type(e, x)
     floats = elem in _FLOAT_TYPES
     imputed = a.get("imputed_value_floats" if floats else "imputed_value_int64s", [])
     if len(imputed) == 0 or features is not None and len(imputed) not in (1, features):
         raise _refuse(e.node, f"{len(imputed)} imputed values for {features} features")
-    dtype = {TensorProto.DOUBLE: np.float64, TensorProto.FLOAT: np.float32}.get(elem)
-    if dtype is None:
-        if elem not in (TensorProto.INT64, TensorProto.INT32):
-            raise _refuse(e.node, f"input of element type {TensorProto.DataType.Name(elem)}")
-        dtype = np.int64 if elem == TensorProto.INT64 else np.int32
+    if elem not in _NUMERIC_TYPES:
+        raise _refuse(e.node, f"input of element type {TensorProto.DataType.Name(elem)}")
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
     replaced = a.get("replaced_value_float", 0.0) if floats else a.get("replaced_value_int64", 0)
     if floats and np.isnan(replaced):
         _require_opset(e, 9, "IsNaN and Where")
@@ -474,16 +476,16 @@ def _one_hot_encoder(e: _Emitter) -> None:
     if not cats:
         raise _refuse(e.node, "has no categories")
     x = e.node.input[0]
-    elem, rank = e.g.elem_type(x), e.g.rank(x)
-    if not elem or rank is None:
-        raise _NotYet("needs the element type and rank of its input")
+    elem, rank = _elem_type(e, x), e.g.rank(x)
+    if rank is None:
+        raise _NotYet("needs the rank of its input")
     if (elem == TensorProto.STRING) != strings:
         raise _refuse(e.node, "string categories need a string input, int64 ones a numeric "
                       "input (these never match)")
     if strings:
         _require_opset(e, 19, "string categories need Equal on strings")
     if not strings and elem != TensorProto.INT64:
-        if elem not in _FLOAT_TYPES + (TensorProto.INT32,):
+        if elem not in _NUMERIC_TYPES:
             raise _refuse(e.node, f"input of element type {TensorProto.DataType.Name(elem)}")
         x = e.op("Cast", [x], to=TensorProto.INT64)
     values = np.array(cats, dtype=object) if strings else np.asarray(cats, np.int64)
@@ -543,9 +545,9 @@ def _label_encoder(e: _Emitter) -> None:
     # appended default when none.
     a = _attrs(e.node)
     x = e.node.input[0]
-    elem, rank = e.g.elem_type(x), e.g.rank(x)
-    if not elem or rank is None:
-        raise _NotYet("needs the element type and rank of its input")
+    elem, rank = _elem_type(e, x), e.g.rank(x)
+    if rank is None:
+        raise _NotYet("needs the rank of its input")
     keys, values, default = _label_encoder_map(e, a)
     key_elem = _NP_ELEM.get(keys.dtype, TensorProto.UNDEFINED)
     if key_elem != elem:
@@ -569,15 +571,12 @@ def _binarizer(e: _Emitter) -> None:
     # an error there); a step: its derivative is 0 wherever it has one
     a = _attrs(e.node)
     x = e.node.input[0]
-    elem = e.g.elem_type(x)
-    if not elem:
-        raise _NotYet("needs the element type of its input")
-    dtype = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
-             TensorProto.INT64: np.int64, TensorProto.INT32: np.int32}.get(elem)
-    if dtype is None:
+    elem = _elem_type(e, x)
+    if elem not in _NUMERIC_TYPES:
         raise _refuse(e.node, f"input of element type {TensorProto.DataType.Name(elem)}")
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
     threshold = float(np.float32(a.get("threshold", 0.0)))
-    if dtype not in (np.float32, np.float64):  # x > t <=> x > floor(t) for integers
+    if elem not in _FLOAT_TYPES:  # x > t <=> x > floor(t) for integers
         _require_opset(e, 9, "Greater on integers")
         threshold = np.floor(threshold)
     above = e.op("Greater", [x, e.const(np.asarray(threshold, dtype))])
@@ -597,8 +596,7 @@ def _feature_vectorizer(e: _Emitter) -> None:
     ranks = [e.g.rank(x) for x in inputs]
     if 0 in elems or None in ranks:
         raise _NotYet("needs the element types and ranks of its inputs")
-    if len(elems) != 1 or elems - {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64,
-                                     TensorProto.INT32}:
+    if len(elems) != 1 or elems - set(_NUMERIC_TYPES):
         raise _refuse(e.node, "needs inputs of one element type: float, double, int64 or int32")
     if len({r == 1 for r in ranks}) != 1 or 0 in ranks:
         raise _refuse(e.node, "needs inputs of rank 1 (one row each) or all of rank 2 or more")

@@ -200,12 +200,12 @@ def _div(b: Builder, op, tangents):
     a, c = op.operands
     y = op.results[0]
     r = _out_rank(op)
-    if b.opset < 11 or _nonzero(c):  # (no float Equal before opset 11)
+    zero = _zero_test(b, c)
+    if zero is None:
         ta = None if tangents[0] is None else b.div(b.align(tangents[0], r), c)
         tc = scale(b, tangents[1], b.neg(b.div(y, c)), r)
         return [total(b, [ta, tc])]
     # 1 / 0 taken as 0 in both coefficients (_zero_where_zero)
-    zero = b.compare("Equal", c, b.scalar(0.0, c))
     inv = b.where(zero, b.scalar(0.0, c), b.ew("Reciprocal", c))
     ta = scale(b, tangents[0], inv, r)
     tc = scale(b, tangents[1], b.where(zero, b.scalar(0.0, c), b.neg(b.mul(y, inv))), r)
@@ -219,10 +219,16 @@ def _zero_where_zero(b: Builder, coef: ir.Value, x: ir.Value) -> ir.Value:
     inf, and reverse mode would turn the zero cotangent into 0 * inf. 1 / 0
     taken as 0 there (as LpNormalization's rule does), where the primal is
     inf or NaN."""
-    if b.opset < 11 or _nonzero(x):  # (no float Equal before opset 11)
-        return coef
-    zero = b.compare("Equal", x, b.scalar(0.0, x))
-    return b.where(zero, b.scalar(0.0, coef), coef)
+    zero = _zero_test(b, x)
+    return coef if zero is None else b.where(zero, b.scalar(0.0, coef), coef)
+
+
+def _zero_test(b: Builder, x: ir.Value) -> ir.Value | None:
+    """x == 0, or None where x is provably nonzero or the opset has no float
+    Equal (before 11)."""
+    if b.opset < 11 or _nonzero(x):
+        return None
+    return b.compare("Equal", x, b.scalar(0.0, x))
 
 
 # Ops whose result is >= 0 whatever their operands, and ops that keep their

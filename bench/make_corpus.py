@@ -239,6 +239,49 @@ def _hand_built(dtype):
         [h.make_tensor_value_info("y", dtype, [B, D])],
         [init("W", D, D), numpy_helper.from_array(np.array(10, np.int64), "M")])
     models["loop_model"] = (graph, (B, D))
+
+    # A neural ODE: 20 classical Runge-Kutta steps of dx/dt = tanh(x W1 + b1) W2
+    # + b2 in a Loop, the final state out (the sensitivity of a trajectory's
+    # end to its start, what a shooting method asks for).
+    H, dt = 64, 0.05
+    nodes, stage = [], ["x"]
+
+    def f(inp, k):
+        nodes.extend([h.make_node("MatMul", [inp, "W1"], [f"{k}a"]),
+                      h.make_node("Add", [f"{k}a", "b1"], [f"{k}b"]),
+                      h.make_node("Tanh", [f"{k}b"], [f"{k}c"]),
+                      h.make_node("MatMul", [f"{k}c", "W2"], [f"{k}d"]),
+                      h.make_node("Add", [f"{k}d", "b2"], [k])])
+    for i, (k, c) in enumerate((("k1", None), ("k2", "half"), ("k3", "half"), ("k4", "full"))):
+        if c is not None:
+            nodes.extend([h.make_node("Mul", [f"k{i}", c], [f"s{i}"]),
+                          h.make_node("Add", ["x", f"s{i}"], [f"xs{i}"])])
+            stage.append(f"xs{i}")
+        f(stage[-1], k)
+    nodes.extend([h.make_node("Add", ["k2", "k3"], ["m23"]),
+                  h.make_node("Add", ["m23", "m23"], ["m23x2"]),
+                  h.make_node("Add", ["k1", "k4"], ["m14"]),
+                  h.make_node("Add", ["m14", "m23x2"], ["msum"]),
+                  h.make_node("Mul", ["msum", "sixth"], ["dx"]),
+                  h.make_node("Add", ["x", "dx"], ["xn"]),
+                  h.make_node("Identity", ["cond"], ["cond2"])])
+    body = h.make_graph(nodes, "rk4_step", [h.make_tensor_value_info("i", T.INT64, []),
+                                            h.make_tensor_value_info("cond", T.BOOL, []),
+                                            h.make_tensor_value_info("x", dtype, [B, 16])],
+                        [h.make_tensor_value_info("cond2", T.BOOL, []),
+                         h.make_tensor_value_info("xn", dtype, [B, 16])])
+    graph = h.make_graph(
+        [h.make_node("Loop", ["M", "", "x"], ["y"], body=body)],
+        "neural_ode", [h.make_tensor_value_info("x", dtype, [B, 16])],
+        [h.make_tensor_value_info("y", dtype, [B, 16])],
+        [init("W1", 16, H), init("W2", H, 16),
+         numpy_helper.from_array((0.1 * g.standard_normal(H)).astype(np_t), "b1"),
+         numpy_helper.from_array((0.1 * g.standard_normal(16)).astype(np_t), "b2"),
+         numpy_helper.from_array(np.array(dt / 2, np_t), "half"),
+         numpy_helper.from_array(np.array(dt, np_t), "full"),
+         numpy_helper.from_array(np.array(dt / 6, np_t), "sixth"),
+         numpy_helper.from_array(np.array(20, np.int64), "M")])
+    models["neural_ode"] = (graph, (B, 16))
     return models
 
 

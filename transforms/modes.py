@@ -29,6 +29,7 @@ from .builder import Builder, dims, is_float, nested_ops
 from .checkpoint import segment_loops
 from .legalize import bool_where, expand_zero_extents, scan_axes_zero
 from .merge_scans import merge_scans
+from .prune_loops import prune_loops
 from .expand import expand_function
 from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
@@ -110,6 +111,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
+        prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
 
 
@@ -151,6 +153,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
+        prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
 
 

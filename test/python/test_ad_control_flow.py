@@ -170,6 +170,65 @@ def loop_in_if():
     return model(nodes, [("x", D, [3]), ("w", D, [3])], [("y", D, [3])])
 
 
+def loop_rk2(M=3):
+    """M midpoint (RK2) steps of dv/dt = tanh(v W1) W2 in a Loop with a
+    constant trip count: a neural ODE whose reverse reads the stacked tanh
+    values instead of recomputing the step's MatMuls."""
+    f = lambda src, k: [h.make_node("MatMul", [src, "W1"], [f"{k}a"], name=f"rk_{k}mm1"),
+                        h.make_node("Tanh", [f"{k}a"], [f"{k}t"], name=f"rk_{k}tanh"),
+                        h.make_node("MatMul", [f"{k}t", "W2"], [k], name=f"rk_{k}mm2")]
+    body = h.make_graph(f("v", "k1") + [
+        h.make_node("Mul", ["k1", "half"], ["s1"], name="rk_half"),
+        h.make_node("Add", ["v", "s1"], ["vm"], name="rk_mid")] + f("vm", "k2") + [
+        h.make_node("Mul", ["k2", "dt"], ["s2"], name="rk_full"),
+        h.make_node("Add", ["v", "s2"], ["vn"], name="rk_step"),
+        h.make_node("Identity", ["cin"], ["cout"], name="rk_cond")],
+        "rk2", [vi("i", I64, []), vi("cin", B, []), vi("v", D, [1, 3])],
+        [vi("cout", B, []), vi("vn", D, [1, 3])])
+    nodes = [const("M", M, I64), const("t", True, B), const("half", 0.15), const("dt", 0.3),
+             h.make_node("Loop", ["M", "t", "v0"], ["vT"], body=body, name="rk_loop")]
+    return model(nodes, [("v0", D, [1, 3]), ("W1", D, [3, 4]), ("W2", D, [4, 3])],
+                 [("vT", D, [1, 3])])
+
+
+def scan_mlp_cell(T=4):
+    """h' = h + tanh(h W1 + x_t) W2 over T steps, h' stacked: the tanh is no
+    scan output, the reverse reads it from a stack the primal adds."""
+    body = h.make_graph([h.make_node("MatMul", ["h", "W1"], ["a"], name="c_mm1"),
+                         h.make_node("Add", ["a", "xt"], ["p"], name="c_add"),
+                         h.make_node("Tanh", ["p"], ["t"], name="c_tanh"),
+                         h.make_node("MatMul", ["t", "W2"], ["d"], name="c_mm2"),
+                         h.make_node("Add", ["h", "d"], ["hn"], name="c_res"),
+                         h.make_node("Identity", ["hn"], ["yo"], name="c_id")],
+                        "cell", [vi("h", D, [1, 3]), vi("xt", D, [1, 3])],
+                        [vi("hn", D, [1, 3]), vi("yo", D, [1, 3])])
+    nodes = [h.make_node("Scan", ["h0", "X"], ["hT", "Y"], body=body, num_scan_inputs=1,
+                         name="c_scan")]
+    return model(nodes, [("h0", D, [1, 3]), ("X", D, [T, 1, 3]), ("W1", D, [3, 3]),
+                         ("W2", D, [3, 3])], [("hT", D, [1, 3]), ("Y", D, [T, 1, 3])])
+
+
+def loop_growing_slice(M=4):
+    """A step whose tanh acts on the first i+1 columns of v W (its width
+    changes every iteration): that value cannot be stacked, the reverse
+    recomputes it."""
+    body = h.make_graph([h.make_node("MatMul", ["v", "W"], ["a"], name="g_mm"),
+                         h.make_node("Add", ["i", "one"], ["i1"], name="g_inc"),
+                         h.make_node("Unsqueeze", ["i1", "ax0"], ["end"], name="g_end"),
+                         h.make_node("Slice", ["a", "zero1", "end", "ax1"], ["s"], name="g_slice"),
+                         h.make_node("Tanh", ["s"], ["ts"], name="g_tanh"),
+                         h.make_node("ReduceSum", ["ts", "ax1"], ["r"], keepdims=1, name="g_sum"),
+                         h.make_node("Mul", ["v", "r"], ["vr"], name="g_mul"),
+                         h.make_node("Add", ["v", "vr"], ["vn"], name="g_add"),
+                         h.make_node("Identity", ["cin"], ["cout"], name="g_cond")],
+                        "grow", [vi("i", I64, []), vi("cin", B, []), vi("v", D, [1, 4])],
+                        [vi("cout", B, []), vi("vn", D, [1, 4])])
+    nodes = [const("M", M, I64), const("t", True, B), const("one", 1, I64),
+             const("ax0", [0], I64), const("ax1", [1], I64), const("zero1", [0], I64),
+             h.make_node("Loop", ["M", "t", "v0"], ["vT"], body=body, name="g_loop")]
+    return model(nodes, [("v0", D, [1, 4]), ("W", D, [4, 4])], [("vT", D, [1, 4])])
+
+
 RNG = np.random.default_rng(7)
 
 
@@ -191,6 +250,10 @@ CASES = {
     "if_in_scan": (if_in_scan(), {"h0": _r(1, 3), "X": _r(3, 1, 3), "W": _r(3, 3)}),
     "scan_in_loop": (scan_in_loop(), {"v0": _r(1, 3), "X": _r(2, 1, 3), "W": _r(3, 3)}),
     "loop_in_if": (loop_in_if(), {"x": np.array([0.4, 0.3, 0.2]), "w": np.array([1.1, 0.9, 1.3])}),
+    "loop_rk2": (loop_rk2(), {"v0": _r(1, 3), "W1": _r(3, 4), "W2": _r(4, 3)}),
+    "scan_mlp_cell": (scan_mlp_cell(), {"h0": _r(1, 3), "X": _r(4, 1, 3), "W1": _r(3, 3),
+                                        "W2": _r(3, 3)}),
+    "loop_growing_slice": (loop_growing_slice(), {"v0": _r(1, 4) * 0.3, "W": _r(4, 4)}),
 }
 
 
@@ -223,6 +286,7 @@ def _derivatives(m, feeds, k=2, seed=3):
 
 UNROLLABLE = {
     "scan_rnn": None, "scan_backwards_axis1": None, "if_in_scan": None, "scan_in_loop": None,
+    "loop_rk2": None, "scan_mlp_cell": None, "loop_growing_slice": None,
     # the data-dependent loop ran 7 times at these inputs: same derivatives as 7 fixed steps
     "loop_data_dependent": loop_model(M=7, stop=False),
 }
@@ -302,7 +366,9 @@ def test_untyped_loop_results_are_typed_from_the_body(M, reduce):
     run-time rank/broadcast plumbing, and stay exact, zero iterations
     included. The reverse Loop reads the iteration-invariant cotangent of
     the stacked output without a per-iteration Gather, stores no iteration
-    numbers the body does not read, and hoists the transposed weight."""
+    numbers the body does not read, reads the stacked tanh the primal Loop
+    outputs anyway instead of storing the states and recomputing the step
+    from them, and hoists the transposed weight."""
     m = captured_weight_loop(M, reduce)
     inferred = onnx.shape_inference.infer_shapes(m)
     assert not any(v.name == "hT" and v.type.tensor_type.HasField("shape")
@@ -319,9 +385,10 @@ def test_untyped_loop_results_are_typed_from_the_body(M, reduce):
         assert not {"NonZero", "ConstantOfShape"} & set(kinds), kinds
     rev = reverse(m, inputs=["x"], layout="onnx")
     loops = [n for n in rev.graph.node if n.op_type == "Loop"]
-    assert len(loops) == 2 and len(loops[0].output) == 3  # hT, hs, the states
+    assert len(loops) == 2 and list(loops[0].output) == ["hT", "hs"]  # no states stored
     body = [n.op_type for n in loops[1].attribute[0].g.node]
-    assert body.count("Gather") == 1 and "Transpose" not in body, body
+    assert body.count("Gather") == 1 and "Transpose" not in body, body  # the Gather of hs
+    assert "MatMul" in body and body.count("MatMul") == 1 and "Tanh" not in body, body
 
 
 def _branch_ops(m):
@@ -733,3 +800,36 @@ def test_loop_bodies_need_no_run_time_unbroadcasting(batch, out):
     feeds = {"h0": rng.uniform(-1, 1, (2, 3)), "x": rng.uniform(-1, 1, (2, 3))}
     check_derivatives(m, feeds)
     check_hessian(m, feeds)
+
+
+def _body_ops(node: onnx.NodeProto) -> list[str]:
+    return [n.op_type for a in node.attribute if a.name == "body" for n in a.g.node]
+
+
+@pytest.mark.parametrize("name,inputs", [("loop_rk2", ["v0"]), ("scan_mlp_cell", ["h0", "X"])])
+def test_reverse_reads_stacked_values_instead_of_recomputing_the_step(name, inputs):
+    """The primal loop stacks the tanh values its reverse needs (not the
+    states: nothing else reads them) and the reverse body recomputes none of
+    the step: its MatMuls are the transposes, one per primal MatMul."""
+    m, feeds = CASES[name]
+    r = reverse(m, inputs=inputs, layout="onnx")
+    primal, rev = [n for n in r.graph.node if n.op_type in ("Loop", "Scan")]
+    n_final = 1 if name == "loop_rk2" else 2  # (the Scan's final state and its stacked Y)
+    assert len(primal.output) == n_final + _body_ops(primal).count("Tanh"), list(primal.output)
+    assert "Tanh" not in _body_ops(rev)
+    assert _body_ops(rev).count("MatMul") == _body_ops(primal).count("MatMul")
+    errors = check_derivatives(m, feeds, inputs=inputs, outputs=_outputs(m))
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+
+
+def test_values_whose_shape_changes_are_recomputed_not_stacked():
+    """The tanh of a slice that widens every iteration cannot be a stack
+    (ONNX Runtime needs one shape per stack): the reverse recomputes it,
+    from the stacked MatMul before it."""
+    m, feeds = CASES["loop_growing_slice"]
+    r = reverse(m, inputs=["v0"], layout="onnx")
+    primal, rev = [n for n in r.graph.node if n.op_type == "Loop"]
+    assert "Tanh" in _body_ops(rev) and _body_ops(rev).count("Slice") >= 1
+    out = run(r, {**feeds, "adj_vT": np.ones((1, 4, 1))})
+    errors = check_derivatives(m, feeds, inputs=["v0"], outputs=["vT"])
+    assert errors["fd"] < 1e-6 and np.all(np.isfinite(out["adj_v0"]))

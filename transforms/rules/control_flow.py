@@ -26,15 +26,20 @@ whose transpose rule is a direct reverse rule:
         branch and run its reverse (recursively: the same linearize +
         transpose on the branch block); results are the cotangents of the
         captured values.
-  Scan  the primal Scan also emits its states as scan outputs (the
-        residuals); a second Scan runs backwards over them (reversed
-        directions): it recomputes one primal step from the stored state
-        and transposes it. Cotangents of the states are its states, those
-        of captured values (weights) accumulate in extra states: O(|w|).
+  Scan  the primal Scan also emits its states as scan outputs, and the
+        values of its step computed from costly ops (residuals); a second
+        Scan runs backwards over them (reversed directions): it recomputes
+        one primal step from the stored state and transposes it, reading
+        the primal's stacks (its own scan outputs, the residuals) instead
+        of recomputing what the transposition needs of them.
+        Cotangents of the states are its states, those of captured values
+        (weights) accumulate in extra states: O(|w|).
   Loop  the primal Loop also emits its iteration number and states as
-        scan outputs; the number of iterations it ran is the length of
-        that output; a second Loop sweeps over exactly that many
-        iterations backwards (Gather at T-1-j), zero iterations included.
+        scan outputs; the number of iterations it ran is the length of a
+        stacked output; a second Loop sweeps over exactly that many
+        iterations backwards (Gather at T-1-j), zero iterations included,
+        reading stacks as Scan does.
+        What a reverse body does not read is dropped (prune_loops.py).
         A carried value that changes shape between iterations (its type
         lost a static extent of its start) cannot be stacked: the primal
         emits only its iteration numbers, and the reverse body recomputes
@@ -48,6 +53,7 @@ other rules emit, so forward(reverse(m)) works through all three ops.
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import numpy as np
 from mlir import ir
@@ -564,11 +570,11 @@ def _reuse_marked(blk: ir.Block, results: list[ir.Value]) -> None:
                     user.operands[use.operand_number] = r
 
 
-def _with_history(op: ir.Operation, name: str, states: bool = True
-                  ) -> tuple[ir.Operation, list[ir.Value]]:
+def _with_history(op: ir.Operation, name: str, states: bool = True,
+                  residuals: list[ir.Value] = ()) -> tuple[ir.Operation, list[ir.Value], bool]:
     """Replaces the primal Loop/Scan by one that also emits, per iteration,
-    its carried values (unless not `states`) and, for Loop, the iteration
-    number as scan outputs."""
+    its carried values (unless not `states`), for Loop the iteration number,
+    and the `residuals` (values of its body) as scan outputs, in that order."""
     inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
     body = op.regions[0].blocks[0]
     # the iteration number only where the body reads it (or nothing else
@@ -576,7 +582,7 @@ def _with_history(op: ir.Operation, name: str, states: bool = True
     with_i = name == "Loop" and (_used(body.arguments[0]) or not cargs or not states)
     if not states:
         cargs = []
-    extra = ([body.arguments[0]] if with_i else []) + cargs
+    extra = ([body.arguments[0]] if with_i else []) + cargs + list(residuals)
     attrs = _attrs(op)
     if name == "Scan":
         n_out = len(outs)
@@ -593,7 +599,8 @@ def _with_history(op: ir.Operation, name: str, states: bool = True
     blk = new.regions[0].blocks.append(*[a.type for a in body.arguments])
     yielded = _move_body(body, blk, dict(zip(body.arguments, blk.arguments)))
     extra_new = ([blk.arguments[0]] if with_i else []) + \
-        list(blk.arguments[2:2 + len(cargs)] if name == "Loop" else blk.arguments[:len(cargs)])
+        list(blk.arguments[2:2 + len(cargs)] if name == "Loop" else blk.arguments[:len(cargs)]) + \
+        list(residuals)  # (moved with the body ops: the same values)
     _yield(blk, yielded + extra_new, op.location)
     n = len(op.results)
     _replace(None, op, list(new.results[:n]))
@@ -618,6 +625,116 @@ def _shape_may_vary(op: ir.Operation) -> bool:
     return False
 
 
+def _through_identity(v: ir.Value) -> ir.Value:
+    """The value v copies (through Identity ops), v itself otherwise."""
+    while isinstance(v.owner, (ir.Operation, ir.OpView)) and _kind(v.owner.operation) == "Identity":
+        v = v.owner.operation.operands[0]
+    return v
+
+
+class _Read(NamedTuple):
+    """A stack the primal Loop/Scan emits that the reverse body reads a slice
+    of: along `axis`, in the primal's `direction`, the value of the primal
+    body's yield `yield_index` (without the Loop's cond), of type `type`."""
+    stack: ir.Value
+    axis: int
+    direction: int
+    yield_index: int
+    type: ir.Type
+
+
+def _stacked_reads(body: ir.Block, n_states: int, outs: list[ir.Value],
+                   scan_results: list[ir.Value], axes: list[int], directions: list[int],
+                   res_stacks: list[ir.Value], residuals: list[ir.Value],
+                   first_residual: int) -> list[_Read]:
+    """What the reverse body may read instead of recomputing: the primal's
+    own scan outputs whose per-iteration value its body computes (through
+    Identity: a tanh RNN's h_t, read for tanh' instead of redoing the step's
+    MatMuls from h_t-1), then the residuals the primal stacks for it
+    (_residuals, yields from `first_residual` on). The reverse body's copies
+    of those values are tagged (_mark_yields) and their uses read the slices
+    after the reversal (_reuse_marked); prune_loops drops the stacks
+    nothing reads."""
+    reads = []
+    for mm, y in enumerate(outs):
+        v = _through_identity(y)
+        if _in_body(v, body) and isinstance(v.type, ir.RankedTensorType):
+            reads.append(_Read(scan_results[mm], axes[mm], directions[mm], n_states + mm, v.type))
+    for r, (stack, v) in enumerate(zip(res_stacks, residuals)):
+        reads.append(_Read(stack, 0, 0, first_residual + r, v.type))
+    return reads
+
+
+def _in_body(v: ir.Value, body: ir.Block) -> bool:
+    """v is the result of a region-free op of body (the reuse tags only those)."""
+    owner = v.owner
+    return isinstance(owner, (ir.Operation, ir.OpView)) and owner.operation.block == body and \
+        not len(owner.operation.regions)
+
+
+# Ops whose recomputation costs more than reading a stored slice: the
+# reverse body reads what a step computes from them instead of redoing it
+# (a neural ODE's RK4 step recomputed its four MLP evaluations).
+_COSTLY = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "MatMulInteger", "ConvInteger",
+           "QLinearMatMul", "QLinearConv", "LSTM", "GRU", "RNN", "Attention"}
+
+
+def _residuals(op: ir.Operation, name: str) -> list[ir.Value]:
+    """Values of op's body computed from a costly op within the step (a
+    nested loop counts as one), of one shape at every iteration, that no
+    scan output already stacks: the primal stacks them all, the reverse body
+    reads the ones its reversal needs (_stacked_reads) and prune_loops drops
+    the rest, so only what the reversal reads is stored (the
+    store-what-is-needed policy of JAX's scan; states alone would cost
+    recomputing the step). Not for Loops whose states change shape."""
+    body = op.regions[0].blocks[0]
+    stacked = {_through_identity(y) for y in _loop_layout(op, name)[5]}
+    costly: set = set()
+    out = []
+    for o in list(body.operations)[:-1]:
+        o = o.operation
+        if not (_kind(o) in _COSTLY or len(o.regions) or any(v in costly for v in o.operands)):
+            continue
+        costly.update(o.results)
+        if len(o.regions):
+            continue  # (rules rebuild region ops: their results cannot be tagged)
+        out += [r for r in o.results
+                if r not in stacked and isinstance(r.type, ir.RankedTensorType) and
+                _same_shape_each_iteration(r, op)]
+    return out
+
+
+def _same_shape_each_iteration(v: ir.Value, loop: ir.Operation) -> bool:
+    """Every extent of v is static, a parameter, proved, or read from a
+    value defined outside the loop (the slices of a stack must agree)."""
+    d = symdims.dims(v)
+    if d is None:
+        return False
+
+    def invariant(e) -> bool:
+        if isinstance(e, (int, np.integer)):
+            return True
+        if e[0] in ("param", "="):
+            return True
+        if e[0] == "bc":
+            return all(invariant(m) for m in e[1])
+        src = symdims.source(e)
+        return src is not None and not _inside(src[0], loop)
+    return all(invariant(e) for e in d)
+
+
+def _inside(v: ir.Value, loop: ir.Operation) -> bool:
+    """v is defined in one of loop's regions (at any depth)."""
+    owner = v.owner
+    op = owner.operation if isinstance(owner, (ir.Operation, ir.OpView)) else owner.owner
+    while op is not None:
+        op = op.operation
+        if op == loop:
+            return True
+        op = op.parent
+    return False
+
+
 def _recomputed_states(b: Builder, primal: ir.Operation, idx: ir.Value) -> list[ir.Value]:
     """The carried values at the start of iteration `idx`, by running the
     primal Loop's body `idx` times again from its inits (no stored states:
@@ -639,6 +756,17 @@ def _recomputed_states(b: Builder, primal: ir.Operation, idx: ir.Value) -> list[
 
 def _used(v: ir.Value) -> bool:
     return any(True for _ in v.uses)
+
+
+def _erase_dead(block: ir.Block) -> None:
+    """Erases block's onnx ops nothing uses (consumers first): the step's
+    recomputation a reverse body no longer reads."""
+    for o in reversed(list(block.operations)):
+        o = o.operation
+        if o.name.startswith("onnx.") and o.name != "onnx.Yield" and \
+                not any(_used(r) for r in o.results):
+            symdims.forget(o)
+            o.erase()
 
 
 # Ops moved out of a reverse body when all their operands are defined
@@ -701,11 +829,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     loc = op.location
     ct_at = [ct_of.get(r) for r in op.results]  # by index: the op is replaced next
     recompute = name == "Loop" and _shape_may_vary(op)
-    primal, hist, with_i = _with_history(op, name, states=not recompute)
+    residuals = [] if recompute else _residuals(op, name)
+    primal, extra, with_i = _with_history(op, name, states=not recompute, residuals=residuals)
+    hist, res_stacks = extra[:len(extra) - len(residuals)], extra[len(extra) - len(residuals):]
     inits, cargs, cys, scans, sargs, outs = _loop_layout(primal, name)
     body = primal.regions[0].blocks[0]
     n, nout = len(cargs), len(outs)
-    outs = outs[:nout - len(hist)]  # the primal scan outputs, without the history
+    outs = outs[:nout - len(extra)]  # the primal scan outputs, without history and residuals
     nout = len(outs)
     results = list(primal.results)
     finals, scan_results = results[:n], results[n:n + nout]
@@ -741,12 +871,16 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
                     out_ranks + [None] * len(hist))[:nout]
         flip = lambda d: 1 - d
         act_x = [i for i, x in enumerate(scans) if x in inputs and is_float(sargs[i])]
-        scan_in = hist + scans + [c for _, c in ct_scan]
+        reads = _stacked_reads(body, n, outs, scan_results, oa, odr, res_stacks, residuals,
+                               n + nout + len(hist))
+        scan_in = hist + scans + [c for _, c in ct_scan] + [r.stack for r in reads]
         attrs = {
             "num_scan_inputs": ir.IntegerAttr.get(ir.IntegerType.get_signed(64), len(scan_in)),
-            "scan_input_axes": ints_attr([0] * len(hist) + ia + [oa[mm] + 1 for mm, _ in ct_scan]),
+            "scan_input_axes": ints_attr([0] * len(hist) + ia + [oa[mm] + 1 for mm, _ in ct_scan] +
+                                         [r.axis for r in reads]),
             "scan_input_directions": ints_attr([1] * len(hist) + [flip(d) for d in idr] +
-                                           [flip(odr[mm]) for mm, _ in ct_scan]),
+                                           [flip(odr[mm]) for mm, _ in ct_scan] +
+                                           [flip(r.direction) for r in reads]),
             "scan_output_axes": ints_attr([ia[i] + 1 for i in act_x]),
             "scan_output_directions": ints_attr([flip(idr[i]) for i in act_x]),
         }
@@ -754,20 +888,24 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         rev = _create(primal.name, ct_final + acc0 + scan_in, out_types, attrs, loc, 1)
         ct_elem_types = [b.derivative_type(outs[mm]) for mm, _ in ct_scan]
         blk = rev.regions[0].blocks.append(*(carried_types + [a.type for a in cargs] +
-                                             [a.type for a in sargs] + ct_elem_types))
+                                             [a.type for a in sargs] + ct_elem_types +
+                                             [r.type for r in reads]))
         a = list(blk.arguments)
         ct_v = a[:len(fl)]
         acc = a[len(fl):len(carried_types)]
         off = len(carried_types)
-        s_in, x_in, cty = a[off:off + n], a[off + n:off + n + m], a[off + n + m:]
+        s_in, x_in = a[off:off + n], a[off + n:off + n + m]
+        cty = a[off + n + m:off + n + m + len(ct_scan)]
         copy = primal.clone(ip=ir.InsertionPoint(rev))
         cbody = copy.regions[0].blocks[0]
         ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), s_in + x_in)))
         copy.erase()
+        _mark_yields(blk, [_through_identity(ys[r.yield_index]) for r in reads])
         wrt = [s_in[j] for j in fl] + [x_in[i] for i in act_x] + caps_all
         seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
             [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
         cts = _reverse_block(blk, rev, wrt, seeds, b.opset)
+        _reuse_marked(blk, a[off + n + m + len(ct_scan):])
         kk = ct_v[0] if ct_v else (acc[0] if acc else cty[0])
         with ir.InsertionPoint(blk):
             kin = b.shape(kk, 0, 1)
@@ -790,8 +928,11 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     iters = hist[0]
     state_hist = hist[1:] if with_i else hist
     # Gather (not Squeeze): ONNX shape inference knows its rank without reading
-    # the constant, also inside subgraphs whose constants live outside
-    count = b.op("Gather", [b.shape(iters, 0, 1), b.int_scalar(0)], tensor_type([], i64), axis=0)
+    # the constant, also inside subgraphs whose constants live outside. Any
+    # scan output has one slice per iteration: the primal's own first, so a
+    # history the reverse body ends up not reading can go (prune_loops.py)
+    stacked = scan_results[0] if scan_results else iters
+    count = b.op("Gather", [b.shape(stacked, 0, 1), b.int_scalar(0)], tensor_type([], i64), axis=0)
     last = b.sub(count, b.int_scalar(1))
     fixed = {mm: _invariant_ct(b, c, 1, outs[mm]) for mm, c in ct_scan}
     rev = _create(primal.name, [count, b.none()] + ct_final + acc0, carried_types, {},
@@ -818,16 +959,21 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         cty = [fixed[mm] if fixed[mm] is not None else
                b.op("Gather", [c, idx], b.derivative_type(outs[mm]), axis=1)
                for mm, c in ct_scan]
+        reads = _stacked_reads(body, n, outs, scan_results, [0] * nout, [0] * nout, res_stacks,
+                               residuals, n + nout + len(hist))
+        stored_at = [b.op("Gather", [r.stack, idx], r.type, axis=0) for r in reads]
         true_ = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
     copy = primal.clone(ip=ir.InsertionPoint(rev))
     cbody = copy.regions[0].blocks[0]
     ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), [it, true_] + states)))
     copy.erase()
     ys = ys[1:]  # drop the cond
+    _mark_yields(blk, [_through_identity(ys[r.yield_index]) for r in reads])
     wrt = [states[j] for j in fl] + caps_all
     seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
         [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
     cts = _reverse_block(blk, rev, wrt, seeds, b.opset)
+    _reuse_marked(blk, stored_at)
     if recompute:
         with ir.InsertionPoint(pending):
             recomputed = _recomputed_states(b, primal, idx)
@@ -844,6 +990,19 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
                    for ac, c, cap in zip(acc, cts[len(fl):], caps_all)]
         cond_out = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
     _yield(blk, [cond_out] + new_ct_v + new_acc, loc)
+    _erase_dead(blk)  # (stored_at's dead Gathers with it: read what is left)
+    stacks = [r.stack for r in reads]
+    read = [o.operation.operands[0] for o in blk.operations
+            if o.operation.name == "onnx.Gather" and o.operation.operands[0] in stacks]
+    if not scan_results and read:
+        # count the iterations on a stack the body reads anyway: the states'
+        # history may then go
+        with ir.InsertionPoint(rev):
+            n_read = b.op("Gather", [b.shape(read[0], 0, 1), b.int_scalar(0)],
+                          tensor_type([], i64), axis=0)
+            last_read = b.sub(n_read, b.int_scalar(1))
+        count.replace_all_uses_with(n_read)
+        last.replace_all_uses_with(last_read)
     _hoist_invariants(rev)
     res = list(rev.results)
     contrib = {}

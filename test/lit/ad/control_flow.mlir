@@ -43,7 +43,9 @@ module attributes {onnx.opset_import = [["", 18]]} {
 // Forward: one Scan, the tangent of h an extra state, the tangent of xs an extra
 // scan input and the tangent of the scan output an extra scan output, both on
 // axis 1 (the direction axis leads). Reverse: the primal Scan also emits its
-// states; a second Scan runs backwards over them and over xs, carrying the
+// states; a second Scan runs backwards over them, over the cotangent of the
+// stacked output and over that output itself (each step's tanh, read instead
+// of recomputed from the state: no Tanh, and xs is not read), carrying the
 // cotangent of h and accumulating that of the captured w as state.
 // FWD-LABEL: func.func @scan_rnn
 // FWD: "onnx.Scan"(%arg0, %{{.*}}, %arg1, %{{.*}}) <{num_scan_inputs = 2 : si64, scan_input_axes = [0, 1], scan_input_directions = [0, 0], scan_output_axes = [0, 1], scan_output_directions = [0, 0]}>
@@ -53,18 +55,19 @@ module attributes {onnx.opset_import = [["", 18]]} {
 // FWD-NOT: "onnx.Scan"
 // REV-LABEL: func.func @scan_rnn
 // REV: %[[P:.*]]:3 = "onnx.Scan"(%arg0, %arg1) <{num_scan_inputs = 1 : si64, scan_output_axes = [0, 0], scan_output_directions = [0, 0]}>
-// REV: "onnx.Yield"(%{{.*}}, %{{.*}}, %arg4)
-// REV: "onnx.Scan"(%{{.*}}, %{{.*}}, %[[P]]#2, %arg1) <{num_scan_inputs = 2 : si64, scan_input_axes = [0, 0], scan_input_directions = [1, 1], scan_output_axes = [1], scan_output_directions = [1]}>
-// REV-NEXT: ^bb0(%{{.*}}: tensor<?x1x3xf64>, %{{.*}}: tensor<?x3x3xf64>, %{{.*}}: tensor<1x3xf64>, %{{.*}}: tensor<1x3xf64>):
-// REV: "onnx.Tanh"
+// REV-NEXT: ^bb0(%[[H:.*]]: tensor<1x3xf64>, %{{.*}}: tensor<1x3xf64>):
+// REV: "onnx.Yield"(%[[T:.*]], %[[T]], %[[H]])
+// REV: "onnx.Scan"(%{{.*}}, %{{.*}}, %[[P]]#2, %{{.*}}, %[[P]]#1) <{num_scan_inputs = 3 : si64, scan_input_axes = [0, 1, 0], scan_input_directions = [1, 1, 1], scan_output_axes = [1], scan_output_directions = [1]}>
+// REV-NEXT: ^bb0(%{{.*}}: tensor<?x1x3xf64>, %{{.*}}: tensor<?x3x3xf64>, %{{.*}}: tensor<1x3xf64>, %{{.*}}: tensor<?x1x3xf64>, %{{.*}}: tensor<1x3xf64>):
+// REV-NOT: "onnx.Tanh"
 // REV: "onnx.Add"(%{{.*}}, %{{.*}}) : (tensor<?x3x3xf64>, tensor<?x3x3xf64>) -> tensor<?x3x3xf64>
-// REV: }) : (tensor<?x1x3xf64>, tensor<?x3x3xf64>, tensor<?x1x3xf64>, tensor<4x1x3xf64>) -> (tensor<?x1x3xf64>, tensor<?x3x3xf64>, tensor<?x4x1x3xf64>)
+// REV: }) : (tensor<?x1x3xf64>, tensor<?x3x3xf64>, tensor<?x1x3xf64>, tensor<?x4x1x3xf64>, tensor<4x1x3xf64>) -> (tensor<?x1x3xf64>, tensor<?x3x3xf64>, tensor<?x4x1x3xf64>)
 // UNROLL-LABEL: func.func @scan_rnn
 // UNROLL-NOT: "onnx.Scan"
 // UNROLL-COUNT-4: "onnx.Tanh"
 // UNROLL-NOT: "onnx.Scan"
 module attributes {onnx.opset_import = [["", 18]]} {
-  func.func @scan_rnn(%h0: tensor<1x3xf64>, %xs: tensor<4x1x3xf64>, %w: tensor<3x3xf64>) -> tensor<1x3xf64> {
+  func.func @scan_rnn(%h0: tensor<1x3xf64>, %xs: tensor<4x1x3xf64>, %w: tensor<3x3xf64>) -> (tensor<1x3xf64>, tensor<4x1x3xf64>) {
     %0:2 = "onnx.Scan"(%h0, %xs) <{num_scan_inputs = 1 : si64}> ({
     ^bb0(%h: tensor<1x3xf64>, %xt: tensor<1x3xf64>):
       %1 = "onnx.MatMul"(%h, %w) : (tensor<1x3xf64>, tensor<3x3xf64>) -> tensor<1x3xf64>
@@ -72,7 +75,7 @@ module attributes {onnx.opset_import = [["", 18]]} {
       %3 = "onnx.Tanh"(%2) : (tensor<1x3xf64>) -> tensor<1x3xf64>
       "onnx.Yield"(%3, %3) : (tensor<1x3xf64>, tensor<1x3xf64>) -> ()
     }) : (tensor<1x3xf64>, tensor<4x1x3xf64>) -> (tensor<1x3xf64>, tensor<4x1x3xf64>)
-    return %0#0 : tensor<1x3xf64>
+    return %0#0, %0#1 : tensor<1x3xf64>, tensor<4x1x3xf64>
   }
 }
 
@@ -80,15 +83,16 @@ module attributes {onnx.opset_import = [["", 18]]} {
 
 // A data-dependent while loop carrying an int64 counter. Forward: the tangent of
 // v is an extra loop-carried value, the counter gets none. Reverse: the primal
-// Loop also emits the iteration number and its states; the reverse Loop runs
+// Loop also emits the iteration number and the states of v (the counter's,
+// which nothing reads, are not kept); the reverse Loop runs
 // Shape(iterations)[0] times and reads the states backwards with Gather.
 // FWD-LABEL: func.func @loop_while
 // FWD: "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1, %{{.*}})
 // FWD-NEXT: ^bb0(%{{.*}}: tensor<i64>, %{{.*}}: tensor<i1>, %{{.*}}: tensor<2xf64>, %{{.*}}: tensor<i64>, %{{.*}}: tensor<?x2xf64>):
 // FWD: "onnx.Yield"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (tensor<i1>, tensor<2xf64>, tensor<i64>, tensor<?x2xf64>)
 // REV-LABEL: func.func @loop_while
-// REV: %[[P:.*]]:5 = "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1)
-// REV: -> (tensor<2xf64>, tensor<i64>, tensor<?xi64>, tensor<?x2xf64>, tensor<?xi64>)
+// REV: %[[P:.*]]:4 = "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1)
+// REV: -> (tensor<2xf64>, tensor<i64>, tensor<?xi64>, tensor<?x2xf64>)
 // REV: %[[N:.*]] = "onnx.Shape"(%[[P]]#2) <{end = 1 : si64, start = 0 : si64}>
 // REV: %[[T:.*]] = "onnx.Gather"(%[[N]], %{{.*}}) <{axis = 0 : si64}> : (tensor<1xi64>, tensor<i64>) -> tensor<i64>
 // REV: "onnx.Loop"(%[[T]], %{{.*}}, %{{.*}})

@@ -16,19 +16,20 @@
 // FWD-NOT: "onnx.Scan"
 // FWD: return
 // The primal Scans merge; so do the two reverse Scans (one per primal Scan:
-// the first scan input of each, the stored states, has an unknown extent; the
-// trip count comes from xs and ys).
+// their scan inputs are the cotangent of the stacked output (axis 1), the
+// stacked output itself (read, not recomputed), and for the first, whose Mul
+// needs them, the stored states and xs; the sigmoid's reverse needs neither).
 // REV-LABEL: func.func @two
-// REV: "onnx.Scan"(%arg0, %arg0, %arg1, %arg2) <{num_scan_inputs = 2 : si64
+// REV: "onnx.Scan"(%arg0, %arg0, %arg1, %arg2) <{num_scan_inputs = 2 : si64, scan_input_axes = [0, 0], scan_input_directions = [0, 0], scan_output_axes = [0, 0, 0], scan_output_directions = [0, 0, 0]}>
 // REV-NOT: "onnx.Scan"
 // REV: "onnx.Sin"
-// REV: %[[R:.*]]:4 = "onnx.Scan"({{.*}}) <{num_scan_inputs = 4 : si64, scan_input_axes = [0, 0, 0, 0], scan_input_directions = [1, 1, 1, 1], scan_output_axes = [1, 1], scan_output_directions = [1, 1]}>
+// REV: %[[R:.*]]:4 = "onnx.Scan"({{.*}}) <{num_scan_inputs = 6 : si64, scan_input_axes = [1, 0, 0, 0, 1, 0], scan_input_directions = [1, 1, 1, 1, 1, 1], scan_output_axes = [1, 1], scan_output_directions = [1, 1]}>
 // REV-NOT: "onnx.Scan"
 // REV: "onnx.Add"(%[[R]]#0, %[[R]]#1)
 // REV-NOT: "onnx.Scan"
 // REV: return
 module attributes {onnx.opset_import = [["", 18]]} {
-  func.func @two(%h0: tensor<1x3xf64>, %xs: tensor<4x1x3xf64>, %ys: tensor<4x1x3xf64>) -> tensor<1x3xf64> {
+  func.func @two(%h0: tensor<1x3xf64>, %xs: tensor<4x1x3xf64>, %ys: tensor<4x1x3xf64>) -> (tensor<1x3xf64>, tensor<4x1x3xf64>, tensor<4x1x3xf64>) {
     %0:2 = "onnx.Scan"(%h0, %xs) <{num_scan_inputs = 1 : si64}> ({
     ^bb0(%h: tensor<1x3xf64>, %xt: tensor<1x3xf64>):
       %1 = "onnx.Mul"(%h, %xt) : (tensor<1x3xf64>, tensor<1x3xf64>) -> tensor<1x3xf64>
@@ -43,7 +44,7 @@ module attributes {onnx.opset_import = [["", 18]]} {
       "onnx.Yield"(%7, %7) : (tensor<1x3xf64>, tensor<1x3xf64>) -> ()
     }) : (tensor<1x3xf64>, tensor<4x1x3xf64>) -> (tensor<1x3xf64>, tensor<4x1x3xf64>)
     %8 = "onnx.Mul"(%s, %5#0) : (tensor<1x3xf64>, tensor<1x3xf64>) -> tensor<1x3xf64>
-    return %8 : tensor<1x3xf64>
+    return %8, %0#1, %5#1 : tensor<1x3xf64>, tensor<4x1x3xf64>, tensor<4x1x3xf64>
   }
 }
 

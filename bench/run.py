@@ -30,7 +30,8 @@ import onnxruntime as ort
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "corpus")
 DEFAULT_MODELS = ["mlp", "gelu_mlp", "cnn", "transformer_block", "transformer_6",
-                  "transformer_48", "resnet", "gru", "lstm", "if_model", "scan_rnn", "loop_model"]
+                  "transformer_48", "resnet", "gru", "lstm", "if_model", "scan_rnn", "loop_model",
+                  "neural_ode"]
 ZOO = ["zoo_bvlc_alexnet", "zoo_squeezenet", "zoo_zfnet512", "zoo_inception_v1", "zoo_resnet50",
        "zoo_shufflenet", "zoo_vgg19", "zoo_inception_v2", "zoo_densenet121"]
 

@@ -25,7 +25,7 @@ import numpy as np
 import run
 
 DEFAULT_MODELS = ["mlp", "gelu_mlp", "cnn", "transformer_block", "resnet", "gru", "lstm",
-                  "if_model", "scan_rnn", "loop_model"]
+                  "if_model", "scan_rnn", "loop_model", "neural_ode"]
 
 
 def models(case: dict) -> dict:

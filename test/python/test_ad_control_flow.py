@@ -368,7 +368,8 @@ def test_untyped_loop_results_are_typed_from_the_body(M, reduce):
     the stacked output without a per-iteration Gather, stores no iteration
     numbers the body does not read, reads the stacked tanh the primal Loop
     outputs anyway instead of storing the states and recomputing the step
-    from them, and hoists the transposed weight."""
+    from them (as a Scan slice when the loop runs at least once), and hoists
+    the transposed weight."""
     m = captured_weight_loop(M, reduce)
     inferred = onnx.shape_inference.infer_shapes(m)
     assert not any(v.name == "hT" and v.type.tensor_type.HasField("shape")
@@ -384,11 +385,14 @@ def test_untyped_loop_results_are_typed_from_the_body(M, reduce):
                     kinds += [nn.op_type for nn in a.g.node]
         assert not {"NonZero", "ConstantOfShape"} & set(kinds), kinds
     rev = reverse(m, inputs=["x"], layout="onnx")
-    loops = [n for n in rev.graph.node if n.op_type == "Loop"]
+    loops = [n for n in rev.graph.node if n.op_type in ("Loop", "Scan")]
     assert len(loops) == 2 and list(loops[0].output) == ["hT", "hs"]  # no states stored
-    body = [n.op_type for n in loops[1].attribute[0].g.node]
-    assert body.count("Gather") == 1 and "Transpose" not in body, body  # the Gather of hs
-    assert "MatMul" in body and body.count("MatMul") == 1 and "Tanh" not in body, body
+    # a loop that runs at least once is reversed by a Scan over hs, else by a
+    # Loop reading hs with Gather (ONNX Runtime's Scan fails on zero steps)
+    assert loops[1].op_type == ("Scan" if M else "Loop")
+    body = _body_ops(loops[1])
+    assert body.count("Gather") == (0 if M else 1) and "Transpose" not in body, body
+    assert body.count("MatMul") == 1 and "Tanh" not in body, body
 
 
 def _branch_ops(m):
@@ -828,8 +832,30 @@ def test_values_whose_shape_changes_are_recomputed_not_stacked():
     from the stacked MatMul before it."""
     m, feeds = CASES["loop_growing_slice"]
     r = reverse(m, inputs=["v0"], layout="onnx")
-    primal, rev = [n for n in r.graph.node if n.op_type == "Loop"]
+    primal, rev = [n for n in r.graph.node if n.op_type in ("Loop", "Scan")]
     assert "Tanh" in _body_ops(rev) and _body_ops(rev).count("Slice") >= 1
     out = run(r, {**feeds, "adj_vT": np.ones((1, 4, 1))})
     errors = check_derivatives(m, feeds, inputs=["v0"], outputs=["vT"])
     assert errors["fd"] < 1e-6 and np.all(np.isfinite(out["adj_v0"]))
+
+
+def test_next_state_is_carried_not_stacked():
+    """An RNN that outputs only its last state: the reverse of step t needs
+    tanh's output, which is step t+1's state. The reverse Scan carries it
+    down from the step after (the final state first) instead of the primal
+    stacking a copy beside the states: one stack, no Tanh recomputed."""
+    body = h.make_graph([h.make_node("MatMul", ["h", "W"], ["hw"], name="n_mm"),
+                         h.make_node("Add", ["hw", "xt"], ["pre"], name="n_add"),
+                         h.make_node("Tanh", ["pre"], ["hn"], name="n_tanh")],
+                        "body", [vi("h", D, [1, 3]), vi("xt", D, [1, 3])], [vi("hn", D, [1, 3])])
+    m = model([h.make_node("Scan", ["h0", "X"], ["hT"], body=body, num_scan_inputs=1,
+                           name="n_scan")],
+              [("h0", D, [1, 3]), ("X", D, [5, 1, 3]), ("W", D, [3, 3])], [("hT", D, [1, 3])])
+    r = reverse(m, layout="onnx")
+    primal, rev = [n for n in r.graph.node if n.op_type == "Scan"]
+    assert len(primal.output) == 2  # hT and the states (W's adjoint reads h_t-1)
+    assert "Tanh" not in _body_ops(rev) and "hT" in rev.input
+    feeds = {"h0": _r(1, 3), "X": _r(5, 1, 3), "W": _r(3, 3)}
+    errors = check_derivatives(m, feeds)
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, output="hT")

@@ -38,7 +38,8 @@ whose transpose rule is a direct reverse rule:
         scan outputs; the number of iterations it ran is the length of a
         stacked output; a second Loop sweeps over exactly that many
         iterations backwards (Gather at T-1-j), zero iterations included,
-        reading stacks as Scan does.
+        reading stacks as Scan does; a Scan over the stacks instead when
+        the primal runs at least once (_as_scan).
         What a reverse body does not read is dropped (prune_loops.py).
         A carried value that changes shape between iterations (its type
         lost a static extent of its start) cannot be stacked: the primal
@@ -679,16 +680,21 @@ _COSTLY = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "MatMulInteger",
            "QLinearMatMul", "QLinearConv", "LSTM", "GRU", "RNN", "Attention"}
 
 
-def _residuals(op: ir.Operation, name: str) -> list[ir.Value]:
+def _residuals(op: ir.Operation, name: str) -> tuple[list[ir.Value], list[int]]:
     """Values of op's body computed from a costly op within the step (a
     nested loop counts as one), of one shape at every iteration, that no
     scan output already stacks: the primal stacks them all, the reverse body
     reads the ones its reversal needs (_stacked_reads) and prune_loops drops
     the rest, so only what the reversal reads is stored (the
     store-what-is-needed policy of JAX's scan; states alone would cost
-    recomputing the step). Not for Loops whose states change shape."""
+    recomputing the step). Not for Loops whose states change shape.
+    A state's next value is not stacked (the state history holds it, one
+    step later): the indices of the states whose next value is costly come
+    second, the reverse carries that value from one step to the next."""
     body = op.regions[0].blocks[0]
-    stacked = {_through_identity(y) for y in _loop_layout(op, name)[5]}
+    cys, outs = _loop_layout(op, name)[2], _loop_layout(op, name)[5]
+    stacked = {_through_identity(y) for y in outs}
+    nexts = [_through_identity(y) for y in cys]
     costly: set = set()
     out = []
     for o in list(body.operations)[:-1]:
@@ -699,9 +705,10 @@ def _residuals(op: ir.Operation, name: str) -> list[ir.Value]:
         if len(o.regions):
             continue  # (rules rebuild region ops: their results cannot be tagged)
         out += [r for r in o.results
-                if r not in stacked and isinstance(r.type, ir.RankedTensorType) and
-                _same_shape_each_iteration(r, op)]
-    return out
+                if r not in stacked and r not in nexts and isinstance(r.type, ir.RankedTensorType)
+                and _same_shape_each_iteration(r, op)]
+    return out, [j for j, v in enumerate(nexts)
+                 if v in costly and v not in stacked and _in_body(v, body)]
 
 
 def _same_shape_each_iteration(v: ir.Value, loop: ir.Operation) -> bool:
@@ -829,7 +836,8 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     loc = op.location
     ct_at = [ct_of.get(r) for r in op.results]  # by index: the op is replaced next
     recompute = name == "Loop" and _shape_may_vary(op)
-    residuals = [] if recompute else _residuals(op, name)
+    trips = _fixed_trip_count(op) if name == "Loop" else None
+    residuals, nexts = ([], []) if recompute else _residuals(op, name)
     primal, extra, with_i = _with_history(op, name, states=not recompute, residuals=residuals)
     hist, res_stacks = extra[:len(extra) - len(residuals)], extra[len(extra) - len(residuals):]
     inits, cargs, cys, scans, sargs, outs = _loop_layout(primal, name)
@@ -859,7 +867,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     acc0 = [_zeros(b, c, k) for c in caps_all]
     ct_scan = [(m, ct_at[n + m]) for m, y in enumerate(scan_results)
                if is_float(y) and ct_at[n + m] is not None]
-    carried_types = [c.type for c in ct_final] + [a.type for a in acc0]
+    # the next value of states in `nexts` (what the reverse of step t reads
+    # of step t's result) is carried down from step t+1, which read it as
+    # its state; the last step's is the final state
+    next0 = [finals[j] for j in nexts]
+    carried_types = [c.type for c in ct_final] + [a.type for a in acc0] + \
+        [_through_identity(cys[j]).type for j in nexts]
+    n_ct = len(fl) + len(acc0)  # (carried cotangents and accumulators, then next0)
     if name == "Scan":
         m = len(sargs)
         in_ranks = [None if dims(x) is None else len(dims(x)) for x in scans]
@@ -885,14 +899,15 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
             "scan_output_directions": ints_attr([flip(idr[i]) for i in act_x]),
         }
         out_types = carried_types + [b.derivative_type(scans[i]) for i in act_x]
-        rev = _create(primal.name, ct_final + acc0 + scan_in, out_types, attrs, loc, 1)
+        rev = _create(primal.name, ct_final + acc0 + next0 + scan_in, out_types, attrs, loc, 1)
         ct_elem_types = [b.derivative_type(outs[mm]) for mm, _ in ct_scan]
         blk = rev.regions[0].blocks.append(*(carried_types + [a.type for a in cargs] +
                                              [a.type for a in sargs] + ct_elem_types +
                                              [r.type for r in reads]))
         a = list(blk.arguments)
         ct_v = a[:len(fl)]
-        acc = a[len(fl):len(carried_types)]
+        acc = a[len(fl):n_ct]
+        nxt = a[n_ct:len(carried_types)]
         off = len(carried_types)
         s_in, x_in = a[off:off + n], a[off + n:off + n + m]
         cty = a[off + n + m:off + n + m + len(ct_scan)]
@@ -900,12 +915,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         cbody = copy.regions[0].blocks[0]
         ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), s_in + x_in)))
         copy.erase()
-        _mark_yields(blk, [_through_identity(ys[r.yield_index]) for r in reads])
+        _mark_yields(blk, [_through_identity(ys[r.yield_index]) for r in reads] +
+                     [_through_identity(ys[j]) for j in nexts])
         wrt = [s_in[j] for j in fl] + [x_in[i] for i in act_x] + caps_all
         seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
             [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
         cts = _reverse_block(blk, rev, wrt, seeds, b.opset)
-        _reuse_marked(blk, a[off + n + m + len(ct_scan):])
+        _reuse_marked(blk, a[off + n + m + len(ct_scan):] + nxt)
         kk = ct_v[0] if ct_v else (acc[0] if acc else cty[0])
         with ir.InsertionPoint(blk):
             kin = b.shape(kk, 0, 1)
@@ -915,12 +931,12 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
                     for i, c in zip(act_x, cts[len(fl):len(fl) + len(act_x)])]
             new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
                        for ac, c, cap in zip(acc, cts[len(fl) + len(act_x):], caps_all)]
-        _yield(blk, new_ct_v + new_acc + ct_x, loc)
+        _yield(blk, new_ct_v + new_acc + [s_in[j] for j in nexts] + ct_x, loc)
         _hoist_invariants(rev)
         res = list(rev.results)
         contrib = {}
         _add(b, contrib, [inits[j] for j in fl], res[:len(fl)])
-        _add(b, contrib, caps_all, res[len(fl):len(carried_types)])
+        _add(b, contrib, caps_all, res[len(fl):n_ct])
         _add(b, contrib, [scans[i] for i in act_x], res[len(carried_types):])
         return contrib, primal_floats
     # Loop
@@ -935,13 +951,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     count = b.op("Gather", [b.shape(stacked, 0, 1), b.int_scalar(0)], tensor_type([], i64), axis=0)
     last = b.sub(count, b.int_scalar(1))
     fixed = {mm: _invariant_ct(b, c, 1, outs[mm]) for mm, c in ct_scan}
-    rev = _create(primal.name, [count, b.none()] + ct_final + acc0, carried_types, {},
+    rev = _create(primal.name, [count, b.none()] + ct_final + acc0 + next0, carried_types, {},
                   loc, 1)
     blk = rev.regions[0].blocks.append(tensor_type([], i64),
                                        tensor_type([], ir.IntegerType.get_signless(1)),
                                        *carried_types)
     a = list(blk.arguments)
-    ct_v, acc = a[2:2 + len(fl)], a[2 + len(fl):]
+    ct_v, acc, nxt = a[2:2 + len(fl)], a[2 + len(fl):2 + n_ct], a[2 + n_ct:]
     with ir.InsertionPoint(blk):
         idx = b.sub(last, a[0])
         if recompute:  # after the body's reversal, which must not see them computed
@@ -968,12 +984,13 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), [it, true_] + states)))
     copy.erase()
     ys = ys[1:]  # drop the cond
-    _mark_yields(blk, [_through_identity(ys[r.yield_index]) for r in reads])
+    _mark_yields(blk, [_through_identity(ys[r.yield_index]) for r in reads] +
+                 [_through_identity(ys[j]) for j in nexts])
     wrt = [states[j] for j in fl] + caps_all
     seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
         [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
     cts = _reverse_block(blk, rev, wrt, seeds, b.opset)
-    _reuse_marked(blk, stored_at)
+    _reuse_marked(blk, stored_at + nxt)
     if recompute:
         with ir.InsertionPoint(pending):
             recomputed = _recomputed_states(b, primal, idx)
@@ -989,7 +1006,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
                    for ac, c, cap in zip(acc, cts[len(fl):], caps_all)]
         cond_out = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
-    _yield(blk, [cond_out] + new_ct_v + new_acc, loc)
+    _yield(blk, [cond_out] + new_ct_v + new_acc + [states[j] for j in nexts], loc)
     _erase_dead(blk)  # (stored_at's dead Gathers with it: read what is left)
     stacks = [r.stack for r in reads]
     read = [o.operation.operands[0] for o in blk.operations
@@ -1003,12 +1020,66 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
             last_read = b.sub(n_read, b.int_scalar(1))
         count.replace_all_uses_with(n_read)
         last.replace_all_uses_with(last_read)
+    if not recompute and (trips or 0) >= 1:  # (ONNX Runtime's Scan fails on zero steps)
+        rev = _as_scan(rev)
     _hoist_invariants(rev)
     res = list(rev.results)
     contrib = {}
     _add(b, contrib, [inits[j] for j in fl], res[:len(fl)])
-    _add(b, contrib, caps_all, res[len(fl):])
+    _add(b, contrib, caps_all, res[len(fl):n_ct])
     return contrib, primal_floats
+
+
+def _as_scan(rev: ir.Operation) -> ir.Operation:
+    """The reverse Loop as a Scan running backwards over the stacks its body
+    reads at idx = last - i (states, residuals, iteration numbers, output
+    cotangents: each has one slice per primal iteration along its Gather's
+    axis), when those Gathers are all the body does with idx: ONNX Runtime
+    hands a Scan its slices, where the Loop ran a Gather per stack and step
+    and a Sub (neural_ode's reverse 3.0 -> 2.5 x primal). Only for loops
+    that provably run at least once: ONNX Runtime 1.32's Scan fails on
+    zero-length scan inputs (an error on axis 0, SIGFPE on axis 1). rev
+    itself when the body reads the iteration number otherwise or nothing is
+    stacked."""
+    blk = rev.regions[0].blocks[0]
+    i, cond = blk.arguments[0], blk.arguments[1]
+    users = [u.owner.operation for u in i.uses]  # (idx = last - i, unless it died)
+    if _used(cond) or len(users) != 1 or _kind(users[0]) != "Sub" or users[0].operands[1] != i:
+        return rev
+    if not all(isinstance(v.type, ir.RankedTensorType) for v in
+               list(_terminator(blk).operands)[1:]):
+        return rev  # (ONNX Runtime's Scan needs every body output's rank)
+    idx_op = users[0]
+    idx = idx_op.results[0]
+    gathers = [u.owner.operation for u in idx.uses]
+    if not gathers or any(_kind(g) != "Gather" or g.block != blk or g.operands[1] != idx or
+                          _inside(g.operands[0], rev) or
+                          (attribute(g, "axis") or 0) not in (0, 1) for g in gathers):
+        return rev
+    stacks: dict = {}  # (stack, axis) -> its slice argument's type
+    for g in gathers:
+        stacks.setdefault((g.operands[0], attribute(g, "axis") or 0), g.results[0].type)
+    keys = list(stacks)
+    carried = list(rev.operands[2:])
+    attrs = {"num_scan_inputs": ir.IntegerAttr.get(ir.IntegerType.get_signed(64), len(keys)),
+             "scan_input_axes": ints_attr([ax for _, ax in keys]),
+             "scan_input_directions": ints_attr([1] * len(keys))}
+    with ir.InsertionPoint(rev):
+        scan = _create("onnx.Scan", carried + [v for v, _ in keys], [r.type for r in rev.results],
+                       attrs, rev.location, 1)
+    new = scan.regions[0].blocks.append(*([a.type for a in blk.arguments[2:]] +
+                                          [stacks[key] for key in keys]))
+    slices = dict(zip(keys, list(new.arguments)[len(carried):]))
+    for g in gathers:
+        g.results[0].replace_all_uses_with(slices[(g.operands[0], attribute(g, "axis") or 0)])
+        symdims.forget(g)
+        g.erase()
+    symdims.forget(idx_op)
+    idx_op.erase()
+    ys = _move_body(blk, new, dict(zip(list(blk.arguments)[2:], list(new.arguments)[:len(carried)])))
+    _yield(new, ys[1:], rev.location)  # (without the cond)
+    _replace(None, rev, list(scan.results))
+    return scan
 
 
 def _add(b: Builder, contrib: dict, keys, values) -> None:

@@ -575,6 +575,21 @@ def _rule(ot, op, idx, ins) -> list | None:
         for ax in axes:
             out[ax % len(a)] = None  # the type's static extent, else fresh
         return out
+    if ot == "Pad" and idx == 0:
+        a = _of(ins[0])
+        pads = _ints(ins[1]) if len(ins) > 1 and not isinstance(ins[1].type, ir.NoneType) \
+            else _attr(op, "pads", None)
+        if a is None or pads is None:
+            return None
+        axes = _ints(ins[3]) if len(ins) > 3 and not isinstance(ins[3].type, ir.NoneType) \
+            else list(range(len(a)))
+        if axes is None or len(pads) != 2 * len(axes):
+            return None
+        out = list(a)
+        for j, ax in enumerate(axes):
+            if pads[j] or pads[j + len(axes)]:
+                out[ax % len(a)] = None  # the type's static extent, else fresh
+        return out
     if ot in ("Resize", "Upsample") and idx == 0:
         if _attr(op, "axes", None):
             return None

@@ -11,8 +11,9 @@ results of these ops (ONNX's Scan attributes index them), so this pass drops:
   - scan outputs nothing reads (the yield and its per-iteration copy);
   - Scan scan inputs whose body argument nothing reads (one is kept: it
     sets the trip count);
-  - carried values (Loop) and states (Scan) whose body argument and final
-    result nothing reads (the value only fed itself).
+  - carried values (Loop) and states (Scan) whose final result nothing
+    reads and whose body argument nothing reads but its own next value (the
+    value only fed itself, or was passed on unchanged).
 One walk per block from its end, consumers before producers, so a reverse
 loop that stops reading a history frees the primal loop that stores it;
 dead ops are erased on the way (the ones the cleanup would erase later
@@ -24,7 +25,7 @@ from mlir import ir
 
 from . import symdims
 from .builder import attribute, ints_attr
-from .rules.control_flow import _attrs, _create, _move_body, _yield
+from .rules.control_flow import _attrs, _create, _move_body, _terminator, _yield
 
 
 def prune_loops(f: ir.Operation) -> int:
@@ -35,6 +36,13 @@ def prune_loops(f: ir.Operation) -> int:
 
 def _used(v: ir.Value) -> bool:
     return any(True for _ in v.uses)
+
+
+def _read(arg: ir.Value, own_yield: ir.Value) -> bool:
+    """A carried argument is read unless its only use is passing itself on
+    as its own next value (a yield elsewhere is a read)."""
+    uses = list(arg.uses)
+    return not (own_yield == arg and len(uses) == 1)
 
 
 def _prune_block(block: ir.Block) -> int:
@@ -71,11 +79,11 @@ def _prune_loop(op: ir.Operation) -> int:
 
 def _prune_scan(op: ir.Operation) -> tuple[ir.Operation, int]:
     body = op.regions[0].blocks[0]
-    args = list(body.arguments)
+    args, ys = list(body.arguments), list(_terminator(body).operands)
     m = attribute(op, "num_scan_inputs")
     n = len(op.operands) - m
     nout = len(op.results) - n
-    keep_state = [_used(args[j]) or _used(op.results[j]) for j in range(n)]
+    keep_state = [_read(args[j], ys[j]) or _used(op.results[j]) for j in range(n)]
     keep_in = [_used(args[n + i]) for i in range(m)]
     if not any(keep_in):
         keep_in[0] = True  # the trip count
@@ -99,7 +107,8 @@ def _prune_loop_op(op: ir.Operation) -> tuple[ir.Operation, int]:
     args = list(body.arguments)
     n = len(op.operands) - 2
     nout = len(op.results) - n
-    keep_v = [_used(args[2 + j]) or _used(op.results[j]) for j in range(n)]
+    ys = list(_terminator(body).operands)
+    keep_v = [_read(args[2 + j], ys[1 + j]) or _used(op.results[j]) for j in range(n)]
     keep_out = [_used(op.results[n + j]) for j in range(nout)]
     if all(keep_v) and all(keep_out):
         return op, 0

@@ -886,3 +886,27 @@ def test_padded_scan_input_keeps_its_run_time_extents():
     feeds = {"h0": rng.uniform(-1.0, 1.0, (2, 3)), "X": rng.uniform(-1.0, 1.0, (4, 2, 3))}
     errors = check_derivatives(m, feeds, inputs=["h0"])
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_run_time_trip_count_reverse_is_a_guarded_scan(steps):
+    """A Loop over a trip count fed at run time: the reverse is a Scan over
+    the stored states inside an If on a positive count (ONNX Runtime's Scan
+    cannot run zero steps), the other branch passing the cotangents through;
+    exact at 0, 1 and 3 steps."""
+    body = h.make_graph([h.make_node("Sin", ["v"], ["sv"], name="r_sin"),
+                         h.make_node("Mul", ["sv", "w"], ["ws"], name="r_mul"),
+                         h.make_node("Add", ["v", "ws"], ["vn"], name="r_add"),
+                         h.make_node("Identity", ["cin"], ["cout"], name="r_cond")],
+                        "body", [vi("i", I64, []), vi("cin", B, []), vi("v", D, [2])],
+                        [vi("cout", B, []), vi("vn", D, [2])])
+    m = model([h.make_node("Loop", ["M", "", "v0"], ["vT"], body=body, name="r_loop")],
+              [("M", I64, []), ("v0", D, [2]), ("w", D, [2])], [("vT", D, [2])])
+    r = reverse(m, inputs=["v0", "w"], layout="onnx")
+    kinds = [n.op_type for n in r.graph.node]
+    assert kinds.count("Loop") == 1 and "If" in kinds, kinds
+    feeds = {"M": np.array(steps, np.int64), "v0": np.array([0.3, -0.4]),
+             "w": np.array([0.5, 0.7])}
+    errors = check_derivatives(m, feeds, inputs=["v0", "w"])
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, inputs=["v0", "w"])

@@ -931,7 +931,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
                     for i, c in zip(act_x, cts[len(fl):len(fl) + len(act_x)])]
             new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
                        for ac, c, cap in zip(acc, cts[len(fl) + len(act_x):], caps_all)]
-        _yield(blk, new_ct_v + new_acc + [s_in[j] for j in nexts] + ct_x, loc)
+        _yield(blk, new_ct_v + new_acc + _passed_down(nxt, [s_in[j] for j in nexts]) + ct_x, loc)
         _hoist_invariants(rev)
         res = list(rev.results)
         contrib = {}
@@ -1006,9 +1006,10 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
                    for ac, c, cap in zip(acc, cts[len(fl):], caps_all)]
         cond_out = b.constant(ir.DenseElementsAttr.get(np.asarray(True)))
-    _yield(blk, [cond_out] + new_ct_v + new_acc + [states[j] for j in nexts], loc)
+    _yield(blk, [cond_out] + new_ct_v + new_acc + _passed_down(nxt, [states[j] for j in nexts]),
+           loc)
     _erase_dead(blk)  # (stored_at's dead Gathers with it: read what is left)
-    stacks = [r.stack for r in reads]
+    stacks = [r.stack for r in reads] + state_hist
     read = [o.operation.operands[0] for o in blk.operations
             if o.operation.name == "onnx.Gather" and o.operation.operands[0] in stacks]
     if not scan_results and read:
@@ -1020,8 +1021,8 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
             last_read = b.sub(n_read, b.int_scalar(1))
         count.replace_all_uses_with(n_read)
         last.replace_all_uses_with(last_read)
-    if not recompute and (trips or 0) >= 1:  # (ONNX Runtime's Scan fails on zero steps)
-        rev = _as_scan(rev)
+    if not recompute and trips != 0:  # (a loop that never runs keeps its trivial reverse)
+        rev = _as_scan(b, rev, guarded=trips is None)
     _hoist_invariants(rev)
     res = list(rev.results)
     contrib = {}
@@ -1030,17 +1031,26 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     return contrib, primal_floats
 
 
-def _as_scan(rev: ir.Operation) -> ir.Operation:
+def _passed_down(nxt: list[ir.Value], states: list[ir.Value]) -> list[ir.Value]:
+    """What each carried next-state argument yields: the step's state (the
+    next value of the step below), or itself where the reversal read none of
+    it (prune_loops then drops it, and the state's Gather is not kept)."""
+    return [s if _used(a) else a for a, s in zip(nxt, states)]
+
+
+def _as_scan(b: Builder, rev: ir.Operation, guarded: bool) -> ir.Operation:
     """The reverse Loop as a Scan running backwards over the stacks its body
     reads at idx = last - i (states, residuals, iteration numbers, output
     cotangents: each has one slice per primal iteration along its Gather's
     axis), when those Gathers are all the body does with idx: ONNX Runtime
     hands a Scan its slices, where the Loop ran a Gather per stack and step
-    and a Sub (neural_ode's reverse 3.0 -> 2.5 x primal). Only for loops
-    that provably run at least once: ONNX Runtime 1.32's Scan fails on
-    zero-length scan inputs (an error on axis 0, SIGFPE on axis 1). rev
-    itself when the body reads the iteration number otherwise or nothing is
-    stacked."""
+    and a Sub (neural_ode's reverse 3.0 -> 2.5 x primal). ONNX Runtime
+    1.32's Scan fails on zero-length scan inputs (an error on axis 0, SIGFPE
+    on axis 1): unless the primal provably ran (not `guarded`), the Scan
+    runs in an If on a positive trip count whose other branch passes the
+    carried values through. rev itself when the body reads the iteration
+    number otherwise, nothing is stacked, or (opset < 9) Greater cannot
+    compare the trip count."""
     blk = rev.regions[0].blocks[0]
     i, cond = blk.arguments[0], blk.arguments[1]
     users = [u.owner.operation for u in i.uses]  # (idx = last - i, unless it died)
@@ -1059,14 +1069,23 @@ def _as_scan(rev: ir.Operation) -> ir.Operation:
     stacks: dict = {}  # (stack, axis) -> its slice argument's type
     for g in gathers:
         stacks.setdefault((g.operands[0], attribute(g, "axis") or 0), g.results[0].type)
+    if guarded and b.opset < 9:
+        return rev
     keys = list(stacks)
     carried = list(rev.operands[2:])
     attrs = {"num_scan_inputs": ir.IntegerAttr.get(ir.IntegerType.get_signed(64), len(keys)),
              "scan_input_axes": ints_attr([ax for _, ax in keys]),
              "scan_input_directions": ints_attr([1] * len(keys))}
-    with ir.InsertionPoint(rev):
-        scan = _create("onnx.Scan", carried + [v for v, _ in keys], [r.type for r in rev.results],
-                       attrs, rev.location, 1)
+    types = [r.type for r in rev.results]
+    if guarded:
+        with ir.InsertionPoint(rev):
+            ran = b.op("Greater", [rev.operands[0], b.int_scalar(0)],
+                       tensor_type([], ir.IntegerType.get_signless(1)))
+            outer = _create("onnx.If", [ran], types, {}, rev.location, 2)
+        then, skipped = outer.regions[0].blocks.append(), outer.regions[1].blocks.append()
+        _yield(skipped, carried, rev.location)
+    with ir.InsertionPoint(then if guarded else rev):
+        scan = _create("onnx.Scan", carried + [v for v, _ in keys], types, attrs, rev.location, 1)
     new = scan.regions[0].blocks.append(*([a.type for a in blk.arguments[2:]] +
                                           [stacks[key] for key in keys]))
     slices = dict(zip(keys, list(new.arguments)[len(carried):]))
@@ -1078,8 +1097,13 @@ def _as_scan(rev: ir.Operation) -> ir.Operation:
     idx_op.erase()
     ys = _move_body(blk, new, dict(zip(list(blk.arguments)[2:], list(new.arguments)[:len(carried)])))
     _yield(new, ys[1:], rev.location)  # (without the cond)
-    _replace(None, rev, list(scan.results))
-    return scan
+    if guarded:
+        _hoist_invariants(scan)  # (in the branch, before the Scan)
+        _yield(then, list(scan.results), rev.location)
+    else:
+        outer = scan
+    _replace(None, rev, list(outer.results))
+    return outer
 
 
 def _add(b: Builder, contrib: dict, keys, values) -> None:

@@ -83,22 +83,28 @@ module attributes {onnx.opset_import = [["", 18]]} {
 
 // A data-dependent while loop carrying an int64 counter. Forward: the tangent of
 // v is an extra loop-carried value, the counter gets none. Reverse: the primal
-// Loop also emits the iteration number and the states of v (the counter's,
-// which nothing reads, are not kept); the reverse Loop runs
-// Shape(iterations)[0] times and reads the states backwards with Gather.
+// Loop also emits the states of v (the counter's, which nothing reads, and
+// its iteration numbers are not kept); the reverse is a Scan running
+// backwards over them, in an If on a positive iteration count (the length
+// of the stored states; ONNX Runtime's Scan cannot run zero steps) whose
+// other branch passes the cotangent through.
 // FWD-LABEL: func.func @loop_while
 // FWD: "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1, %{{.*}})
 // FWD-NEXT: ^bb0(%{{.*}}: tensor<i64>, %{{.*}}: tensor<i1>, %{{.*}}: tensor<2xf64>, %{{.*}}: tensor<i64>, %{{.*}}: tensor<?x2xf64>):
 // FWD: "onnx.Yield"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (tensor<i1>, tensor<2xf64>, tensor<i64>, tensor<?x2xf64>)
 // REV-LABEL: func.func @loop_while
-// REV: %[[P:.*]]:4 = "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1)
-// REV: -> (tensor<2xf64>, tensor<i64>, tensor<?xi64>, tensor<?x2xf64>)
+// REV: %[[P:.*]]:3 = "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1)
+// REV: -> (tensor<2xf64>, tensor<i64>, tensor<?x2xf64>)
 // REV: %[[N:.*]] = "onnx.Shape"(%[[P]]#2) <{end = 1 : si64, start = 0 : si64}>
 // REV: %[[T:.*]] = "onnx.Gather"(%[[N]], %{{.*}}) <{axis = 0 : si64}> : (tensor<1xi64>, tensor<i64>) -> tensor<i64>
-// REV: "onnx.Loop"(%[[T]], %{{.*}}, %{{.*}})
-// REV: "onnx.Gather"(%[[P]]#3, %{{.*}}) <{axis = 0 : si64}> : (tensor<?x2xf64>, tensor<i64>) -> tensor<2xf64>
+// REV: %[[RAN:.*]] = "onnx.Greater"(%[[T]], %{{.*}})
+// REV: "onnx.If"(%[[RAN]]) ({
+// REV: "onnx.Scan"(%[[CT:.*]], %[[P]]#2) <{num_scan_inputs = 1 : si64, scan_input_axes = [0], scan_input_directions = [1]}>
 // REV: "onnx.Cos"
-// REV: }) : (tensor<i64>, none, tensor<?x2xf64>) -> tensor<?x2xf64>
+// REV: }, {
+// REV-NEXT: "onnx.Yield"(%[[CT]])
+// REV: }) : (tensor<i1>) -> tensor<?x2xf64>
+// REV-NOT: "onnx.Loop"
 // UNROLL-LABEL: func.func @loop_while
 // UNROLL: "onnx.Loop"
 module attributes {onnx.opset_import = [["", 18]]} {

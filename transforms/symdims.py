@@ -259,6 +259,28 @@ def _scan_result_dims(scan: ir.Operation, i: int, rank: int) -> list | None:
     return elem[:axis] + [steps] + elem[axis:]
 
 
+def _loop_result_dims(loop: ir.Operation, i: int, rank: int) -> list | None:
+    """A Loop's stacked output i (after its carried values): the iteration
+    count (fresh) before the extents of the body's yield that are known
+    outside the body. A carried value may change shape between iterations:
+    its final value gets nothing here (the reverse rule registers it alike
+    its start where it proved it keeps its shape)."""
+    n = len(loop.operands) - 2
+    if i < n:
+        return None
+    body = loop.regions[0].blocks[0]
+    yields = list(body.operations)[-1].operands
+    elem = dims(yields[1 + i]) if 1 + i < len(yields) else None
+    if elem is None or len(elem) + 1 != rank:
+        return None
+    outside = {e for o in loop.operands for e in (dims(o) or []) if isinstance(e, tuple)}
+
+    def visible(e) -> bool:
+        return not isinstance(e, tuple) or e[0] in ("param", "=") or e in outside or \
+            (e[0] == "bc" and all(visible(p) for p in e[1]))
+    return [None] + [e if visible(e) else None for e in elem]
+
+
 def _axes(scan: ir.Operation, name: str, count: int) -> list[int]:
     if name not in scan.attributes:
         return [0] * count
@@ -444,6 +466,8 @@ def _compute(v: ir.Value, op, ins, sig) -> list:
     name = op.name
     if name in _SCANS:
         return _fill(_scan_result_dims(op, ir.OpResult(v).result_number, len(v.type.shape)), v)
+    if name == "onnx.Loop":
+        return _fill(_loop_result_dims(op, ir.OpResult(v).result_number, len(v.type.shape)), v)
     if not name.startswith("onnx."):
         return _fill(None, v)
     ot = _op_table.OPS.get(name[5:], {}).get("op_type")
@@ -575,6 +599,12 @@ def _rule(ot, op, idx, ins) -> list | None:
         for ax in axes:
             out[ax % len(a)] = None  # the type's static extent, else fresh
         return out
+    if ot == "Gather":
+        a, q = _of(ins[0]), _of(ins[1])
+        if a is None or q is None:
+            return None
+        ax = _attr(op, "axis", 0) % len(a)
+        return a[:ax] + q + a[ax + 1:]
     if ot == "Pad" and idx == 0:
         a = _of(ins[0])
         pads = _ints(ins[1]) if len(ins) > 1 and not isinstance(ins[1].type, ir.NoneType) \

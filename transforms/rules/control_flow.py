@@ -680,6 +680,17 @@ _COSTLY = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Einsum", "MatMulInteger",
            "QLinearMatMul", "QLinearConv", "LSTM", "GRU", "RNN", "Attention"}
 
 
+def _keep_start_extents(loop: ir.Operation) -> None:
+    """Registers the Loop's carried arguments alike their starts (symdims),
+    for a Loop whose carried values provably keep their shapes
+    (_shape_may_vary): values of a step made from a run-time batch can then
+    be stacked (_residuals), and their slices need no unbroadcasting."""
+    inits, cargs = _loop_layout(loop, "Loop")[:2]
+    for a, x in zip(cargs, inits):
+        symdims.alike(a, x, every_axis=True)
+    symdims.reset()  # (the body's values were cached with the arguments' fresh extents)
+
+
 def _residuals(op: ir.Operation, name: str) -> tuple[list[ir.Value], list[int]]:
     """Values of op's body computed from a costly op within the step (a
     nested loop counts as one), of one shape at every iteration, that no
@@ -837,8 +848,12 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     ct_at = [ct_of.get(r) for r in op.results]  # by index: the op is replaced next
     recompute = name == "Loop" and _shape_may_vary(op)
     trips = _fixed_trip_count(op) if name == "Loop" else None
+    if name == "Loop" and not recompute:
+        _keep_start_extents(op)
     residuals, nexts = ([], []) if recompute else _residuals(op, name)
     primal, extra, with_i = _with_history(op, name, states=not recompute, residuals=residuals)
+    if name == "Loop" and not recompute:
+        _keep_start_extents(primal)
     hist, res_stacks = extra[:len(extra) - len(residuals)], extra[len(extra) - len(residuals):]
     inits, cargs, cys, scans, sargs, outs = _loop_layout(primal, name)
     body = primal.regions[0].blocks[0]

@@ -249,12 +249,7 @@ def _scan_result_dims(scan: ir.Operation, i: int, rank: int) -> list | None:
     in_axes = _axes(scan, "scan_input_axes", m)
     out_axes = _axes(scan, "scan_output_axes", len(scan.results) - n)
     steps = first[in_axes[0] % len(first)]
-    outside = {e for o in ops for e in (dims(o) or []) if isinstance(e, tuple)}
-
-    def visible(e) -> bool:
-        return not isinstance(e, tuple) or e[0] in ("param", "=") or e in outside or \
-            (e[0] == "bc" and all(visible(p) for p in e[1]))
-    elem = [e if visible(e) else None for e in elem]
+    elem = _known_outside(scan, elem)
     axis = out_axes[i - n] % rank
     return elem[:axis] + [steps] + elem[axis:]
 
@@ -273,12 +268,19 @@ def _loop_result_dims(loop: ir.Operation, i: int, rank: int) -> list | None:
     elem = dims(yields[1 + i]) if 1 + i < len(yields) else None
     if elem is None or len(elem) + 1 != rank:
         return None
-    outside = {e for o in loop.operands for e in (dims(o) or []) if isinstance(e, tuple)}
+    return [None] + _known_outside(loop, elem)
+
+
+def _known_outside(op: ir.Operation, elem: list) -> list:
+    """The extents of a value of op's body, those unknown outside it
+    (neither static, named, proved nor an extent of op's operands) None: a
+    symbol of a body value is not visible to op's users."""
+    outside = {e for o in op.operands for e in (dims(o) or []) if isinstance(e, tuple)}
 
     def visible(e) -> bool:
         return not isinstance(e, tuple) or e[0] in ("param", "=") or e in outside or \
             (e[0] == "bc" and all(visible(p) for p in e[1]))
-    return [None] + [e if visible(e) else None for e in elem]
+    return [e if visible(e) else None for e in elem]
 
 
 def _axes(scan: ir.Operation, name: str, count: int) -> list[int]:

@@ -62,9 +62,12 @@ def reverse(model: onnx.ModelProto | str | os.PathLike, inputs: Sequence[str] | 
             outputs: Sequence[str] | None = None, prefix: str | None = None,
             layout: str = "casadi", checkpoint: int = 1) -> onnx.ModelProto:
     """The adjoint model: primal signature, then seeds `adj_<y>` for `outputs`
-    and results `adj_<x>` = J^T . adj_y for `inputs`. `checkpoint=k` (> 1):
-    reverse sweeps through Loop/Scan store every k-th state and recompute the
-    steps in between (less memory, about one more forward sweep of time)."""
+    and results `adj_<x>` = J^T . adj_y for `inputs`. A reverse sweep through
+    a Loop/Scan stores its states and, of each step's values computed from
+    costly ops (MatMul, Conv, ...), those the reversal reads; it recomputes
+    the rest of the step. `checkpoint=k` (> 1): it stores every k-th state
+    and recomputes the steps in between (less memory, about one more forward
+    sweep of time)."""
     return _mode("adj", model, inputs, outputs, layout, prefix, checkpoint)
 
 

@@ -30,6 +30,7 @@ from .checkpoint import segment_loops
 from .legalize import bool_where, expand_zero_extents, scan_axes_zero
 from .merge_scans import merge_scans
 from .prune_loops import prune_loops
+from .hoist_maps import hoist_maps
 from .expand import expand_function
 from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
@@ -113,6 +114,8 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
         prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
+        if hoist_maps(f):  # per-step maps of scan inputs on the whole stacks (hoist_maps.py)
+            prune_loops(f)  # (the slices the maps read may now go unread)
 
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
@@ -155,6 +158,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
         prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
+        if hoist_maps(f):  # per-step maps of scan inputs on the whole stacks (hoist_maps.py)
+            prune_loops(f)  # (the slices the maps read may now go unread)
 
 
 def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],

@@ -44,9 +44,11 @@ module attributes {onnx.opset_import = [["", 18]]} {
 // scan input and the tangent of the scan output an extra scan output, both on
 // axis 1 (the direction axis leads). Reverse: the primal Scan also emits its
 // states; a second Scan runs backwards over them, over the cotangent of the
-// stacked output and over that output itself (each step's tanh, read instead
-// of recomputed from the state: no Tanh, and xs is not read), carrying the
-// cotangent of h and accumulating that of the captured w as state.
+// stacked output and over 1 - tanh^2 of that output (each step's tanh, read
+// instead of recomputed from the state: no Tanh, and xs is not read; the
+// Mul and Sub of the stacked tanh run once on the whole stack, in front of
+// the Scan), carrying the cotangent of h and accumulating that of the
+// captured w as state.
 // FWD-LABEL: func.func @scan_rnn
 // FWD: "onnx.Scan"(%arg0, %{{.*}}, %arg1, %{{.*}}) <{num_scan_inputs = 2 : si64, scan_input_axes = [0, 1], scan_input_directions = [0, 0], scan_output_axes = [0, 1], scan_output_directions = [0, 0]}>
 // FWD-NEXT: ^bb0(%{{.*}}: tensor<1x3xf64>, %{{.*}}: tensor<?x1x3xf64>, %{{.*}}: tensor<1x3xf64>, %{{.*}}: tensor<?x1x3xf64>):
@@ -57,9 +59,12 @@ module attributes {onnx.opset_import = [["", 18]]} {
 // REV: %[[P:.*]]:3 = "onnx.Scan"(%arg0, %arg1) <{num_scan_inputs = 1 : si64, scan_output_axes = [0, 0], scan_output_directions = [0, 0]}>
 // REV-NEXT: ^bb0(%[[H:.*]]: tensor<1x3xf64>, %{{.*}}: tensor<1x3xf64>):
 // REV: "onnx.Yield"(%[[T:.*]], %[[T]], %[[H]])
-// REV: "onnx.Scan"(%{{.*}}, %{{.*}}, %[[P]]#2, %{{.*}}, %[[P]]#1) <{num_scan_inputs = 3 : si64, scan_input_axes = [0, 1, 0], scan_input_directions = [1, 1, 1], scan_output_axes = [1], scan_output_directions = [1]}>
+// REV: %[[SQ:.*]] = "onnx.Mul"(%[[P]]#1, %[[P]]#1) : (tensor<4x1x3xf64>, tensor<4x1x3xf64>) -> tensor<4x1x3xf64>
+// REV: %[[D:.*]] = "onnx.Sub"(%{{.*}}, %[[SQ]]) : (tensor<f64>, tensor<4x1x3xf64>) -> tensor<4x1x3xf64>
+// REV: "onnx.Scan"(%{{.*}}, %{{.*}}, %[[P]]#2, %{{.*}}, %[[D]]) <{num_scan_inputs = 3 : si64, scan_input_axes = [0, 1, 0], scan_input_directions = [1, 1, 1], scan_output_axes = [1], scan_output_directions = [1]}>
 // REV-NEXT: ^bb0(%{{.*}}: tensor<?x1x3xf64>, %{{.*}}: tensor<?x3x3xf64>, %{{.*}}: tensor<1x3xf64>, %{{.*}}: tensor<?x1x3xf64>, %{{.*}}: tensor<1x3xf64>):
 // REV-NOT: "onnx.Tanh"
+// REV-NOT: "onnx.Sub"
 // REV: "onnx.Add"(%{{.*}}, %{{.*}}) : (tensor<?x3x3xf64>, tensor<?x3x3xf64>) -> tensor<?x3x3xf64>
 // REV: }) : (tensor<?x1x3xf64>, tensor<?x3x3xf64>, tensor<?x1x3xf64>, tensor<?x4x1x3xf64>, tensor<4x1x3xf64>) -> (tensor<?x1x3xf64>, tensor<?x3x3xf64>, tensor<?x4x1x3xf64>)
 // UNROLL-LABEL: func.func @scan_rnn
@@ -87,7 +92,8 @@ module attributes {onnx.opset_import = [["", 18]]} {
 // its iteration numbers are not kept); the reverse is a Scan running
 // backwards over them, in an If on a positive iteration count (the length
 // of the stored states; ONNX Runtime's Scan cannot run zero steps) whose
-// other branch passes the cotangent through.
+// other branch passes the cotangent through. The Cos of each stored state
+// runs once on the whole stack, in front of that Scan.
 // FWD-LABEL: func.func @loop_while
 // FWD: "onnx.Loop"(%arg1, %{{.*}}, %arg0, %arg1, %{{.*}})
 // FWD-NEXT: ^bb0(%{{.*}}: tensor<i64>, %{{.*}}: tensor<i1>, %{{.*}}: tensor<2xf64>, %{{.*}}: tensor<i64>, %{{.*}}: tensor<?x2xf64>):
@@ -99,8 +105,8 @@ module attributes {onnx.opset_import = [["", 18]]} {
 // REV: %[[T:.*]] = "onnx.Gather"(%[[N]], %{{.*}}) <{axis = 0 : si64}> : (tensor<1xi64>, tensor<i64>) -> tensor<i64>
 // REV: %[[RAN:.*]] = "onnx.Greater"(%[[T]], %{{.*}})
 // REV: "onnx.If"(%[[RAN]]) ({
-// REV: "onnx.Scan"(%[[CT:.*]], %[[P]]#2) <{num_scan_inputs = 1 : si64, scan_input_axes = [0], scan_input_directions = [1]}>
-// REV: "onnx.Cos"
+// REV: %[[COS:.*]] = "onnx.Cos"(%[[P]]#2)
+// REV: "onnx.Scan"(%[[CT:.*]], %[[COS]]) <{num_scan_inputs = 1 : si64, scan_input_axes = [0], scan_input_directions = [1]}>
 // REV: }, {
 // REV-NEXT: "onnx.Yield"(%[[CT]])
 // REV: }) : (tensor<i1>) -> tensor<?x2xf64>

@@ -18,12 +18,14 @@
 // The primal Scans merge; so do the two reverse Scans (one per primal Scan:
 // their scan inputs are the cotangent of the stacked output (axis 1), the
 // stacked output itself (read, not recomputed), and for the first, whose Mul
-// needs them, the stored states and xs; the sigmoid's reverse needs neither).
+// needs them, the stored states and xs; the sigmoid's reverse needs neither;
+// the derivative coefficients of the stacked outputs are computed on the
+// whole stacks in front of the Scan, and read as slices).
 // REV-LABEL: func.func @two
 // REV: "onnx.Scan"(%arg0, %arg0, %arg1, %arg2) <{num_scan_inputs = 2 : si64, scan_input_axes = [0, 0], scan_input_directions = [0, 0], scan_output_axes = [0, 0, 0], scan_output_directions = [0, 0, 0]}>
 // REV-NOT: "onnx.Scan"
 // REV: "onnx.Sin"
-// REV: %[[R:.*]]:4 = "onnx.Scan"({{.*}}) <{num_scan_inputs = 6 : si64, scan_input_axes = [1, 0, 0, 0, 1, 0], scan_input_directions = [1, 1, 1, 1, 1, 1], scan_output_axes = [1, 1], scan_output_directions = [1, 1]}>
+// REV: %[[R:.*]]:4 = "onnx.Scan"({{.*}}) <{num_scan_inputs = 6 : si64, scan_input_axes = [1, 0, 0, 1, 0, 0], scan_input_directions = [1, 1, 1, 1, 1, 1], scan_output_axes = [1, 1], scan_output_directions = [1, 1]}>
 // REV-NOT: "onnx.Scan"
 // REV: "onnx.Add"(%[[R]]#0, %[[R]]#1)
 // REV-NOT: "onnx.Scan"

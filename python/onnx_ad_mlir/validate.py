@@ -655,6 +655,22 @@ def _contradiction(msg: str) -> tuple[str | None, str | None, str]:
     return hit or (clauses[-1] if clauses else (None, None, msg))
 
 
+def check_order(graph: onnx.GraphProto, rows: list[NodeRow], inits: list[InitRow]) -> None:
+    """Every input of a node of the main graph is a graph input, an
+    initializer or an earlier node's output (ONNX's topological order):
+    ONNX's shape inference aborts the process on some cycles (std::clamp
+    assertion in Slice's inference, onnx 1.23.2; fuzzer seed 102), so
+    before inference. The importer checks the subgraphs' order as it reads
+    them (their names may come from outside)."""
+    known = {v.name for v in graph.input} | {name for _, name, _, _ in inits}
+    for node, _, _, inputs, outputs, _, _, _, _ in rows:
+        for x in inputs:
+            if x and x not in known:
+                raise ImportFailure(f"{_label(node)}: input '{x}' is not defined by any graph "
+                                    "input, initializer or earlier node")
+        known.update(outputs)
+
+
 def check_tensor_dims(graph: onnx.GraphProto, rows: list[NodeRow] | None = None,
                       inits: list[InitRow] | None = None) -> None:
     """Initializers and Constant values with a negative extent: ONNX shape

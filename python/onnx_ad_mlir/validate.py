@@ -655,20 +655,34 @@ def _contradiction(msg: str) -> tuple[str | None, str | None, str]:
     return hit or (clauses[-1] if clauses else (None, None, msg))
 
 
-def check_order(graph: onnx.GraphProto, rows: list[NodeRow], inits: list[InitRow]) -> None:
-    """Every input of a node of the main graph is a graph input, an
-    initializer or an earlier node's output (ONNX's topological order):
-    ONNX's shape inference aborts the process on some cycles (std::clamp
-    assertion in Slice's inference, onnx 1.23.2; fuzzer seed 102), so
-    before inference. The importer checks the subgraphs' order as it reads
-    them (their names may come from outside)."""
-    known = {v.name for v in graph.input} | {name for _, name, _, _ in inits}
-    for node, _, _, inputs, outputs, _, _, _, _ in rows:
-        for x in inputs:
-            if x and x not in known:
-                raise ImportFailure(f"{_label(node)}: input '{x}' is not defined by any graph "
-                                    "input, initializer or earlier node")
-        known.update(outputs)
+def check_acyclic(graph: onnx.GraphProto, rows: list[NodeRow]) -> None:
+    """The main graph's nodes have an order (the importer sorts an unsorted
+    graph): ONNX's shape inference aborts the process on some cycles
+    (std::clamp assertion in Slice's inference, onnx 1.23.2; fuzzer seed 102
+    case 1538), so before inference. Names defined nowhere are left to the
+    importer's own message."""
+    producer = {out: i for i, row in enumerate(rows) for out in row[4] if out}
+    waiting = [sum(1 for x in set(row[3]) if x in producer) for row in rows]
+    users: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        for x in set(row[3]):
+            if x in producer:
+                users.setdefault(producer[x], []).append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in users.get(i, ()):
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    if done < len(rows):
+        i = next(k for k, w in enumerate(waiting) if w)
+        node, inputs = rows[i][0], rows[i][3]
+        x = next(x for x in inputs if x in producer and waiting[producer[x]])
+        raise ImportFailure(f"{_label(node)}: input '{x}' depends on the node's own output "
+                            "(the graph has a cycle)")
 
 
 def check_tensor_dims(graph: onnx.GraphProto, rows: list[NodeRow] | None = None,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from mlir import ir
 
 from . import symdims
-from .builder import attribute, dims, ints_attr, tensor_type, element_type
+from .builder import attribute, dims, element_type, ints_attr, rank, tensor_type
 from .rules.control_flow import _attrs, _create, _kind, _move_body, _yield
 
 MAPS = {
@@ -50,10 +50,6 @@ def hoist_maps(f: ir.Operation) -> int:
                 scans.append(o)
     collect(f.regions[0].blocks[0])
     return sum(_hoist(scan) for scan in scans)  # (inner Scans first: their hoists may move on)
-
-
-def _rank(v: ir.Value) -> int | None:
-    return v.type.rank if isinstance(v.type, ir.RankedTensorType) else None
 
 
 def _hoist(scan: ir.Operation) -> int:
@@ -122,13 +118,13 @@ def _is_map(o: ir.Operation, stacked: dict, inside: set) -> bool:
     sliced = [v for v in ins if v in stacked]
     if not sliced or any(v in inside and v not in stacked for v in ins):
         return False  # (an operand computed per step otherwise)
-    ranks = {_rank(v) for v in sliced}
-    r = _rank(o.results[0])
+    ranks = {rank(v) for v in sliced}
+    r = rank(o.results[0])
     if len(ranks) != 1 or None in ranks or r is None or ranks != {r} and kind != "MatMul":
         return False
     if len({stacked[v][1] for v in sliced}) != 1:
         return False  # (slices read in different orders)
     if kind == "MatMul":
         return len(ins) == 2 and ins[0] in stacked and ins[1] not in stacked and \
-            _rank(ins[1]) == 2 and _rank(ins[0]) is not None and _rank(ins[0]) >= 1
-    return all(v in stacked or (_rank(v) is not None and _rank(v) <= r) for v in ins)
+            rank(ins[1]) == 2 and rank(ins[0]) is not None and rank(ins[0]) >= 1
+    return all(v in stacked or (rank(v) is not None and rank(v) <= r) for v in ins)

@@ -25,17 +25,13 @@ from mlir import ir
 
 from . import symdims
 from .builder import attribute, ints_attr
-from .rules.control_flow import _attrs, _create, _move_body, _terminator, _yield
+from .rules.control_flow import _attrs, _create, _move_body, _terminator, _used, _yield
 
 
 def prune_loops(f: ir.Operation) -> int:
     """Drops dead values of every Loop/Scan in f (nested ones included) and
     the dead ops in their way; returns how many loop values were dropped."""
     return _prune_block(f.regions[0].blocks[0])
-
-
-def _used(v: ir.Value) -> bool:
-    return any(True for _ in v.uses)
 
 
 def _read(arg: ir.Value, own_yield: ir.Value) -> bool:

@@ -662,11 +662,12 @@ def check_acyclic(graph: onnx.GraphProto, rows: list[NodeRow]) -> None:
     case 1538), so before inference. Names defined nowhere are left to the
     importer's own message."""
     producer = {out: i for i, row in enumerate(rows) for out in row[4] if out}
-    waiting = [sum(1 for x in set(row[3]) if x in producer) for row in rows]
+    waiting = [0] * len(rows)
     users: dict[int, list[int]] = {}
     for i, row in enumerate(rows):
         for x in set(row[3]):
             if x in producer:
+                waiting[i] += 1
                 users.setdefault(producer[x], []).append(i)
     ready = [i for i, w in enumerate(waiting) if w == 0]
     done = 0
@@ -678,11 +679,16 @@ def check_acyclic(graph: onnx.GraphProto, rows: list[NodeRow]) -> None:
             if waiting[j] == 0:
                 ready.append(j)
     if done < len(rows):
-        i = next(k for k, w in enumerate(waiting) if w)
-        node, inputs = rows[i][0], rows[i][3]
-        x = next(x for x in inputs if x in producer and waiting[producer[x]])
-        raise ImportFailure(f"{_label(node)}: input '{x}' depends on the node's own output "
-                            "(the graph has a cycle)")
+        # back through waiting producers from a waiting node until one
+        # repeats: that one is on the cycle (the first may only follow it)
+        i, seen = next(k for k, w in enumerate(waiting) if w), set()
+        while i not in seen:
+            seen.add(i)
+            x = next(x for x in rows[i][3] if x in producer and waiting[producer[x]])
+            i = producer[x]
+        x = next(x for x in rows[i][3] if x in producer and waiting[producer[x]])
+        raise ImportFailure(f"{_label(rows[i][0])}: input '{x}' depends on the node's own "
+                            "output (the graph has a cycle)")
 
 
 def check_tensor_dims(graph: onnx.GraphProto, rows: list[NodeRow] | None = None,

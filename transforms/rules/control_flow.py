@@ -703,7 +703,7 @@ def _residuals(op: ir.Operation, name: str) -> tuple[list[ir.Value], list[int]]:
     step later): the indices of the states whose next value is costly come
     second, the reverse carries that value from one step to the next."""
     body = op.regions[0].blocks[0]
-    cys, outs = _loop_layout(op, name)[2], _loop_layout(op, name)[5]
+    _, _, cys, _, _, outs = _loop_layout(op, name)
     stacked = {_through_identity(y) for y in outs}
     nexts = [_through_identity(y) for y in cys]
     costly: set = set()
@@ -958,13 +958,9 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     i64 = ir.IntegerType.get_signless(64)
     iters = hist[0]
     state_hist = hist[1:] if with_i else hist
-    # Gather (not Squeeze): ONNX shape inference knows its rank without reading
-    # the constant, also inside subgraphs whose constants live outside. Any
-    # scan output has one slice per iteration: the primal's own first, so a
-    # history the reverse body ends up not reading can go (prune_loops.py)
-    stacked = scan_results[0] if scan_results else iters
-    count = b.op("Gather", [b.shape(stacked, 0, 1), b.int_scalar(0)], tensor_type([], i64), axis=0)
-    last = b.sub(count, b.int_scalar(1))
+    # any scan output has one slice per iteration: the primal's own first, so
+    # a history the reverse body ends up not reading can go (prune_loops.py)
+    count, last = _iterations(b, scan_results[0] if scan_results else iters)
     fixed = {mm: _invariant_ct(b, c, 1, outs[mm]) for mm, c in ct_scan}
     rev = _create(primal.name, [count, b.none()] + ct_final + acc0 + next0, carried_types, {},
                   loc, 1)
@@ -1031,9 +1027,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         # count the iterations on a stack the body reads anyway: the states'
         # history may then go
         with ir.InsertionPoint(rev):
-            n_read = b.op("Gather", [b.shape(read[0], 0, 1), b.int_scalar(0)],
-                          tensor_type([], i64), axis=0)
-            last_read = b.sub(n_read, b.int_scalar(1))
+            n_read, last_read = _iterations(b, read[0])
         count.replace_all_uses_with(n_read)
         last.replace_all_uses_with(last_read)
     if not recompute and trips != 0:  # (a loop that never runs keeps its trivial reverse)
@@ -1044,6 +1038,16 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     _add(b, contrib, [inits[j] for j in fl], res[:len(fl)])
     _add(b, contrib, caps_all, res[len(fl):n_ct])
     return contrib, primal_floats
+
+
+def _iterations(b: Builder, stack: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The iteration count of a Loop (the extent of a stack it emitted, one
+    slice per iteration) and the index of its last iteration. Gather, not
+    Squeeze: ONNX shape inference knows its rank without reading the
+    constant, also inside subgraphs whose constants live outside."""
+    count = b.op("Gather", [b.shape(stack, 0, 1), b.int_scalar(0)],
+                 tensor_type([], ir.IntegerType.get_signless(64)), axis=0)
+    return count, b.sub(count, b.int_scalar(1))
 
 
 def _passed_down(nxt: list[ir.Value], states: list[ir.Value]) -> list[ir.Value]:

@@ -2,27 +2,40 @@
 (both AD modes run it last, after Scan merging).
 
 A Scan body op whose operands are slices of the scan inputs (or values made
-from them this way) and values from outside, and that acts on each slice on
-its own (an elementwise op, or a MatMul of a slice by an outside matrix),
-gives the stack of its per-step results when run once on the stacked
-operands: the reverse sweeps' tanh' = 1 - t^2 of the stacked tanh values,
-the input projection x_t U of an RNN. ONNX Runtime pays a kernel launch per
-op and step (about 1 us at small sizes), so the op moves in front of the
-Scan and its result becomes a new scan input. Exact: each element is
-computed by the same op from the same values.
+from them this way), constants and values from outside, and that acts on
+each slice on its own (an elementwise op, a MatMul of a slice by an outside
+matrix, an Unsqueeze or Transpose), gives the stack of its per-step results when run once
+on the stacked operands: the reverse sweeps' tanh' = 1 - t^2 of the stacked
+tanh values, the input projection x_t U of an RNN and its tangent dx_t U,
+the Unsqueeze that lines a stacked primal value up with a tangent's
+direction axis, the transposed x_t of a weight's adjoint. ONNX Runtime pays a kernel launch per op and step (about
+1 us at small sizes), so the op moves in front of the Scan and its result
+becomes a new scan input. Exact: each element is computed by the same op
+from the same values.
 
-Conditions: the slices read have one rank r and come from scan inputs of
-one direction, all along axis 0 (scan_axes_zero ran before); an outside
-operand has rank <= r (prepending the step axis keeps right-aligned
-broadcasting), a MatMul's outside matrix rank 2. Ops with attributes that
-name axes are not maps (Softmax, CumSum, ...).
+Where the step axis sits is counted from the right: a scan input of rank R
+scanned on axis a has R - 1 - a axes after its step axis (tangents are
+scanned on axis 1, behind their direction axis). Right-aligned broadcasting
+lines the stacks' step axes up when the stacked operands all have the same
+count of axes after it, d, and every other operand has rank <= d (it then
+broadcasts against the same axes in a slice and in a stack). The result's
+stack has its step axis d axes from its end too; where that is not axis 0,
+the axes after it must have known non-zero extents (ONNX Runtime's Scan
+bug, legalize.scan_axes_zero). The stacked operands come from scan inputs
+of one direction; a MatMul's step axis is a batch axis; ops with attributes
+that name axes are not maps (Softmax, CumSum, ...).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
 from mlir import ir
 
 from . import symdims
-from .builder import attribute, dims, element_type, ints_attr, rank, tensor_type
+from .builder import (attribute, constant_ints, dims, element_type, ints_attr, is_constant_op,
+                      rank, tensor_type)
+from .legalize import _nonzero
 from .rules.control_flow import _attrs, _create, _kind, _move_body, _yield
 
 MAPS = {
@@ -52,6 +65,14 @@ def hoist_maps(f: ir.Operation) -> int:
     return sum(_hoist(scan) for scan in scans)  # (inner Scans first: their hoists may move on)
 
 
+class _Stack(NamedTuple):
+    """What a body value is a slice of: the stack outside (None until built),
+    its scan direction, and the count of axes after its step axis."""
+    value: ir.Value | None
+    direction: int
+    after: int
+
+
 def _hoist(scan: ir.Operation) -> int:
     body = scan.regions[0].blocks[0]
     m = attribute(scan, "num_scan_inputs")
@@ -59,16 +80,20 @@ def _hoist(scan: ir.Operation) -> int:
     axes = attribute(scan, "scan_input_axes") or [0] * m
     dirs = attribute(scan, "scan_input_directions") or [0] * m
     args = list(body.arguments)
-    # value in the body -> (its stack outside, direction)
-    stacked = {args[n + j]: (scan.operands[n + j], dirs[j]) for j in range(m) if axes[j] == 0}
+    stacked: dict[ir.Value, _Stack] = {}
+    for j in range(m):
+        r = rank(scan.operands[n + j])
+        if r is not None and -r <= axes[j] < r:
+            stacked[args[n + j]] = _Stack(scan.operands[n + j], dirs[j], r - 1 - axes[j] % r)
     inside = set(args)
     moved = []
     for o in list(body.operations)[:-1]:
         o = o.operation
-        if _is_map(o, stacked, inside):
+        after = _map_after(o, stacked, inside)
+        if after is not None:
             moved.append(o)
-            d = next(stacked[v][1] for v in o.operands if v in stacked)
-            stacked[o.results[0]] = (None, d)  # (its stack is built below)
+            d = next(stacked[v].direction for v in o.operands if v in stacked)
+            stacked[o.results[0]] = _Stack(None, d, after)  # (its stack is built below)
         inside.update(o.results)
     if not moved:
         return 0
@@ -77,20 +102,25 @@ def _hoist(scan: ir.Operation) -> int:
             copy = o.clone()
             for k, v in enumerate(o.operands):
                 if v in stacked:
-                    copy.operands[k] = stacked[v][0]
-            res = o.results[0]
-            steps = dims(copy.operands[next(k for k, v in enumerate(o.operands) if v in stacked)])
-            shape = None if dims(res) is None or steps is None else [steps[0]] + dims(res)
-            copy.results[0].set_type(tensor_type(shape, element_type(res)))
-            stacked[res] = (copy.results[0], stacked[res][1])
+                    copy.operands[k] = stacked[v].value
+                elif v in inside:  # a constant of the body
+                    copy.operands[k] = v.owner.operation.clone().results[0]
+            res, st = o.results[0], stacked[o.results[0]]
+            copy.results[0].set_type(tensor_type(_stack_dims(o, stacked), element_type(res)))
+            if _kind(o) == "Unsqueeze":
+                _unsqueeze_stack(copy, rank(res), rank(res) - st.after)
+            elif _kind(o) == "Transpose":
+                src = stacked[o.operands[0]]
+                copy.attributes["perm"] = ints_attr(_stack_perm(o, rank(o.operands[0]) - src.after))
+            stacked[res] = st._replace(value=copy.results[0])
     read = [o for o in moved if any(u.owner.operation not in moved for u in o.results[0].uses)]
     new_inputs = [stacked[o.results[0]] for o in read]
     attrs = _attrs(scan)
     attrs["num_scan_inputs"] = ir.IntegerAttr.get(ir.IntegerType.get_signed(64), m + len(read))
-    attrs["scan_input_axes"] = ints_attr(list(axes) + [0] * len(read))
-    attrs["scan_input_directions"] = ints_attr(list(dirs) + [d for _, d in new_inputs])
+    attrs["scan_input_axes"] = ints_attr(list(axes) + [rank(s.value) - 1 - s.after for s in new_inputs])
+    attrs["scan_input_directions"] = ints_attr(list(dirs) + [s.direction for s in new_inputs])
     with ir.InsertionPoint(scan):
-        new = _create(scan.name, list(scan.operands) + [s for s, _ in new_inputs],
+        new = _create(scan.name, list(scan.operands) + [s.value for s in new_inputs],
                       [r.type for r in scan.results], attrs, scan.location, 1)
     blk = new.regions[0].blocks.append(*([a.type for a in args] +
                                          [o.results[0].type for o in read]))
@@ -109,22 +139,89 @@ def _hoist(scan: ir.Operation) -> int:
     return len(moved)
 
 
-def _is_map(o: ir.Operation, stacked: dict, inside: set) -> bool:
-    """o maps each step's slices on their own (see the module docstring)."""
+def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:
+    """If o maps each step's slices on their own (see the module docstring):
+    the count of axes after its result's step axis; else None."""
     kind = _kind(o)
-    if (kind not in MAPS and kind != "MatMul") or len(o.regions) or len(o.results) != 1:
-        return False
+    if (kind not in MAPS and kind not in ("MatMul", "Unsqueeze", "Transpose")) or len(o.regions) or \
+            len(o.results) != 1 or rank(o.results[0]) is None:
+        return None
     ins = [v for v in o.operands if not isinstance(v.type, ir.NoneType)]
     sliced = [v for v in ins if v in stacked]
-    if not sliced or any(v in inside and v not in stacked for v in ins):
-        return False  # (an operand computed per step otherwise)
-    ranks = {rank(v) for v in sliced}
-    r = rank(o.results[0])
-    if len(ranks) != 1 or None in ranks or r is None or ranks != {r} and kind != "MatMul":
-        return False
-    if len({stacked[v][1] for v in sliced}) != 1:
-        return False  # (slices read in different orders)
+    if not sliced or any(v in inside and v not in stacked and not _body_constant(v) for v in ins):
+        return None  # (an operand computed per step otherwise)
+    if len({stacked[v].after for v in sliced}) != 1 or \
+            len({stacked[v].direction for v in sliced}) != 1:
+        return None  # (steps on different axes, or read in different orders)
+    after, r = stacked[sliced[0]].after, rank(o.results[0])
     if kind == "MatMul":
-        return len(ins) == 2 and ins[0] in stacked and ins[1] not in stacked and \
-            rank(ins[1]) == 2 and rank(ins[0]) is not None and rank(ins[0]) >= 1
-    return all(v in stacked or (rank(v) is not None and rank(v) <= r) for v in ins)
+        x = ins[0]
+        if len(ins) != 2 or x not in stacked or ins[1] in stacked or rank(ins[1]) != 2 or \
+                not (after >= 2 or rank(x) == 1 and after == 1):
+            return None
+    elif kind == "Unsqueeze":
+        axes = _unsqueeze_axes(o)
+        if axes is None or ins[0] not in stacked:
+            return None
+        kept = [k for k in range(r) if k not in {a % r for a in axes}]
+        before = len(kept) - after  # (the slice's axes in front of its step axis)
+        step = kept[before - 1] + 1 if before else 0
+        after = r - step
+    elif kind == "Transpose":
+        if ins[0] not in stacked:
+            return None
+        after = r  # (the stack's step axis goes first)
+    elif any(v not in stacked and (rank(v) is None or rank(v) > after) for v in ins):
+        return None
+    out = dims(o.results[0])
+    if after != r and (out is None or not _nonzero(out[r - after:])):
+        return None  # (a scan input off axis 0 that might be empty after it)
+    return after
+
+
+def _body_constant(v: ir.Value) -> bool:
+    owner = v.owner
+    return isinstance(owner, (ir.OpView, ir.Operation)) and is_constant_op(owner.operation)
+
+
+def _stack_dims(o: ir.Operation, stacked: dict) -> list | None:
+    """The stacked result's dims: the slice's with the step extent inserted."""
+    out = dims(o.results[0])
+    src = next(stacked[v] for v in o.operands if v in stacked)
+    src_dims = dims(src.value)
+    if out is None or src_dims is None:
+        return None
+    at = len(out) - stacked[o.results[0]].after
+    return out[:at] + [src_dims[len(src_dims) - 1 - src.after]] + out[at:]
+
+
+def _stack_perm(o: ir.Operation, step: int) -> list[int]:
+    """The perm of a Transpose of one step's slice, for its stack (step axis
+    at `step`), putting the step axis first."""
+    r = rank(o.operands[0])
+    perm = attribute(o, "perm") or list(range(r - 1, -1, -1))
+    return [step] + [p + (p >= step) for p in perm]
+
+
+def _unsqueeze_axes(o: ir.Operation) -> list[int] | None:
+    """The axes of an Unsqueeze: its attribute (opsets < 13) or constant operand."""
+    if len(o.operands) == 1:
+        return attribute(o, "axes")
+    return constant_ints(o.operands[1])
+
+
+def _unsqueeze_stack(copy: ir.Operation, r: int, step: int) -> None:
+    """Makes an Unsqueeze of one step's slice (result rank r) act on the
+    stack, whose step axis lands at `step`: inserted axes from there on move
+    one on."""
+    axes = [a % r + (a % r >= step) for a in _unsqueeze_axes(copy)]
+    if len(copy.operands) == 1:
+        copy.attributes["axes"] = ints_attr(axes)
+        return
+    const = copy.operands[1].owner.operation
+    while not is_constant_op(const):  # (through the Identity ops constant_ints sees through)
+        const = const.operands[0].owner.operation
+    with ir.InsertionPoint(copy):
+        copy.operands[1] = ir.Operation.create(
+            const.name, results=[copy.operands[1].type], loc=copy.location,
+            attributes={"value": ir.DenseElementsAttr.get(np.asarray(axes, np.int64))}).result

@@ -955,3 +955,43 @@ def test_maps_of_scan_inputs_run_on_whole_stacks():
     errors = check_derivatives(m, feeds, outputs=["hT", "Y"])
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
     check_hessian(m, feeds, output="hT")
+
+
+def _rnn_with_input_projection() -> onnx.ModelProto:
+    body = h.make_graph([h.make_node("MatMul", ["h", "W"], ["hw"], name="p_mmh"),
+                         h.make_node("MatMul", ["xt", "U"], ["xu"], name="p_mmx"),
+                         h.make_node("Add", ["hw", "xu"], ["pre"], name="p_add"),
+                         h.make_node("Tanh", ["pre"], ["hn"], name="p_tanh"),
+                         h.make_node("Identity", ["hn"], ["yo"], name="p_id")],
+                        "body", [vi("h", D, [1, 3]), vi("xt", D, [1, 2])],
+                        [vi("hn", D, [1, 3]), vi("yo", D, [1, 3])])
+    return model([h.make_node("Scan", ["h0", "X"], ["hT", "Y"], body=body, num_scan_inputs=1,
+                               name="p_scan")],
+                 [("h0", D, [1, 3]), ("X", D, [5, 1, 2]), ("W", D, [3, 3]), ("U", D, [2, 3])],
+                 [("hT", D, [1, 3]), ("Y", D, [5, 1, 3])])
+
+
+def test_maps_of_tangent_stacks_run_on_whole_stacks():
+    """Tangent stacks are scanned on axis 1, behind their direction axis:
+    dx_t U is still a map of the step's slice, so forward mode runs it once
+    on the whole tangent stack (the body keeps h W and dh W only). In the
+    Hessian-vector model (W and U inputs too), the reverse body's x_t^T and
+    h_t^T of the weights' adjoints and the Unsqueezes lining primal slices
+    up with tangents run on the stacks as well (an Unsqueeze of a value from
+    outside stays: that is no map of a slice). Values: both modes and
+    second order against central differences."""
+    m = _rnn_with_input_projection()
+    f = forward(m, inputs=["X"], layout="onnx")
+    scan = next(n for n in f.graph.node if n.op_type == "Scan")
+    assert _body_ops(scan).count("MatMul") == 2
+    assert [a.ints for a in scan.attribute if a.name == "scan_input_axes"] == [[0, 1]]
+    hvp = forward(reverse(m, layout="onnx"), outputs=["adj_X", "adj_W", "adj_U"], layout="onnx")
+    for scan in (n for n in hvp.graph.node if n.op_type == "Scan"):
+        body = next(a.g for a in scan.attribute if a.name == "body")
+        slices = {vi.name for vi in body.input}
+        assert not [n for n in body.node if n.op_type in ("Transpose", "Unsqueeze")
+                    and n.input[0] in slices], onnx.printer.to_text(body)
+    feeds = {"h0": _r(1, 3), "X": _r(5, 1, 2), "W": _r(3, 3), "U": _r(2, 3)}
+    errors = check_derivatives(m, feeds, outputs=["hT", "Y"])
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, output="hT")

@@ -4,14 +4,15 @@
 A Scan body op whose operands are slices of the scan inputs (or values made
 from them this way), constants and values from outside, and that acts on
 each slice on its own (an elementwise op, a MatMul of a slice by an outside
-matrix, an Unsqueeze or Transpose), gives the stack of its per-step results when run once
-on the stacked operands: the reverse sweeps' tanh' = 1 - t^2 of the stacked
-tanh values, the input projection x_t U of an RNN and its tangent dx_t U,
-the Unsqueeze that lines a stacked primal value up with a tangent's
-direction axis, the transposed x_t of a weight's adjoint. ONNX Runtime pays a kernel launch per op and step (about
-1 us at small sizes), so the op moves in front of the Scan and its result
-becomes a new scan input. Exact: each element is computed by the same op
-from the same values.
+matrix, an Unsqueeze or a Transpose), gives the stack of its per-step
+results when run once on the stacked operands: the reverse sweeps'
+tanh' = 1 - t^2 of the stacked tanh values, the input projection x_t U of
+an RNN and its tangent dx_t U, the Unsqueeze that lines a stacked primal
+value up with a tangent's direction axis, the transposed x_t of a weight's
+adjoint. ONNX Runtime pays a kernel launch per op and step (about 1 us at
+small sizes), so the op moves in front of the Scan and its result becomes a
+new scan input. Exact: each element is computed by the same op from the
+same values.
 
 Where the step axis sits is counted from the right: a scan input of rank R
 scanned on axis a has R - 1 - a axes after its step axis (tangents are
@@ -103,11 +104,11 @@ def _hoist(scan: ir.Operation) -> int:
             for k, v in enumerate(o.operands):
                 if v in stacked:
                     copy.operands[k] = stacked[v].value
-                elif v in inside:  # a constant of the body
-                    copy.operands[k] = v.owner.operation.clone().results[0]
+                elif v in inside and not (k == 1 and _kind(o) == "Unsqueeze"):
+                    copy.operands[k] = v.owner.operation.clone().results[0]  # (a body constant)
             res, st = o.results[0], stacked[o.results[0]]
             copy.results[0].set_type(tensor_type(_stack_dims(o, stacked), element_type(res)))
-            if _kind(o) == "Unsqueeze":
+            if _kind(o) == "Unsqueeze":  # (new axes: below)
                 _unsqueeze_stack(copy, rank(res), rank(res) - st.after)
             elif _kind(o) == "Transpose":
                 src = stacked[o.operands[0]]
@@ -115,9 +116,10 @@ def _hoist(scan: ir.Operation) -> int:
             stacked[res] = st._replace(value=copy.results[0])
     read = [o for o in moved if any(u.owner.operation not in moved for u in o.results[0].uses)]
     new_inputs = [stacked[o.results[0]] for o in read]
+    new_axes = [rank(o.results[0]) - s.after for o, s in zip(read, new_inputs)]
     attrs = _attrs(scan)
     attrs["num_scan_inputs"] = ir.IntegerAttr.get(ir.IntegerType.get_signed(64), m + len(read))
-    attrs["scan_input_axes"] = ints_attr(list(axes) + [rank(s.value) - 1 - s.after for s in new_inputs])
+    attrs["scan_input_axes"] = ints_attr(list(axes) + new_axes)
     attrs["scan_input_directions"] = ints_attr(list(dirs) + [s.direction for s in new_inputs])
     with ir.InsertionPoint(scan):
         new = _create(scan.name, list(scan.operands) + [s.value for s in new_inputs],
@@ -143,8 +145,8 @@ def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:
     """If o maps each step's slices on their own (see the module docstring):
     the count of axes after its result's step axis; else None."""
     kind = _kind(o)
-    if (kind not in MAPS and kind not in ("MatMul", "Unsqueeze", "Transpose")) or len(o.regions) or \
-            len(o.results) != 1 or rank(o.results[0]) is None:
+    if kind not in MAPS and kind not in ("MatMul", "Unsqueeze", "Transpose") or \
+            len(o.regions) or len(o.results) != 1 or rank(o.results[0]) is None:
         return None
     ins = [v for v in o.operands if not isinstance(v.type, ir.NoneType)]
     sliced = [v for v in ins if v in stacked]

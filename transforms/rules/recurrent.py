@@ -517,12 +517,12 @@ def _sum_gates(b: Builder, u: ir.Value, gates, H: int) -> ir.Value:
 def _sum_all_gates(b: Builder, u: ir.Value, H: int) -> ir.Value:
     """The sum of a [..., 3H] value's 3 gates, as its product with 3 stacked
     H x H identities (float32/64; slices and a Sum otherwise): one kernel
-    launch per step instead of 4. Same sums (a product by 1 and adds of
-    0 are exact), but for an infinite element, which makes its row NaN (the
-    next step's product by R mixes the row anyway). Measured (in-process A/B, x primal) on the GRU's tangent
-    step: forward 6.53 -> 5.69, Hessian-vector 15.5 -> 14.4; the LSTM's
-    (three of four gates, the fourth sliced anyway) got slower, 7.72 ->
-    8.02, so it keeps its slices."""
+    launch per step instead of 4. Same sums (a product by 1 and adds of 0
+    are exact), but for an infinite element, which makes its row NaN (the
+    next step's product by R mixes the row anyway). Measured (in-process
+    A/B, x primal) on the GRU's tangent step: forward 6.53 -> 5.69,
+    Hessian-vector 15.5 -> 14.4; the LSTM's (three of four gates, the fourth
+    sliced anyway) got slower, 7.72 -> 8.02, so it keeps its slices."""
     d, elem = dims(u), element_type(u)
     dtype = np.float32 if isinstance(elem, ir.F32Type) else \
         np.float64 if isinstance(elem, ir.F64Type) else None

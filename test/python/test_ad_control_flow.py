@@ -930,33 +930,6 @@ def test_run_time_trip_count_reverse_is_a_guarded_scan(steps):
     check_hessian(m, feeds, inputs=["v0", "w"])
 
 
-def test_maps_of_scan_inputs_run_on_whole_stacks():
-    """h' = tanh(h W + x_t U): x_t U depends on the step's slice alone, so
-    it runs once on the whole X in front of the Scan (one MatMul over [T, 1,
-    3]) and the body reads its slices; in the reverse Scan, 1 - tanh^2 of
-    the stacked tanh likewise. Same values: both modes and second order
-    against central differences."""
-    body = h.make_graph([h.make_node("MatMul", ["h", "W"], ["hw"], name="p_mmh"),
-                         h.make_node("MatMul", ["xt", "U"], ["xu"], name="p_mmx"),
-                         h.make_node("Add", ["hw", "xu"], ["pre"], name="p_add"),
-                         h.make_node("Tanh", ["pre"], ["hn"], name="p_tanh"),
-                         h.make_node("Identity", ["hn"], ["yo"], name="p_id")],
-                        "body", [vi("h", D, [1, 3]), vi("xt", D, [1, 2])],
-                        [vi("hn", D, [1, 3]), vi("yo", D, [1, 3])])
-    m = model([h.make_node("Scan", ["h0", "X"], ["hT", "Y"], body=body, num_scan_inputs=1,
-                           name="p_scan")],
-              [("h0", D, [1, 3]), ("X", D, [5, 1, 2]), ("W", D, [3, 3]), ("U", D, [2, 3])],
-              [("hT", D, [1, 3]), ("Y", D, [5, 1, 3])])
-    r = reverse(m, layout="onnx")
-    primal, rev = [n for n in r.graph.node if n.op_type == "Scan"]
-    assert _body_ops(primal).count("MatMul") == 1  # h W; x_t U runs on X in front
-    assert "Sub" not in _body_ops(rev) and "Sub" in [n.op_type for n in r.graph.node]
-    feeds = {"h0": _r(1, 3), "X": _r(5, 1, 2), "W": _r(3, 3), "U": _r(2, 3)}
-    errors = check_derivatives(m, feeds, outputs=["hT", "Y"])
-    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
-    check_hessian(m, feeds, output="hT")
-
-
 def _rnn_with_input_projection() -> onnx.ModelProto:
     body = h.make_graph([h.make_node("MatMul", ["h", "W"], ["hw"], name="p_mmh"),
                          h.make_node("MatMul", ["xt", "U"], ["xu"], name="p_mmx"),
@@ -969,6 +942,23 @@ def _rnn_with_input_projection() -> onnx.ModelProto:
                                name="p_scan")],
                  [("h0", D, [1, 3]), ("X", D, [5, 1, 2]), ("W", D, [3, 3]), ("U", D, [2, 3])],
                  [("hT", D, [1, 3]), ("Y", D, [5, 1, 3])])
+
+
+def test_maps_of_scan_inputs_run_on_whole_stacks():
+    """h' = tanh(h W + x_t U): x_t U depends on the step's slice alone, so
+    it runs once on the whole X in front of the Scan (one MatMul over [T, 1,
+    3]) and the body reads its slices; in the reverse Scan, 1 - tanh^2 of
+    the stacked tanh likewise. Same values: both modes and second order
+    against central differences."""
+    m = _rnn_with_input_projection()
+    r = reverse(m, layout="onnx")
+    primal, rev = [n for n in r.graph.node if n.op_type == "Scan"]
+    assert _body_ops(primal).count("MatMul") == 1  # h W; x_t U runs on X in front
+    assert "Sub" not in _body_ops(rev) and "Sub" in [n.op_type for n in r.graph.node]
+    feeds = {"h0": _r(1, 3), "X": _r(5, 1, 2), "W": _r(3, 3), "U": _r(2, 3)}
+    errors = check_derivatives(m, feeds, outputs=["hT", "Y"])
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, output="hT")
 
 
 def test_maps_of_tangent_stacks_run_on_whole_stacks():

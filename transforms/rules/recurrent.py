@@ -522,11 +522,13 @@ def _sum_all_gates(b: Builder, u: ir.Value, H: int) -> ir.Value:
     next step's product by R mixes the row anyway). Measured (in-process
     A/B, x primal) on the GRU's tangent step: forward 6.53 -> 5.69,
     Hessian-vector 15.5 -> 14.4; the LSTM's (three of four gates, the fourth
-    sliced anyway) got slower, 7.72 -> 8.02, so it keeps its slices."""
+    sliced anyway) got slower, 7.72 -> 8.02, so it keeps its slices. The
+    product costs 3H^2 multiply-adds per row against the Sum's 3H adds: only
+    small H (the measured H = 32 and below) take it."""
     d, elem = dims(u), element_type(u)
     dtype = np.float32 if isinstance(elem, ir.F32Type) else \
         np.float64 if isinstance(elem, ir.F64Type) else None
-    if dtype is None or d is None or d[-1] is None:
+    if dtype is None or d is None or d[-1] is None or H > 32:
         return _sum_gates(b, u, range(3), H)
     eyes = np.tile(np.eye(H, dtype=dtype), (d[-1] // H, 1))
     return b.op("MatMul", [u, b.constant(ir.DenseElementsAttr.get(eyes))],

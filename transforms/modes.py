@@ -31,6 +31,7 @@ from .legalize import bool_where, expand_zero_extents, scan_axes_zero
 from .merge_scans import merge_scans
 from .prune_loops import prune_loops
 from .hoist_maps import hoist_maps
+from .sink_sums import sink_sums
 from .expand import expand_function
 from .simplify import drop_redundant_expands, simplify
 from .linearize import Tangents, linearize, located, node_label
@@ -116,6 +117,8 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
         if hoist_maps(f):  # per-step maps of scan inputs on the whole stacks (hoist_maps.py)
             prune_loops(f)  # (the slices the maps read may now go unread)
+        if sink_sums(f, opset):  # sums over the steps taken after the Scan (sink_sums.py)
+            prune_loops(f)
 
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
@@ -160,6 +163,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
         if hoist_maps(f):  # per-step maps of scan inputs on the whole stacks (hoist_maps.py)
             prune_loops(f)  # (the slices the maps read may now go unread)
+        if checkpoint == 1 and sink_sums(f, opset):  # (sink_sums.py: not when saving memory)
+            prune_loops(f)
 
 
 def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],

@@ -961,6 +961,26 @@ def test_maps_of_scan_inputs_run_on_whole_stacks():
     check_hessian(m, feeds, output="hT")
 
 
+def test_weight_cotangents_are_summed_after_the_reverse_scan():
+    """The reverse sweep of h' = tanh(h W + x_t U) w.r.t. W and U used to
+    carry their cotangents, adding h_t^T d_t and x_t^T d_t (a MatMul and an
+    Add each) at every step. The sums now come after the Scan: it stacks
+    d_t, and one batched MatMul over the stacks, summed over the steps,
+    gives each (sink_sums.py); the only carried value left is h's
+    cotangent. Values: central differences, the dot test, second order."""
+    m = _rnn_with_input_projection()
+    r = reverse(m, layout="onnx")
+    rev = [n for n in r.graph.node if n.op_type == "Scan"][1]
+    carried = len(rev.input) - next(a.i for a in rev.attribute if a.name == "num_scan_inputs")
+    assert carried == 1, rev.input
+    assert _body_ops(rev).count("MatMul") == 2  # d_t W^T and d_t U^T, no h_t^T d_t, x_t^T d_t
+    feeds = {"h0": _r(1, 3), "X": _r(5, 1, 2), "W": _r(3, 3), "U": _r(2, 3)}
+    errors = check_derivatives(m, feeds, outputs=["hT", "Y"])
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, output="hT")
+    check_hessian(m, feeds, output="hT", inputs=["W", "U"])
+
+
 def test_maps_of_tangent_stacks_run_on_whole_stacks():
     """Tangent stacks are scanned on axis 1, behind their direction axis:
     dx_t U is still a map of the step's slice, so forward mode runs it once

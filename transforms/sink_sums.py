@@ -21,8 +21,11 @@ at every step. The sum over the steps moves behind the Scan instead:
 Exact up to the order of the additions. The stacks cost memory (a value per
 step), so only small step values are stacked (_SMALL), and reverse mode
 with checkpointing (k > 1, asked for to save memory) does not run it.
-Reverse bodies built by control_flow.py hold these accumulators;
-scan_axes_zero and hoist_maps ran before (slices on axis 0 where possible).
+Reverse bodies built by control_flow.py hold these accumulators; a Scan of
+the model that only accumulates (a running sum) is one too, and its output
+in the derivative model then differs from the model's in the last bits at
+most. scan_axes_zero and hoist_maps ran before (slices on axis 0 where
+possible).
 """
 from __future__ import annotations
 

@@ -981,6 +981,36 @@ def test_weight_cotangents_are_summed_after_the_reverse_scan():
     check_hessian(m, feeds, output="hT", inputs=["W", "U"])
 
 
+def test_running_sum_in_the_primal_scan():
+    """A Scan of the model itself that only accumulates (a running sum of
+    x_t^2 beside an RNN state): sink_sums takes the sum after the Scan in
+    the derivative models too, their primal outputs equal the model's up to
+    the order of additions, and the derivatives are exact."""
+    body = h.make_graph([h.make_node("Mul", ["xt", "xt"], ["sq"], name="s_sq"),
+                         h.make_node("Add", ["acc", "sq"], ["acc2"], name="s_acc"),
+                         h.make_node("MatMul", ["hb", "W"], ["hw"], name="s_mm"),
+                         h.make_node("Add", ["hw", "xt"], ["pre"], name="s_add"),
+                         h.make_node("Tanh", ["pre"], ["hn"], name="s_tanh")],
+                        "body", [vi("acc", D, [1, 3]), vi("hb", D, [1, 3]), vi("xt", D, [1, 3])],
+                        [vi("acc2", D, [1, 3]), vi("hn", D, [1, 3])])
+    m = model([h.make_node("Scan", ["a0", "h0", "X"], ["aT", "hT"], body=body,
+                           num_scan_inputs=1, name="s_scan")],
+              [("a0", D, [1, 3]), ("h0", D, [1, 3]), ("X", D, [5, 1, 3]), ("W", D, [3, 3])],
+              [("aT", D, [1, 3]), ("hT", D, [1, 3])])
+    feeds = {"a0": _r(1, 3), "h0": _r(1, 3), "X": _r(5, 1, 3), "W": _r(3, 3)}
+    primal = run(m, feeds)
+    for d in (forward(m, layout="onnx"), reverse(m, layout="onnx")):
+        scan = next(n for n in d.graph.node if n.op_type == "Scan")
+        assert "a0" not in scan.input  # (the running sum is no carried value)
+        got = run(d, {**feeds, **{vi.name: np.ones([x.dim_value or 1 for x in
+                                                    vi.type.tensor_type.shape.dim])
+                                  for vi in d.graph.input if vi.name not in feeds}})
+        np.testing.assert_allclose(got["aT"], primal["aT"], rtol=1e-14)
+    errors = check_derivatives(m, feeds, outputs=["aT", "hT"])
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, output="aT")
+
+
 def test_maps_of_tangent_stacks_run_on_whole_stacks():
     """Tangent stacks are scanned on axis 1, behind their direction axis:
     dx_t U is still a map of the step's slice, so forward mode runs it once

@@ -1,5 +1,6 @@
-"""Per-step maps of a Scan's scan inputs, computed once on the whole stacks
-(both AD modes run it last, after Scan merging).
+"""Per-step maps of a Scan's scan inputs, computed once on the whole stacks,
+and (sink_maps) maps of what a Scan only stacks, computed once behind it
+(both AD modes run them last, after Scan merging).
 
 A Scan body op whose operands are slices of the scan inputs (or values made
 from them this way), constants and values from outside, and that acts on
@@ -52,6 +53,17 @@ MAPS = {
 
 def hoist_maps(f: ir.Operation) -> int:
     """Hoists the per-step maps of every Scan in f; returns how many ops moved."""
+    return sum(_hoist(scan) for scan in _scans(f))  # (inner Scans first: their hoists may move on)
+
+
+def sink_maps(f: ir.Operation) -> int:
+    """Moves behind every Scan in f the maps whose results it only stacks
+    (the mirror of hoist_maps: see _sink); returns how many ops moved."""
+    return sum(_sink(scan) for scan in _scans(f))
+
+
+def _scans(f: ir.Operation) -> list[ir.Operation]:
+    """The Scans in f, inner ones first."""
     scans = []
 
     def collect(block: ir.Block) -> None:
@@ -63,7 +75,7 @@ def hoist_maps(f: ir.Operation) -> int:
             if o.name == "onnx.Scan":
                 scans.append(o)
     collect(f.regions[0].blocks[0])
-    return sum(_hoist(scan) for scan in scans)  # (inner Scans first: their hoists may move on)
+    return scans
 
 
 class _Stack(NamedTuple):
@@ -139,6 +151,87 @@ def _hoist(scan: ir.Operation) -> int:
     symdims.forget(scan)
     scan.erase()
     return len(moved)
+
+
+def _sink(scan: ir.Operation) -> int:
+    """A body op whose result the Scan only stacks (as one scan output) and
+    that maps one step value on its own (an elementwise op whose other
+    operands come from outside, a MatMul by an outside matrix: the reverse
+    sweep's cotangent of x_t, d_t U^T) runs once behind the Scan, on the
+    stack of that value, which the Scan outputs instead, lined up the same
+    way (its step axis as many axes from its end). Repeated while ops move."""
+    moved = 0
+    while (found := _output_map(scan)) is not None:
+        o, j, x, x_axis = found
+        body = scan.regions[0].blocks[0]
+        term = list(body.operations)[-1].operation
+        n = len(scan.operands) - attribute(scan, "num_scan_inputs")
+        res = scan.results[n + j]
+        old_type = res.type
+        term.operands[n + j] = x
+        axes = list(attribute(scan, "scan_output_axes") or [0] * (len(scan.results) - n))
+        steps = dims(res)[axes[j] % rank(res)] if dims(res) is not None else None
+        axes[j] = x_axis
+        scan.attributes["scan_output_axes"] = ints_attr(axes)
+        xd = dims(x)
+        res.set_type(tensor_type(xd[:x_axis] + [steps] + xd[x_axis:], element_type(x)))
+        with ir.InsertionPoint.after(scan):
+            copy = o.clone()
+        for k, v in enumerate(o.operands):
+            if v == x:
+                copy.operands[k] = res
+            elif _body_constant(v) and v.owner.operation.block == body:
+                with ir.InsertionPoint(copy):
+                    copy.operands[k] = v.owner.operation.clone().results[0]
+        copy.results[0].set_type(old_type)
+        res.replace_all_uses_except(copy.results[0], copy.operation)
+        symdims.forget(o)
+        o.erase()
+        symdims.forget(scan)
+        moved += 1
+    return moved
+
+
+def _output_map(scan: ir.Operation) -> tuple[ir.Operation, int, ir.Value, int] | None:
+    """A map to sink (see _sink): (the op, its scan output's index, the step
+    value it maps, that value's stack axis), or None."""
+    body = scan.regions[0].blocks[0]
+    term = list(body.operations)[-1].operation
+    n = len(scan.operands) - attribute(scan, "num_scan_inputs")
+    k = len(scan.results) - n
+    axes = attribute(scan, "scan_output_axes") or [0] * k
+    for j in range(k):
+        y = term.operands[n + j]
+        o = y.owner.operation if isinstance(y.owner, (ir.OpView, ir.Operation)) else None
+        if o is None or o.block != body or len(o.results) != 1 or len(o.regions) or \
+                [u.owner.operation for u in y.uses] != [term]:
+            continue
+        kind = _kind(o)
+        step = [v for v in o.operands if not isinstance(v.type, ir.NoneType)
+                and not _body_constant(v) and (isinstance(v, ir.BlockArgument) and v.owner == body
+                                               or _defined_in(v, body))]
+        r = rank(y)
+        if (kind not in MAPS and kind != "MatMul") or len(step) != 1 or r is None or \
+                rank(step[0]) is None:
+            continue
+        x, after = step[0], r - axes[j] % (r + 1)
+        if kind == "MatMul":
+            if o.operands[0] != x or rank(o.operands[1]) != 2 or \
+                    not (after >= 2 or rank(x) == 1 and after == 1):
+                continue
+        elif any(v != x and (rank(v) is None or rank(v) > after) for v in o.operands
+                 if not isinstance(v.type, ir.NoneType)):
+            continue
+        x_axis = rank(x) - after
+        if x_axis < 0 or x_axis and (dims(x) is None or not _nonzero(dims(x)[x_axis:])):
+            continue  # (ONNX Runtime's Scan bug off axis 0: legalize.scan_axes_zero)
+        return o, j, x, x_axis
+    return None
+
+
+def _defined_in(v: ir.Value, body: ir.Block) -> bool:
+    owner = v.owner
+    return isinstance(owner, (ir.OpView, ir.Operation)) and owner.operation.block == body
 
 
 def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:

@@ -30,7 +30,7 @@ from .checkpoint import segment_loops
 from .legalize import bool_where, expand_zero_extents, scan_axes_zero
 from .merge_scans import merge_scans
 from .prune_loops import prune_loops
-from .hoist_maps import hoist_maps
+from .hoist_maps import hoist_maps, sink_maps
 from .sink_sums import sink_sums
 from .expand import expand_function
 from .simplify import drop_redundant_expands, simplify
@@ -115,7 +115,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
         prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
-        if hoist_maps(f):  # per-step maps of scan inputs on the whole stacks (hoist_maps.py)
+        if hoist_maps(f) + sink_maps(f):  # per-step maps on whole stacks (hoist_maps.py)
             prune_loops(f)  # (the slices the maps read may now go unread)
         if sink_sums(f, opset):  # sums over the steps taken after the Scan (sink_sums.py)
             prune_loops(f)
@@ -161,7 +161,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
         prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
         merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
-        if hoist_maps(f):  # per-step maps of scan inputs on the whole stacks (hoist_maps.py)
+        if hoist_maps(f) + sink_maps(f):  # per-step maps on whole stacks (hoist_maps.py)
             prune_loops(f)  # (the slices the maps read may now go unread)
         if checkpoint == 1 and sink_sums(f, opset):  # (sink_sums.py: not when saving memory)
             prune_loops(f)

@@ -209,14 +209,14 @@ def _term(t: ir.Value, body: ir.Block) -> _Term | None:
             break
     term = _Term(t, chain)
     o = _owner_in(t, body)
-    if o is not None and _uses(t) == 1 and (
-            _kind(o) == "MatMul" and all(rank(v) is not None and rank(v) >= 2 for v in o.operands)
-            and isinstance(dims(o.operands[1])[-1], int)
-            or _kind(o) == "Mul" and all(rank(v) is not None and _per_step(v, body)
-                                         for v in o.operands)):
+    if o is not None and _uses(t) == 1 and _kind(o) in ("MatMul", "Mul") and \
+            all(rank(v) is not None and _per_step(v, body) for v in o.operands) and (
+                _kind(o) == "Mul" or all(rank(v) >= 2 for v in o.operands)
+                and isinstance(dims(o.operands[1])[-1], int)):
         term.bilinear, term.factors = o, tuple(o.operands)
-    if rank(t) is None or any(_size(v) > _SMALL for v in term.factors or (t,)):
-        return None
+    if rank(t) is None or not _per_step(t, body) or \
+            any(_size(v) > _SMALL for v in term.factors or (t,)):
+        return None  # (a value from outside is no stack to yield)
     return term
 
 

@@ -1015,6 +1015,27 @@ def test_running_sum_in_the_primal_scan():
     check_hessian(m, feeds, output="aT")
 
 
+def test_increment_from_outside_stays_in_the_scan():
+    """acc' = acc + w with w from outside the body: no step value to stack
+    (a Scan cannot yield a value of the outer scope as a stack here), so the
+    accumulation stays in the body; exact in both modes and second order."""
+    body = h.make_graph([h.make_node("Mul", ["w", "w"], ["ww"], name="li_ww"),
+                         h.make_node("Add", ["ww", "xt"], ["inc"], name="li_inc"),
+                         h.make_node("Add", ["acc", "w"], ["acc2"], name="li_acc")],
+                        "body", [vi("acc", D, [3]), vi("xt", D, [3])], [vi("acc2", D, [3]),
+                                                                        vi("inc", D, [3])])
+    m = model([h.make_node("Scan", ["a0", "X"], ["aT", "incs"], body=body, num_scan_inputs=1,
+                           name="li_scan")],
+              [("a0", D, [3]), ("X", D, [4, 3]), ("w", D, [3])],
+              [("aT", D, [3]), ("incs", D, [4, 3])])
+    scan = next(n for n in forward(m, layout="onnx").graph.node if n.op_type == "Scan")
+    assert "a0" in scan.input
+    feeds = {"a0": _r(3), "X": _r(4, 3), "w": _r(3)}
+    errors = check_derivatives(m, feeds, outputs=["aT", "incs"])
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, output="aT")
+
+
 def test_maps_of_tangent_stacks_run_on_whole_stacks():
     """Tangent stacks are scanned on axis 1, behind their direction axis:
     dx_t U is still a map of the step's slice, so forward mode runs it once

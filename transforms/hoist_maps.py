@@ -36,7 +36,7 @@ from mlir import ir
 
 from . import symdims
 from .builder import (attribute, constant_ints, dims, element_type, ints_attr, is_constant_op,
-                      rank, tensor_type)
+                      nested_ops, rank, tensor_type)
 from .legalize import _nonzero
 from .rules.control_flow import _attrs, _create, _kind, _move_body, _yield
 
@@ -64,18 +64,7 @@ def sink_maps(f: ir.Operation) -> int:
 
 def _scans(f: ir.Operation) -> list[ir.Operation]:
     """The Scans in f, inner ones first."""
-    scans = []
-
-    def collect(block: ir.Block) -> None:
-        for o in block.operations:
-            o = o.operation
-            for region in o.regions:
-                for blk in region.blocks:
-                    collect(blk)
-            if o.name == "onnx.Scan":
-                scans.append(o)
-    collect(f.regions[0].blocks[0])
-    return scans
+    return [o for o in nested_ops(f) if o.name == "onnx.Scan"]
 
 
 class _Stack(NamedTuple):

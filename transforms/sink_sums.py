@@ -34,8 +34,8 @@ import math
 from mlir import ir
 
 from . import symdims
-from .builder import Builder, attribute, dims, element_type, ints_attr, is_constant_op, rank, \
-    tensor_type
+from .builder import Builder, attribute, dims, element_type, ints_attr, is_constant_op, \
+    nested_ops, rank, tensor_type
 from .rules.control_flow import _attrs, _create, _erase_dead, _kind, _move_body, _yield
 
 # A step's op on up to about this many elements costs about its kernel launch
@@ -57,18 +57,7 @@ _LINEAR_EITHER = {"Mul", "MatMul"}
 def sink_sums(f: ir.Operation, opset: int) -> int:
     """Takes the accumulations of every Scan in f out of its body; returns
     how many accumulators moved."""
-    scans = []
-
-    def collect(block: ir.Block) -> None:
-        for o in block.operations:
-            o = o.operation
-            for region in o.regions:
-                for blk in region.blocks:
-                    collect(blk)
-            if o.name == "onnx.Scan":
-                scans.append(o)
-    collect(f.regions[0].blocks[0])
-    return sum(_sink(scan, opset) for scan in scans)
+    return sum(_sink(scan, opset) for scan in nested_ops(f) if scan.name == "onnx.Scan")
 
 
 class _Term:

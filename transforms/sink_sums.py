@@ -220,7 +220,7 @@ def _per_step(v: ir.Value, body: ir.Block) -> bool:
     if isinstance(v, ir.BlockArgument):
         return v.owner == body
     o = _owner_in(v, body)
-    return o is not None and not is_constant_op(o)
+    return o is not None and not is_constant_op(o) and not isinstance(v.type, ir.NoneType)
 
 
 def _summed(b: Builder, t: _Term, stacked: dict, moved: dict) -> ir.Value:
@@ -245,8 +245,9 @@ def _summed(b: Builder, t: _Term, stacked: dict, moved: dict) -> ir.Value:
         for k, v in enumerate(o.operands):
             if v == value:
                 copy.operands[k] = s
-            elif _is_constant(v) and v.owner.operation.block == o.block:
-                copy.operands[k] = v.owner.operation.clone().results[0]  # (a body constant)
+            elif not isinstance(v, ir.BlockArgument) and v.owner.operation.block == o.block:
+                with ir.InsertionPoint(copy):  # (a body constant or NoValue, cloned in front)
+                    copy.operands[k] = v.owner.operation.clone().results[0]
         s, value = copy.results[0], o.results[0]
     return s
 
@@ -281,11 +282,6 @@ def _owner_in(v: ir.Value, body: ir.Block) -> ir.Operation | None:
         return None
     o = owner.operation
     return o if o.parent is not None and o.block == body else None
-
-
-def _is_constant(v: ir.Value) -> bool:
-    owner = v.owner
-    return isinstance(owner, (ir.OpView, ir.Operation)) and is_constant_op(owner.operation)
 
 
 def _uses(v: ir.Value) -> int:

@@ -1015,6 +1015,32 @@ def test_running_sum_in_the_primal_scan():
     check_hessian(m, feeds, output="aT")
 
 
+def test_linear_ops_on_a_step_value_run_on_its_sum():
+    """acc' = acc + ReduceSum(2 h_t), the 2 a constant of the body: Mul by it
+    and ReduceSum are linear in h_t, so the Scan stacks h_t alone and both
+    run once on sum_t h_t behind it (the constant cloned there); exact."""
+    two = h.make_tensor("two_v", TP.DOUBLE, [], [2.0])
+    body = h.make_graph([h.make_node("Constant", [], ["two"], value=two, name="c_two"),
+                         h.make_node("Mul", ["hb", "two"], ["h2"], name="c_h2"),
+                         h.make_node("ReduceSum", ["h2"], ["s"], keepdims=0, name="c_rs"),
+                         h.make_node("Add", ["acc", "s"], ["acc2"], name="c_acc"),
+                         h.make_node("Add", ["hb", "xt"], ["p"], name="c_p"),
+                         h.make_node("Tanh", ["p"], ["hn"], name="c_tanh")],
+                        "body", [vi("acc", D, []), vi("hb", D, [3]), vi("xt", D, [3])],
+                        [vi("acc2", D, []), vi("hn", D, [3])])
+    m = model([h.make_node("Scan", ["a0", "h0", "X"], ["aT", "hT"], body=body,
+                           num_scan_inputs=1, name="c_scan")],
+              [("a0", D, []), ("h0", D, [3]), ("X", D, [4, 3])], [("aT", D, []), ("hT", D, [3])])
+    f = forward(m, inputs=["h0", "X"], layout="onnx")
+    kinds = [n.op_type for n in f.graph.node]
+    scan = kinds.index("Scan")
+    assert "Mul" in kinds[scan:] and "ReduceSum" not in _body_ops(f.graph.node[scan])
+    feeds = {"a0": np.array(0.5), "h0": _r(3), "X": _r(4, 3)}
+    errors = check_derivatives(m, feeds, outputs=["aT", "hT"])
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    check_hessian(m, feeds, output="aT")
+
+
 def test_increment_from_outside_stays_in_the_scan():
     """acc' = acc + w with w from outside the body: no step value to stack
     (a Scan cannot yield a value of the outer scope as a stack here), so the

@@ -38,7 +38,7 @@ from . import symdims
 from .builder import (attribute, constant_ints, dims, element_type, ints_attr, is_constant_op,
                       nested_ops, rank, tensor_type)
 from .legalize import _nonzero
-from .rules.control_flow import _attrs, _create, _kind, _move_body, _yield
+from .rules.control_flow import _attrs, _create, _kind, _move_body, _varies, _yield
 
 MAPS = {
     "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Clip",
@@ -196,9 +196,7 @@ def _output_map(scan: ir.Operation) -> tuple[ir.Operation, int, ir.Value, int] |
                 [u.owner.operation for u in y.uses] != [term]:
             continue
         kind = _kind(o)
-        step = [v for v in o.operands if not isinstance(v.type, ir.NoneType)
-                and not _body_constant(v) and (isinstance(v, ir.BlockArgument) and v.owner == body
-                                               or _defined_in(v, body))]
+        step = [v for v in o.operands if _varies(v, body)]
         r = rank(y)
         if (kind not in MAPS and kind != "MatMul") or len(step) != 1 or r is None or \
                 rank(step[0]) is None:
@@ -216,11 +214,6 @@ def _output_map(scan: ir.Operation) -> tuple[ir.Operation, int, ir.Value, int] |
             continue  # (ONNX Runtime's Scan bug off axis 0: legalize.scan_axes_zero)
         return o, j, x, x_axis
     return None
-
-
-def _defined_in(v: ir.Value, body: ir.Block) -> bool:
-    owner = v.owner
-    return isinstance(owner, (ir.OpView, ir.Operation)) and owner.operation.block == body
 
 
 def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:

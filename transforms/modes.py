@@ -112,13 +112,18 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     simplify(f, opset, seeds)
     expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
-        scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
-        prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
-        merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
-        if hoist_maps(f) + sink_maps(f):  # per-step maps on whole stacks (hoist_maps.py)
-            prune_loops(f)  # (the slices the maps read may now go unread)
-        if sink_sums(f, opset):  # sums over the steps taken after the Scan (sink_sums.py)
-            prune_loops(f)
+        _loop_passes(f, opset, sums=True)
+
+
+def _loop_passes(f: func.FuncOp, opset: int, sums: bool) -> None:
+    """The Loop/Scan passes both modes end with (`sums`: sink_sums too)."""
+    scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
+    prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
+    merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
+    if hoist_maps(f) + sink_maps(f):  # per-step maps on whole stacks (hoist_maps.py)
+        prune_loops(f)  # (the slices the maps read may now go unread)
+    if sums and sink_sums(f, opset):  # sums over the steps taken after the Scan (sink_sums.py)
+        prune_loops(f)
 
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
@@ -158,13 +163,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     simplify(f, opset, seeds)
     expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
-        scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
-        prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
-        merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
-        if hoist_maps(f) + sink_maps(f):  # per-step maps on whole stacks (hoist_maps.py)
-            prune_loops(f)  # (the slices the maps read may now go unread)
-        if checkpoint == 1 and sink_sums(f, opset):  # (sink_sums.py: not when saving memory)
-            prune_loops(f)
+        _loop_passes(f, opset, sums=checkpoint == 1)  # (no stacks of sums when saving memory)
 
 
 def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],

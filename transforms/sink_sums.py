@@ -34,9 +34,10 @@ import math
 from mlir import ir
 
 from . import symdims
-from .builder import Builder, attribute, dims, element_type, ints_attr, is_constant_op, \
-    nested_ops, rank, tensor_type
-from .rules.control_flow import _attrs, _create, _erase_dead, _kind, _move_body, _yield
+from .builder import Builder, attribute, dims, element_type, ints_attr, nested_ops, rank, \
+    tensor_type
+from .rules.control_flow import _attrs, _create, _erase_dead, _kind, _move_body, _op_in, \
+    _varies, _yield
 
 # A step's op on up to about this many elements costs about its kernel launch
 # in ONNX Runtime (~1 us); above, the accumulation in the body runs at memory
@@ -173,7 +174,7 @@ def _accumulation(arg: ir.Value, yielded: ir.Value, slot: int,
 
 def _terms(y: ir.Value, body: ir.Block) -> list[ir.Value]:
     """y as a sum: the operands of single-use Sum/Add ops of y's type."""
-    o = _owner_in(y, body)
+    o = _op_in(y, body)
     if o is None or _kind(o) not in ("Sum", "Add") or _uses(y) != 1 or \
             any(v.type != y.type for v in o.operands):
         return [y]
@@ -186,24 +187,24 @@ def _term(t: ir.Value, body: ir.Block) -> _Term | None:
     if what is left to stack has no known rank."""
     chain = []
     while _uses(t) == 1:
-        o = _owner_in(t, body)
+        o = _op_in(t, body)
         if o is None or len(o.results) != 1 or len(o.regions):
             break
         kind = _kind(o)
-        varying = [k for k, v in enumerate(o.operands) if _per_step(v, body)]
+        varying = [k for k, v in enumerate(o.operands) if _varies(v, body)]
         if kind in _LINEAR_FIRST and varying == [0] or kind in _LINEAR_EITHER and len(varying) == 1:
             chain.append(o)
             t = o.operands[varying[0]]
         else:
             break
     term = _Term(t, chain)
-    o = _owner_in(t, body)
+    o = _op_in(t, body)
     if o is not None and _uses(t) == 1 and _kind(o) in ("MatMul", "Mul") and \
-            all(rank(v) is not None and _per_step(v, body) for v in o.operands) and (
+            all(rank(v) is not None and _varies(v, body) for v in o.operands) and (
                 _kind(o) == "Mul" or all(rank(v) >= 2 for v in o.operands)
                 and isinstance(dims(o.operands[1])[-1], int)):
         term.bilinear, term.factors = o, tuple(o.operands)
-    if rank(t) is None or not _per_step(t, body) or \
+    if rank(t) is None or not _varies(t, body) or \
             any(_size(v) > _SMALL for v in term.factors or (t,)):
         return None  # (a value from outside is no stack to yield)
     return term
@@ -212,15 +213,6 @@ def _term(t: ir.Value, body: ir.Block) -> _Term | None:
 def _size(v: ir.Value) -> int:
     """v's element count, run-time extents counted as 1."""
     return math.prod(e if isinstance(e, int) else 1 for e in dims(v))
-
-
-def _per_step(v: ir.Value, body: ir.Block) -> bool:
-    """v may differ between steps: an argument of the body or an op of it
-    other than a constant."""
-    if isinstance(v, ir.BlockArgument):
-        return v.owner == body
-    o = _owner_in(v, body)
-    return o is not None and not is_constant_op(o) and not isinstance(v.type, ir.NoneType)
 
 
 def _summed(b: Builder, t: _Term, stacked: dict, moved: dict) -> ir.Value:
@@ -273,15 +265,6 @@ def _steps(scan: ir.Operation, n: int, m: int, axes: list[int]) -> int | None:
         if d is not None and d[axes[j] % len(d)] is not None:
             return d[axes[j] % len(d)]
     return None
-
-
-def _owner_in(v: ir.Value, body: ir.Block) -> ir.Operation | None:
-    """The op defining v if it is in body itself, else None."""
-    owner = v.owner
-    if not isinstance(owner, (ir.OpView, ir.Operation)):
-        return None
-    o = owner.operation
-    return o if o.parent is not None and o.block == body else None
 
 
 def _uses(v: ir.Value) -> int:

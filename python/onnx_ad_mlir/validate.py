@@ -679,14 +679,15 @@ def check_acyclic(graph: onnx.GraphProto, rows: list[NodeRow]) -> None:
             if waiting[j] == 0:
                 ready.append(j)
     if done < len(rows):
+        def waiting_input(k: int) -> str:
+            return next(x for x in rows[k][3] if x in producer and waiting[producer[x]])
         # back through waiting producers from a waiting node until one
         # repeats: that one is on the cycle (the first may only follow it)
         i, seen = next(k for k, w in enumerate(waiting) if w), set()
         while i not in seen:
             seen.add(i)
-            x = next(x for x in rows[i][3] if x in producer and waiting[producer[x]])
-            i = producer[x]
-        x = next(x for x in rows[i][3] if x in producer and waiting[producer[x]])
+            i = producer[waiting_input(i)]
+        x = waiting_input(i)
         raise ImportFailure(f"{_label(rows[i][0])}: input '{x}' depends on the node's own "
                             "output (the graph has a cycle)")
 

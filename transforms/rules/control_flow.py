@@ -63,8 +63,8 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from .. import symdims
-from ..builder import Builder, attribute, constant_ints, constant_value, dims, element_type, \
-    ints_attr, is_float, nested_ops, op_type, rank, tensor_type
+from ..builder import Builder, attribute, constant_ints, constant_value, defining_op, dims, \
+    element_type, ints_attr, is_constant_op, is_float, nested_ops, op_type, rank, tensor_type
 from ..linearize import REGION_RULES, STANDS_FOR, Tangents
 from ..registry import JVP, TRANSPOSE, mlir_names
 
@@ -666,11 +666,34 @@ def _stacked_reads(body: ir.Block, n_states: int, outs: list[ir.Value],
     return reads
 
 
+def _read_values(ys: list[ir.Value], reads: list[_Read], nexts: list[int]) -> list[ir.Value]:
+    """The reverse body's copies of the values it reads from stacks instead
+    (the `reads`' yields, then the next values of the states in `nexts`), in
+    the order _reuse_marked gets their slices."""
+    return [_through_identity(ys[r.yield_index]) for r in reads] + \
+        [_through_identity(ys[j]) for j in nexts]
+
+
 def _in_body(v: ir.Value, body: ir.Block) -> bool:
     """v is the result of a region-free op of body (the reuse tags only those)."""
     owner = v.owner
     return isinstance(owner, (ir.Operation, ir.OpView)) and owner.operation.block == body and \
         not len(owner.operation.regions)
+
+
+def _op_in(v: ir.Value, body: ir.Block) -> ir.Operation | None:
+    """The op whose result v is when that op is in body itself, else None."""
+    o = defining_op(v)
+    return o if o is not None and o.parent is not None and o.block == body else None
+
+
+def _varies(v: ir.Value, body: ir.Block) -> bool:
+    """v may differ between the steps of body's loop: an argument of body,
+    or the result of an op of body other than a constant (or NoValue)."""
+    if isinstance(v, ir.BlockArgument):
+        return v.owner == body
+    o = _op_in(v, body)
+    return o is not None and not is_constant_op(o) and not isinstance(v.type, ir.NoneType)
 
 
 # Ops whose recomputation costs more than reading a stored slice: the
@@ -930,8 +953,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         cbody = copy.regions[0].blocks[0]
         ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), s_in + x_in)))
         copy.erase()
-        _mark_yields(blk, [_through_identity(ys[r.yield_index]) for r in reads] +
-                     [_through_identity(ys[j]) for j in nexts])
+        _mark_yields(blk, _read_values(ys, reads, nexts))
         wrt = [s_in[j] for j in fl] + [x_in[i] for i in act_x] + caps_all
         seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
             [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
@@ -995,8 +1017,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     ys = _move_body(cbody, blk, dict(zip(list(cbody.arguments), [it, true_] + states)))
     copy.erase()
     ys = ys[1:]  # drop the cond
-    _mark_yields(blk, [_through_identity(ys[r.yield_index]) for r in reads] +
-                 [_through_identity(ys[j]) for j in nexts])
+    _mark_yields(blk, _read_values(ys, reads, nexts))
     wrt = [states[j] for j in fl] + caps_all
     seeds = [(ys[j], c) for j, c in zip(fl, ct_v)] + \
         [(ys[n + mm], c) for (mm, _), c in zip(ct_scan, cty)]
@@ -1114,7 +1135,8 @@ def _as_scan(b: Builder, rev: ir.Operation, guarded: bool) -> ir.Operation:
         g.erase()
     symdims.forget(idx_op)
     idx_op.erase()
-    ys = _move_body(blk, new, dict(zip(list(blk.arguments)[2:], list(new.arguments)[:len(carried)])))
+    ys = _move_body(blk, new, dict(zip(list(blk.arguments)[2:],
+                                       list(new.arguments)[:len(carried)])))
     _yield(new, ys[1:], rev.location)  # (without the cond)
     if guarded:
         _hoist_invariants(scan)  # (in the branch, before the Scan)

@@ -37,8 +37,9 @@ from mlir import ir
 from . import symdims
 from .builder import (attribute, constant_ints, dims, element_type, ints_attr, is_constant_op,
                       nested_ops, rank, tensor_type)
-from .legalize import _nonzero
-from .rules.control_flow import _attrs, _create, _kind, _move_body, _varies, _yield
+from .legalize import nonzero
+from .rules.control_flow import _attrs, _clone_out, _create, _kind, _move_body, _varies, \
+    _yield
 
 MAPS = {
     "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Clip",
@@ -101,12 +102,10 @@ def _hoist(scan: ir.Operation) -> int:
         return 0
     with ir.InsertionPoint(scan):
         for o in moved:
-            copy = o.clone()
-            for k, v in enumerate(o.operands):
-                if v in stacked:
-                    copy.operands[k] = stacked[v].value
-                elif v in inside and not (k == 1 and _kind(o) == "Unsqueeze"):
-                    copy.operands[k] = v.owner.operation.clone().results[0]  # (a body constant)
+            fixed = {k: stacked[v].value for k, v in enumerate(o.operands) if v in stacked}
+            if _kind(o) == "Unsqueeze" and len(o.operands) > 1:
+                fixed.setdefault(1, o.operands[1])  # (its new axes: set below)
+            copy = _clone_out(o, body, fixed)
             res, st = o.results[0], stacked[o.results[0]]
             copy.results[0].set_type(tensor_type(_stack_dims(o, stacked), element_type(res)))
             if _kind(o) == "Unsqueeze":  # (new axes: below)
@@ -165,13 +164,7 @@ def _sink(scan: ir.Operation) -> int:
         xd = dims(x)
         res.set_type(tensor_type(xd[:x_axis] + [steps] + xd[x_axis:], element_type(x)))
         with ir.InsertionPoint.after(scan):
-            copy = o.clone()
-        for k, v in enumerate(o.operands):
-            if v == x:
-                copy.operands[k] = res
-            elif _body_constant(v) and v.owner.operation.block == body:
-                with ir.InsertionPoint(copy):
-                    copy.operands[k] = v.owner.operation.clone().results[0]
+            copy = _clone_out(o, body, {k: res for k, v in enumerate(o.operands) if v == x})
         copy.results[0].set_type(old_type)
         res.replace_all_uses_except(copy.results[0], copy.operation)
         symdims.forget(o)
@@ -210,7 +203,7 @@ def _output_map(scan: ir.Operation) -> tuple[ir.Operation, int, ir.Value, int] |
                  if not isinstance(v.type, ir.NoneType)):
             continue
         x_axis = rank(x) - after
-        if x_axis < 0 or x_axis and (dims(x) is None or not _nonzero(dims(x)[x_axis:])):
+        if x_axis < 0 or x_axis and (dims(x) is None or not nonzero(dims(x)[x_axis:])):
             continue  # (ONNX Runtime's Scan bug off axis 0: legalize.scan_axes_zero)
         return o, j, x, x_axis
     return None
@@ -251,7 +244,7 @@ def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:
     elif any(v not in stacked and (rank(v) is None or rank(v) > after) for v in ins):
         return None
     out = dims(o.results[0])
-    if after != r and (out is None or not _nonzero(out[r - after:])):
+    if after != r and (out is None or not nonzero(out[r - after:])):
         return None  # (a scan input off axis 0 that might be empty after it)
     return after
 

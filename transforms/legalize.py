@@ -46,7 +46,7 @@ def scan_axes(op: ir.Operation, name: str, n: int) -> list[int]:
     return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(op.attributes[name])]
 
 
-def _nonzero(extents) -> bool:
+def nonzero(extents) -> bool:
     """All extents known and non-zero (ONNX Runtime's bug cannot strike)."""
     return all(e is not None and e > 0 for e in extents)
 
@@ -83,7 +83,7 @@ def scan_axes_zero(f: ir.Operation, opset: int) -> int:
             if a == 0:
                 new_ia[i] = 0
                 continue
-            if _nonzero(d[a + 1:]):
+            if nonzero(d[a + 1:]):
                 continue
             with ir.InsertionPoint(op):
                 op.operands[n + i] = b.transpose(x, [a] + [j for j in range(len(d)) if j != a])
@@ -99,7 +99,7 @@ def scan_axes_zero(f: ir.Operation, opset: int) -> int:
             if a == 0:
                 new_oa[mm] = 0
                 continue
-            if d is not None and _nonzero(d[a + 1:]):
+            if d is not None and nonzero(d[a + 1:]):
                 continue
             stacked = None if d is None else [d[a]] + [x for j, x in enumerate(d) if j != a]
             r.set_type(tensor_type(stacked, element_type(r)))

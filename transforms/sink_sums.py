@@ -36,8 +36,8 @@ from mlir import ir
 from . import symdims
 from .builder import Builder, attribute, dims, element_type, ints_attr, nested_ops, rank, \
     tensor_type
-from .rules.control_flow import _attrs, _create, _erase_dead, _kind, _move_body, _op_in, \
-    _varies, _yield
+from .rules.control_flow import _attrs, _clone_out, _create, _erase_dead, _kind, _move_body, \
+    _op_in, _varies, _yield
 
 # A step's op on up to about this many elements costs about its kernel launch
 # in ONNX Runtime (~1 us); above, the accumulation in the body runs at memory
@@ -233,13 +233,7 @@ def _summed(b: Builder, t: _Term, stacked: dict, moved: dict) -> ir.Value:
         s = b.reduce("ReduceSum", stacked[(t.core, t.direction)], [0], False, dims(t.core))
     value = t.bilinear.results[0] if t.bilinear is not None else moved.get(t.core, t.core)
     for o in reversed(t.chain):
-        copy = o.clone()
-        for k, v in enumerate(o.operands):
-            if v == value:
-                copy.operands[k] = s
-            elif not isinstance(v, ir.BlockArgument) and v.owner.operation.block == o.block:
-                with ir.InsertionPoint(copy):  # (a body constant or NoValue, cloned in front)
-                    copy.operands[k] = v.owner.operation.clone().results[0]
+        copy = _clone_out(o, o.block, {k: s for k, v in enumerate(o.operands) if v == value})
         s, value = copy.results[0], o.results[0]
     return s
 

@@ -687,6 +687,21 @@ def _op_in(v: ir.Value, body: ir.Block) -> ir.Operation | None:
     return o if o is not None and o.parent is not None and o.block == body else None
 
 
+def _clone_out(o: ir.Operation, body: ir.Block, operands: dict[int, ir.Value]) -> ir.Operation:
+    """A copy of body's op o at the insertion point, outside body, with
+    operands[k] as its k-th operand; its other operands made in body (body
+    constants, NoValue) are cloned in front of the copy so it reads none of
+    body's values."""
+    copy = o.clone()
+    for k, v in enumerate(o.operands):
+        if k in operands:
+            copy.operands[k] = operands[k]
+        elif _op_in(v, body) is not None:
+            with ir.InsertionPoint(copy):
+                copy.operands[k] = v.owner.operation.clone().results[0]
+    return copy
+
+
 def _varies(v: ir.Value, body: ir.Block) -> bool:
     """v may differ between the steps of body's loop: an argument of body,
     or the result of an op of body other than a constant (or NoValue)."""

@@ -411,6 +411,37 @@ def test_untyped_loop_results_are_typed_from_the_body(M, reduce):
     assert body.count("MatMul") == 1 and "Tanh" not in body, body
 
 
+def test_reverse_loop_recomputes_a_max_it_would_read():
+    """A Loop whose state is a Max of values its reverse sweep recomputes
+    (over all steps at once, where ONNX Runtime's Log rounds a last bit
+    differently at these inputs): the reversal recomputes the Max too
+    instead of comparing its recomputed operands with the Max the primal
+    stacked (none equal: a zero row of J^T, fuzz seed 108 case 854). J from
+    forward mode, J^T from reverse mode and J written by hand agree."""
+    body = h.make_graph([h.make_node("Mul", ["v", "v"], ["sq"], name="lm_sq"), const("one", 1.0, F),
+                         h.make_node("Add", ["sq", "one"], ["u"], name="lm_add"),
+                         h.make_node("Log", ["u"], ["l"], name="lm_log"),
+                         h.make_node("Max", ["l", "l"], ["m"], name="lm_max"),
+                         h.make_node("Identity", ["c"], ["c2"], name="lm_c"),
+                         h.make_node("Identity", ["m"], ["o"], name="lm_o")], "body",
+                        [vi("i", I64, []), vi("c", B, []), vi("v", F, [1, 2, 1, 3])],
+                        [vi("c2", B, []), vi("m", F, [1, 2, 1, 3]), vi("o", F, [1, 2, 1, 3])])
+    m = model([const("n", 2, I64), const("t", True, B),
+               h.make_node("Loop", ["n", "t", "x"], ["y", "ys"], body=body, name="lm_loop")],
+              [("x", F, [1, 2, 1, 3])], [("y", F, [1, 2, 1, 3])])
+    x = np.array([0.92337965965271, 0.760155439376831, 0.01393156498670578,
+                  -0.15650780498981476, -0.15102587640285492, -0.4185658097267151],
+                 np.float32).reshape(1, 2, 1, 3)
+    eye = np.eye(6, dtype=np.float32).reshape(1, 2, 1, 3, 6)
+    jac = run(forward(m, layout="onnx"), {"x": x, "fwd_x": eye})["fwd_y"].reshape(6, 6)
+    jac_t = run(reverse(m, layout="onnx"), {"x": x, "adj_y": eye})["adj_x"].reshape(6, 6)
+    np.testing.assert_allclose(jac_t.T, jac, rtol=1e-6, atol=1e-7)
+    v, d = x.astype(np.float64).ravel(), np.ones(6)
+    for _ in range(2):  # by hand, in float64: d/dv log(1 + v^2) = 2 v / (1 + v^2), per step
+        v, d = np.log1p(v * v), d * 2 * v / (1 + v * v)
+    np.testing.assert_allclose(jac, np.diag(d), rtol=1e-5, atol=1e-7)
+
+
 def _branch_ops(m):
     ifs = [n for n in m.graph.node if n.op_type == "If"]
     return [[n.op_type for n in a.g.node] for i in ifs for a in i.attribute]

@@ -520,6 +520,16 @@ def _rev_if(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict) -
 
 YIELD_OF = "onnx_ad.yield_of"
 
+# Ops whose derivative rule compares their result with their operands bit
+# for bit (the operand equal to the max carries the tangent): a reversal
+# must not pair their result read from the primal with operands it
+# recomputes. The recomputation may round differently (a Loop's, hoisted
+# and run over all steps at once; an If branch's, fused otherwise by the
+# runtime), no operand then equals the read max, and the derivative is 0
+# (fuzz seed 108, case 854: log(1 + v^2) recomputed over the stacked
+# states against the Loop's stacked Max of it). They are recomputed too.
+_COMPARES_RESULT = {"Max", "Min", "Clip", "ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool"}
+
 
 def _mark_yields(blk: ir.Block, ys: list[ir.Value]) -> None:
     """Tags the ops of blk (no regions: rules do not rebuild those) that
@@ -532,7 +542,7 @@ def _mark_yields(blk: ir.Block, ys: list[ir.Value]) -> None:
         if not isinstance(owner, (ir.Operation, ir.OpView)):
             continue
         o = owner.operation
-        if o.block != blk or len(o.regions):
+        if o.block != blk or len(o.regions) or _kind(o) in _COMPARES_RESULT:
             continue
         old = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(o.attributes[YIELD_OF])] \
             if YIELD_OF in o.attributes else []

@@ -16,7 +16,8 @@ at every step. The sum over the steps moves behind the Scan instead:
   input's slice reads its own stack); a MatMul's sum is one MatMul with the
   steps joined to the contracted axis ([m, T k] times [T k, n]), a Mul's the
   ReduceSum of the stacks' product. A cotangent d_t several terms read is
-  stacked once.
+  stacked once, and not at all when the Scan outputs it already (d_t for
+  the cotangent of x_t): the sums read that output.
 
 Exact up to the order of the additions. The stacks cost memory (a value per
 step), so only small step values are stacked (_SMALL), and reverse mode
@@ -37,7 +38,7 @@ from . import symdims
 from .builder import Builder, attribute, dims, element_type, ints_attr, nested_ops, rank, \
     tensor_type
 from .rules.control_flow import _attrs, _clone_out, _create, _erase_dead, _kind, _move_body, \
-    _op_in, _varies, _yield
+    _op_in, _through_identity, _varies, _yield
 
 # A step's op on up to about this many elements costs about its kernel launch
 # in ONNX Runtime (~1 us); above, the accumulation in the body runs at memory
@@ -93,7 +94,16 @@ def _sink(scan: ir.Operation, opset: int) -> int:
     dirs = attribute(scan, "scan_input_directions") or [0] * m
     slices = {args[n + j]: j for j in range(m) if axes[j] == 0}
     steps = _steps(scan, n, m, axes)
-    # (body value, direction) -> its stack: a scan input's, or a new output
+    old_outs = len(scan.results) - n
+    out_axes = attribute(scan, "scan_output_axes") or [0] * old_outs
+    out_dirs = attribute(scan, "scan_output_directions") or [0] * old_outs
+    # a value the Scan stacks already (d_t for the input's cotangent, whose
+    # weight cotangent is x_t^T d_t): that output, not a second stack of it
+    outputs = {}
+    for k in range(old_outs):
+        if rank(scan.results[n + k]) is not None:
+            outputs.setdefault((_through_identity(yields[n + k]), out_dirs[k]), k)
+    # (body value, direction) -> its stack: a scan input's, an output's, or a new output
     stacked: dict[tuple[ir.Value, int], ir.Value | None] = {}
     outs: list[tuple[ir.Value, int]] = []
 
@@ -102,7 +112,8 @@ def _sink(scan: ir.Operation, opset: int) -> int:
             stacked[(v, direction)] = scan.operands[n + slices[v]]
         elif (v, direction) not in stacked:
             stacked[(v, direction)] = None
-            outs.append((v, direction))
+            if (v, direction) not in outputs:
+                outs.append((v, direction))
 
     terms = [t for _, ts in found.values() for t in ts]
     for t in terms:  # P_t and Q_t stacked in one order: a slice's, if one is
@@ -115,13 +126,10 @@ def _sink(scan: ir.Operation, opset: int) -> int:
             t.direction = 1 if (t.core, 1) in stacked or \
                 t.core in slices and dirs[slices[t.core]] == 1 else 0
             stack(t.core, t.direction)
-    old_outs = len(scan.results) - n
     keep = [i for i in range(n) if i not in found]
     attrs = _attrs(scan)
-    attrs["scan_output_axes"] = ints_attr(
-        (attribute(scan, "scan_output_axes") or [0] * old_outs) + [0] * len(outs))
-    attrs["scan_output_directions"] = ints_attr(
-        (attribute(scan, "scan_output_directions") or [0] * old_outs) + [d for _, d in outs])
+    attrs["scan_output_axes"] = ints_attr(list(out_axes) + [0] * len(outs))
+    attrs["scan_output_directions"] = ints_attr(list(out_dirs) + [d for _, d in outs])
     types = [scan.results[i].type for i in keep] + [r.type for r in scan.results[n:]] + \
         [tensor_type(None if dims(v) is None else [steps] + dims(v), element_type(v))
          for v, _ in outs]
@@ -140,6 +148,12 @@ def _sink(scan: ir.Operation, opset: int) -> int:
         stacked[key] = new.results[len(keep) + old_outs + k]
     b = Builder(opset, scan.location)
     with ir.InsertionPoint(scan):
+        for key, value in stacked.items():
+            if value is None:  # (an old output's stack: its step axis first)
+                r = new.results[len(keep) + outputs[key]]
+                a = out_axes[outputs[key]] % rank(r)
+                stacked[key] = r if a == 0 else \
+                    b.transpose(r, [a] + [d for d in range(rank(r)) if d != a])
         for i, (_, terms) in found.items():
             total = scan.operands[i]
             for t in terms:

@@ -999,8 +999,9 @@ def test_weight_cotangents_are_summed_after_the_reverse_scan():
     d_t, and one batched MatMul over the stacks, summed over the steps,
     gives each (sink_sums.py); the only carried value left is h's
     cotangent. The cotangent of x_t, d_t U^T, a map of d_t the Scan only
-    stacks, runs behind it on the stack too. Values: central differences,
-    the dot test, second order."""
+    stacks, runs behind it on the stack too, the one stack of d_t (it was
+    stacked twice, for X's cotangent and for the sums). Values: central
+    differences, the dot test, second order."""
     m = _rnn_with_input_projection()
     r = reverse(m, layout="onnx")
     rev = [n for n in r.graph.node if n.op_type == "Scan"][1]
@@ -1009,6 +1010,7 @@ def test_weight_cotangents_are_summed_after_the_reverse_scan():
     # d_t W^T only: no h_t^T d_t, x_t^T d_t, and X's cotangent d_t U^T runs
     # once on the stack of d_t behind the Scan (hoist_maps.sink_maps)
     assert _body_ops(rev).count("MatMul") == 1
+    assert len(rev.output) == carried + 1 and "Identity" not in _body_ops(rev)
     feeds = {"h0": _r(1, 3), "X": _r(5, 1, 2), "W": _r(3, 3), "U": _r(2, 3)}
     errors = check_derivatives(m, feeds, outputs=["hT", "Y"])
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9

@@ -473,6 +473,27 @@ def test_reverse_if_reads_the_primal_results(sign):
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_reverse_if_recomputes_a_max_it_would_read(sign):
+    """A branch yielding Max(x W, x): the reverse branch recomputes x W and
+    compares it with the max, so it recomputes the Max as well rather than
+    reading the primal If's result (computed where ONNX Runtime may fuse and
+    round otherwise; see test_reverse_loop_recomputes_a_max_it_would_read)."""
+    then = h.make_graph([h.make_node("MatMul", ["x", "W"], ["a"], name="rm_mm"),
+                         h.make_node("Max", ["a", "x"], ["t"], name="rm_max")], "then", [],
+                        [vi("t", D, [2, 3])])
+    els = h.make_graph([h.make_node("Exp", ["x"], ["e"], name="rm_exp")], "else", [],
+                       [vi("e", D, [2, 3])])
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="rm_sum"), const("zero", 0.0),
+             h.make_node("Greater", ["s", "zero"], ["c"], name="rm_gt"),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="rm_if")]
+    m = model(nodes, [("x", D, [2, 3]), ("W", D, [3, 3])], [("y", D, [2, 3])])
+    feeds = {"x": sign * np.abs(_r(2, 3)), "W": _r(3, 3)}
+    errors = check_derivatives(m, feeds)
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
+    assert "Max" in _branch_ops(reverse(m, inputs=["x"], layout="onnx"))[2]
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_reverse_if_with_a_padded_pool_in_the_taken_branch(sign):
     """The pool's rule builds a pool of ones with the pool's attributes: it
     also copied the region reversal's tag marking the op that computes the

@@ -575,7 +575,8 @@ def check_io_types(graph: onnx.GraphProto) -> None:
 _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shape info",
                    "Incompatible dimensions", "Dimension mismatch in unification",
                    "Inferred elem type differs", "Type Error:", "has incorrect length",
-                   "of wrong rank", "expected to have rank", "incompatible shapes")
+                   "of wrong rank", "expected to have rank", "incompatible shapes",
+                   "Mismatch between the sum of")
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

@@ -135,6 +135,37 @@ def test_where_clip_sum_mean():
     check_derivatives(m, feeds)
 
 
+@pytest.mark.parametrize("op", ["Max", "Min"])
+def test_max_min_ties_share_the_derivative(op):
+    """At a tie the operands equal to the result share its derivative
+    evenly: at a tie of two the mean of their tangents, which central
+    differences give, as do JAX's and PyTorch's maximum/minimum
+    (torch.maximum(a, b) at a == b: 1/2 each). Three operands, ties of two
+    and of three, a broadcast constant; the Jacobian from forward and from
+    reverse mode against weights by hand (it was all to the first operand)."""
+    a = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 0.5]])
+    b = np.array([[1.0, 0.0, 3.0], [0.5, 2.0, -4.0]])
+    c = np.array([1.0, 2.0, 3.0])  # a constant operand: no tangent
+    m = model([h.make_node("Constant", [], ["c"], value=numpy_helper.from_array(c, "c")),
+               h.make_node(op, ["a", "b", "c"], ["y"])],
+              [("a", D, [2, 3]), ("b", D, [2, 3])], [("y", D, [2, 3])])
+    stack = np.stack([a, b, np.broadcast_to(c, a.shape)])
+    y = stack.max(0) if op == "Max" else stack.min(0)
+    hits = (stack == y).astype(float)
+    weights = hits / hits.sum(0)  # [3, 2, 3]; ties at (0, 0) of three, (0, 1), (0, 2), (1, 0)
+    eye = np.eye(6).reshape(2, 3, 6)
+    fwd = run(forward(m, layout="onnx"), {"a": a, "b": b, "fwd_a": eye, "fwd_b": 2 * eye})
+    np.testing.assert_allclose(fwd["fwd_y"].reshape(6, 6),
+                               np.diag((weights[0] + 2 * weights[1]).ravel()), atol=1e-15)
+    adj = run(reverse(m, layout="onnx"), {"a": a, "b": b, "adj_y": eye})
+    np.testing.assert_allclose(adj["adj_a"].reshape(6, 6), np.diag(weights[0].ravel()), atol=1e-15)
+    np.testing.assert_allclose(adj["adj_b"].reshape(6, 6), np.diag(weights[1].ravel()), atol=1e-15)
+    step = 1e-6  # central differences along a and b together (at the tie of three by luck)
+    f = lambda s_: run(m, {"a": a + s_, "b": b + 2 * s_})["y"]
+    fd = (f(step) - f(-step)) / (2 * step)
+    np.testing.assert_allclose(fd, weights[0] + 2 * weights[1], atol=1e-8)
+
+
 def test_mean_float32():
     m = model([h.make_node("Mean", ["a", "b"], ["y"])], [("a", TP.FLOAT, [2, 3]), ("b", TP.FLOAT, [3])],
               [("y", TP.FLOAT, [2, 3])])

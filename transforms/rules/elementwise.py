@@ -390,18 +390,17 @@ def _sum_mean(b: Builder, op, tangents):
 
 @jvp("Max", "Min")
 def _max_min(b: Builder, op, tangents):
-    # The first operand equal to the result carries the derivative.
+    # The operands equal to the result share the derivative evenly: at a tie
+    # of two, the mean of their tangents, what central differences give, and
+    # JAX's and PyTorch's maximum/minimum (MaxPool and ReduceMax share ties
+    # alike). A NaN result matches no operand: derivative 0, not 0/0.
     y = op.results[0]
     r = _out_rank(op)
-    taken = None
-    terms = []
-    for x, t in zip(op.operands, tangents):
-        hit = b.compare("Equal", x, y)
-        first = hit if taken is None else b.op("And", [hit, b.op("Not", [taken], _bool_like(b, taken))],
-                                                _bool_like(b, hit))
-        taken = hit if taken is None else b.op("Or", [taken, hit], _bool_like(b, hit))
-        terms.append(scale(b, t, _mask(b, first, y), r))
-    return [total(b, terms)]
+    if len(op.operands) == 1:
+        return [None if tangents[0] is None else b.align(tangents[0], r)]
+    hits = [_mask(b, b.compare("Equal", x, y), y) for x in op.operands]
+    count = b.ew("Max", b.sum(hits), _c(b, 1.0, y))
+    return [total(b, [scale(b, t, b.div(hit, count), r) for hit, t in zip(hits, tangents)])]
 
 
 @jvp("PRelu")

@@ -103,7 +103,7 @@ class Graph:
         r = self.gen.r
         s = self.pool[x]
         ops = ["Neg", "Sin", "Cos", "Tanh", "Sigmoid", "Abs", "Relu", "Identity", "Exp", "Log",
-               "Sqrt", "Reciprocal"]
+               "Sqrt", "Reciprocal", "Clip"]
         if self.gen.dtype == TP.FLOAT:  # ORT has no float64 kernels for these
             ops += ["Softplus", "Erf", "LeakyRelu", "Elu"]
         op = r.choice(ops)
@@ -112,6 +112,9 @@ class Graph:
         if op in ("Log", "Sqrt", "Reciprocal"):  # positive argument: x*x + 1
             sq = self.node("Mul", [x, x])[0]
             x = self.node("Add", [sq, self.const(np.ones((), self.gen.npdtype))])[0]
+        if op == "Clip":  # (its rule compares result and operand: loop reversals recompute it)
+            bounds = [self.const(np.asarray(v, self.gen.npdtype)) for v in (-0.5, 0.5)]
+            return self.add(self.node("Clip", [x] + bounds)[0], s)
         attrs = {"alpha": 0.1} if op == "LeakyRelu" else {}
         return self.add(self.node(op, [x], **attrs)[0], s)
 

@@ -447,22 +447,29 @@ def _branch_ops(m):
     return [[n.op_type for n in a.g.node] for i in ifs for a in i.attribute]
 
 
+def _if_projection(op: str, sign: float):
+    """y = op(x W) (Tanh) or op(x W, x) (Max) if sum(x) > 0 else exp(x),
+    and feeds taking the branch `sign` says."""
+    ins = ["a"] if op == "Tanh" else ["a", "x"]
+    then = h.make_graph([h.make_node("MatMul", ["x", "W"], ["a"], name="ip_mm"),
+                         h.make_node(op, ins, ["t"], name="ip_op")], "then", [],
+                        [vi("t", D, [2, 3])])
+    els = h.make_graph([h.make_node("Exp", ["x"], ["e"], name="ip_exp")], "else", [],
+                       [vi("e", D, [2, 3])])
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="ip_sum"), const("zero", 0.0),
+             h.make_node("Greater", ["s", "zero"], ["c"], name="ip_gt"),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="ip_if")]
+    m = model(nodes, [("x", D, [2, 3]), ("W", D, [3, 3])], [("y", D, [2, 3])])
+    return m, {"x": sign * np.abs(_r(2, 3)), "W": _r(3, 3)}
+
+
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_reverse_if_reads_the_primal_results(sign):
     """The reverse If's branch reads the primal If's result where the
     recomputed branch would yield the same value (Tanh' and Exp' come from
     their outputs): no recomputation of the branch there; the transposed
     weight is computed once, outside both branches."""
-    then = h.make_graph([h.make_node("MatMul", ["x", "W"], ["a"], name="rt_mm"),
-                         h.make_node("Tanh", ["a"], ["t"], name="rt_tanh")], "then", [],
-                        [vi("t", D, [2, 3])])
-    els = h.make_graph([h.make_node("Exp", ["x"], ["e"], name="re_exp")], "else", [],
-                       [vi("e", D, [2, 3])])
-    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="r_sum"), const("zero", 0.0),
-             h.make_node("Greater", ["s", "zero"], ["c"], name="r_gt"),
-             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="r_if")]
-    m = model(nodes, [("x", D, [2, 3]), ("W", D, [3, 3])], [("y", D, [2, 3])])
-    feeds = {"x": sign * np.abs(_r(2, 3)), "W": _r(3, 3)}
+    m, feeds = _if_projection("Tanh", sign)
     errors = check_derivatives(m, feeds)
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
     rev = reverse(m, inputs=["x"], layout="onnx")
@@ -478,16 +485,7 @@ def test_reverse_if_recomputes_a_max_it_would_read(sign):
     compares it with the max, so it recomputes the Max as well rather than
     reading the primal If's result (computed where ONNX Runtime may fuse and
     round otherwise; see test_reverse_loop_recomputes_a_max_it_would_read)."""
-    then = h.make_graph([h.make_node("MatMul", ["x", "W"], ["a"], name="rm_mm"),
-                         h.make_node("Max", ["a", "x"], ["t"], name="rm_max")], "then", [],
-                        [vi("t", D, [2, 3])])
-    els = h.make_graph([h.make_node("Exp", ["x"], ["e"], name="rm_exp")], "else", [],
-                       [vi("e", D, [2, 3])])
-    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="rm_sum"), const("zero", 0.0),
-             h.make_node("Greater", ["s", "zero"], ["c"], name="rm_gt"),
-             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=els, name="rm_if")]
-    m = model(nodes, [("x", D, [2, 3]), ("W", D, [3, 3])], [("y", D, [2, 3])])
-    feeds = {"x": sign * np.abs(_r(2, 3)), "W": _r(3, 3)}
+    m, feeds = _if_projection("Max", sign)
     errors = check_derivatives(m, feeds)
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
     assert "Max" in _branch_ops(reverse(m, inputs=["x"], layout="onnx"))[2]

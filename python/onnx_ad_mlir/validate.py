@@ -576,7 +576,8 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "Incompatible dimensions", "Dimension mismatch in unification",
                    "Inferred elem type differs", "Type Error:", "has incorrect length",
                    "of wrong rank", "expected to have rank", "incompatible shapes",
-                   "Mismatch between the sum of")
+                   "Mismatch between the sum of", "-dimensional", "must have rank",
+                   "must have at least", "Input rank must be")
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

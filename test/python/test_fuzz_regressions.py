@@ -80,7 +80,8 @@ INVALID = {
     # Softmax of a scalar, and with a huge axis on a Loop result ONNX left
     # unranked: differentiated anyway (an invalid ReduceSum axis in the
     # derivative, rejected by the checker) (fuzz seed 22 cases 1948, 1958)
-    "bad_softmax_scalar.onnx": "rank-0 input",
+    "bad_softmax_scalar.onnx": "node 'n_Softmax5' (Softmax): strict ONNX shape inference "
+                               "rejects the model: Input rank must be >= 1",
     "bad_softmax_axis_of_loop_result.onnx": "out of range for its rank-3 input 'loop17'",
     "bad_concat_complex.onnx": "same element type",   # MLIR C++ assertion: abort
     "bad_huge_vector_dim.onnx": "",                    # ONNX data propagation: hang
@@ -173,6 +174,11 @@ INVALID = {
     # refuses for (differentiated anyway; seed 109 case 1748)
     "bad_split_sizes.onnx": "node 'n_Split7' (Split): strict ONNX shape inference rejects the "
                             "model: Mismatch between the sum of 'split' (3)",
+    # an input's rank mutated under a SpaceToDepth: inference's rank
+    # complaints ("must be 4-dimensional", "must have rank", ...) were not
+    # among its contradictions either (seed 112 case 235)
+    "bad_space_to_depth_rank.onnx": "node 'n_SpaceToDepth10' (SpaceToDepth): strict ONNX shape "
+                                    "inference rejects the model: Input tensor must be 4-dimensional",
 }
 
 _CHILD = r"""

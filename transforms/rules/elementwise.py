@@ -396,8 +396,17 @@ def _max_min(b: Builder, op, tangents):
     # alike). A NaN result matches no operand: derivative 0, not 0/0.
     y = op.results[0]
     r = _out_rank(op)
+    if all(t is None for t in tangents):
+        return [None]
     if len(op.operands) == 1:
-        return [None if tangents[0] is None else b.align(tangents[0], r)]
+        return [b.align(tangents[0], r)]
+    if len(op.operands) == 2:  # (the usual case, ReLU-like Max(x, 0) too: fewer ops)
+        x0, x1 = op.operands
+        tie, half = b.compare("Equal", x0, x1), _c(b, 0.5, y)
+        wins = ("Greater", "Less") if op.name.startswith("onnx.Max") else ("Less", "Greater")
+        weights = [None if t is None else b.where(tie, half, _mask(b, b.compare(w, x0, x1), y))
+                   for t, w in zip(tangents, wins)]
+        return [total(b, [scale(b, t, w, r) for t, w in zip(tangents, weights)])]
     hits = [_mask(b, b.compare("Equal", x, y), y) for x in op.operands]
     count = b.ew("Max", b.sum(hits), _c(b, 1.0, y))
     return [total(b, [scale(b, t, b.div(hit, count), r) for hit, t in zip(hits, tangents)])]

@@ -335,7 +335,12 @@ class Builder:
 
     def compare(self, op_type_: str, a: ir.Value, b: ir.Value) -> ir.Value:
         shape = broadcast_dims(dims(a), dims(b))
-        return self.op(op_type_, [a, b], tensor_type(shape, ir.IntegerType.get_signless(1)))
+        out = tensor_type(shape, ir.IntegerType.get_signless(1))
+        if op_type_ == "Equal" and self.opset < 11 and isinstance(element_type(a), ir.FloatType):
+            # Equal has no float types before opset 11: not (a < b or a > b) (NaN: equal)
+            either = self.op("Or", [self.compare("Less", a, b), self.compare("Greater", a, b)], out)
+            return self.op("Not", [either], out)
+        return self.op(op_type_, [a, b], out)
 
     def where(self, cond: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
         shape = broadcast_dims(dims(cond), dims(a), dims(b))

@@ -404,12 +404,20 @@ def _max_min(b: Builder, op, tangents):
         x0, x1 = op.operands
         tie, half = b.compare("Equal", x0, x1), _c(b, 0.5, y)
         wins = ("Greater", "Less") if op.name.startswith("onnx.Max") else ("Less", "Greater")
-        weights = [None if t is None else b.where(tie, half, _mask(b, b.compare(w, x0, x1), y))
+        weights = [None if t is None else
+                   _tie_weight(b, tie, _mask(b, b.compare(w, x0, x1), y), half)
                    for t, w in zip(tangents, wins)]
         return [total(b, [scale(b, t, w, r) for t, w in zip(tangents, weights)])]
     hits = [_mask(b, b.compare("Equal", x, y), y) for x in op.operands]
     count = b.ew("Max", b.sum(hits), _c(b, 1.0, y))
     return [total(b, [scale(b, t, b.div(hit, count), r) for hit, t in zip(hits, tangents)])]
+
+
+def _tie_weight(b: Builder, tie: ir.Value, win: ir.Value, half: ir.Value) -> ir.Value:
+    """1/2 where `tie`, else the 0/1 `win` (no Where before opset 9: win + tie / 2)."""
+    if b.opset >= 9:
+        return b.where(tie, half, win)
+    return b.add(win, b.mul(_mask(b, tie, win), half))
 
 
 @jvp("PRelu")

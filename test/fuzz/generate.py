@@ -276,7 +276,7 @@ class Graph:
     def layernorm(self, x):
         r = self.gen.r
         s = self.pool[x]
-        if not s:
+        if not s or self.gen.opset < 17:  # (LayerNormalization-17 is the first)
             return None
         axis = r.randrange(len(s))
         if any(d == 0 for d in s[axis:]):
@@ -604,7 +604,7 @@ class Gen:
         self.dtype = self.r.choice([TP.FLOAT, TP.DOUBLE])
         self.npdtype = FLOATS[self.dtype]
         self.npdtype_proto = self.dtype
-        self.opset = self.r.choice([17, 18, 19, 20, 21])
+        self.opset = self.r.choice([13, 14, 15, 16, 17, 18, 19, 20, 21])
         self.max_depth = self.r.choice([0, 1, 1, 2])
         self.counter = 0
         self.inputs: list[tuple[str, Shape]] = []

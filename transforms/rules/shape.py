@@ -554,21 +554,18 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
     idd = dims(idx)
     mid = int(np.prod(idd)) if idd is not None and None not in idd else \
         int(np.prod(cd[axis:axis + q])) if None not in cd[axis:axis + q] else None
+    dd = dims(data_lin)  # None: data of unknown rank (e.g. a Loop result)
+    if mid == 0 or 0 in cd[axis + q:]:  # nothing gathered: nothing to scatter back
+        return _zeros(b, b.like_shape(ct, data_lin), None if dd is None else [None] + dd[1:], ct)
     allow = {}
     if None not in cd[axis + q:] and mid is not None:  # a constant target keeps the rank visible
-        if b.opset >= 14 and (mid == 0 or 0 in cd[axis + q:]):
-            # literal zeros are extents only with allowzero (else "copy that dim")
-            target = b.concat([b.shape(ct, 0, axis), b.ints([mid] + cd[axis + q:])], 0)
-            allow = {"allowzero": 1}
-        else:
-            target = b.ints([0] * axis + [mid] + cd[axis + q:])
+        target = b.ints([0] * axis + [mid] + cd[axis + q:])
     else:
         count = b.ints([mid]) if mid is not None else b.reshape(
             b.op("Size", [idx], tensor_type([], ir.IntegerType.get_signless(64))), [1], [1])
         target = b.concat([b.shape(ct, 0, axis), count, b.shape(ct, axis + q)], 0)
         allow = {"allowzero": 1} if b.opset >= 14 else {}
     flat = b.op("Reshape", [ct, target], tensor_type(flat_dims, element_type(ct)), **allow)
-    dd = dims(data_lin)  # None: data of unknown rank (e.g. a Loop result)
     if b.opset < 16:
         return _onehot_scatter(b, flat, b.reshape(idx, [-1], [None]), axis,
                                None if dd is None else dd[axis])

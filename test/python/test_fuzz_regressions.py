@@ -179,6 +179,11 @@ INVALID = {
     # refuses for (differentiated anyway; seed 109 case 1748)
     "bad_split_sizes.onnx": "node 'n_Split7' (Split): strict ONNX shape inference rejects the "
                             "model: Mismatch between the sum of 'split' (3)",
+    # a mutated extent of 10^12 under a Resize: its derivative's interpolation
+    # matrix (an identity of that extent) failed in NumPy (RuleError; seed 116 case 1987)
+    "bad_resize_huge_extent.onnx": "Resize along axis 2 of extent 1000000000000: its "
+                                   "derivative's 1000000000000 x 1000000000000 interpolation "
+                                   "matrix is too large",
     # an input's rank mutated under a SpaceToDepth: inference's rank
     # complaints ("must be 4-dimensional", "must have rank", ...) were not
     # among its contradictions either (seed 112 case 235)

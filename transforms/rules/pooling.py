@@ -844,10 +844,17 @@ def _permute(b: Builder, v: ir.Value, perm: list[int]) -> ir.Value:
     return v if perm == list(range(len(perm))) else b.transpose(v, perm)
 
 
+# Entries of the largest interpolation matrix a Resize derivative embeds (64 MiB of float32).
+MAX_MATRIX_ENTRIES = 1 << 24
+
+
 def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: int,
                           n_out: int, scale: float | None) -> ir.Value:
     """M^T [n_in, n_out] of the resize along axis a: the node's attributes
     applied to an identity laid out [n_in, 1.., n_in at axis a, ..1]."""
+    if n_in * n_in > MAX_MATRIX_ENTRIES:
+        raise UnsupportedOp(f"{kind} along axis {a} of extent {n_in}: its derivative's "
+                            f"{n_in} x {n_in} interpolation matrix is too large")
     r = rank(x)
     batch = 0 if a != 0 else 1
     shape = [1] * r

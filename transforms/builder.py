@@ -277,6 +277,8 @@ class Builder:
 
     def op(self, op_type_: str, operands: Sequence[ir.Value | None],
            result_type: ir.Type, **attrs) -> ir.Value:
+        if op_type_ == "Reshape" and self.opset < 14:
+            _check_zero_extents(operands[0], operands[1])
         return self.create(op_type_, operands, [result_type], **attrs)[0]
 
     def none(self) -> ir.Value:
@@ -711,6 +713,29 @@ class Builder:
         """[k of ct] + shape(target)[1:]: the run-time shape of a cotangent for
         the derivative value `target`."""
         return self.concat([self.shape(ct, 0, 1), self.shape(target, 1)], 0)
+
+
+def _check_zero_extents(x: ir.Value, target: ir.Value) -> None:
+    """Before opset 14 a 0 in Reshape's target copies x's extent there, and
+    one past x's rank is invalid: the 0 extent an empty derivative needs at
+    such an axis cannot be written (no allowzero). Refused, not exported
+    invalid. The target is a constant or a Concat of constants and Shapes."""
+    r = rank(x)
+    if r is None:
+        return
+    o = defining_op(target)
+    parts = list(o.operands) if o is not None and o.name.startswith("onnx.Concat") else [target]
+    at = 0
+    for part in parts:
+        values, n = constant_ints(part), dims(part)
+        if values is not None:
+            past = [at + i for i, v in enumerate(values) if v == 0 and at + i >= r]
+            if past:
+                raise UnsupportedOp(f"an empty derivative reshaped to extent 0 on axis {past[0]} "
+                                    "needs Reshape's allowzero (opset >= 14)")
+        if n is None or len(n) != 1 or n[0] is None:
+            return
+        at += n[0]
 
 
 def nested_ops(root: ir.Operation) -> list[ir.Operation]:

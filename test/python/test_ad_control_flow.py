@@ -411,17 +411,20 @@ def test_untyped_loop_results_are_typed_from_the_body(M, reduce):
     assert body.count("MatMul") == 1 and "Tanh" not in body, body
 
 
-def test_reverse_loop_recomputes_a_max_it_would_read():
-    """A Loop whose state is a Max of values its reverse sweep recomputes
+def test_reverse_loop_recomputes_a_clip_it_would_read():
+    """A Loop whose state is a Clip of values its reverse sweep recomputes
     (over all steps at once, where ONNX Runtime's Log rounds a last bit
-    differently at these inputs): the reversal recomputes the Max too
-    instead of comparing its recomputed operands with the Max the primal
-    stacked (none equal: a zero row of J^T, fuzz seed 108 case 854). J from
-    forward mode, J^T from reverse mode and J written by hand agree."""
+    differently at these inputs): Clip's rule compares its operand with its
+    result, so the reversal recomputes the Clip too instead of comparing
+    its recomputed operand with the Clip the primal stacked (none equal: a
+    zero row of J^T; fuzz seed 108 case 854 had Max(l, l), whose rule now
+    compares its two operands instead). J from forward mode, J^T from
+    reverse mode and J written by hand agree."""
     body = h.make_graph([h.make_node("Mul", ["v", "v"], ["sq"], name="lm_sq"), const("one", 1.0, F),
                          h.make_node("Add", ["sq", "one"], ["u"], name="lm_add"),
                          h.make_node("Log", ["u"], ["l"], name="lm_log"),
-                         h.make_node("Max", ["l", "l"], ["m"], name="lm_max"),
+                         const("lo", -10.0, F), const("hi", 10.0, F),
+                         h.make_node("Clip", ["l", "lo", "hi"], ["m"], name="lm_clip"),
                          h.make_node("Identity", ["c"], ["c2"], name="lm_c"),
                          h.make_node("Identity", ["m"], ["o"], name="lm_o")], "body",
                         [vi("i", I64, []), vi("c", B, []), vi("v", F, [1, 2, 1, 3])],
@@ -448,10 +451,11 @@ def _branch_ops(m):
 
 
 def _if_projection(op: str, sign: float):
-    """y = op(x W) (Tanh) or op(x W, x) (Max) if sum(x) > 0 else exp(x),
+    """y = op(x W) (Tanh, or Clip to [-0.5, 0.5]) if sum(x) > 0 else exp(x),
     and feeds taking the branch `sign` says."""
-    ins = ["a"] if op == "Tanh" else ["a", "x"]
+    ins = ["a"] if op == "Tanh" else ["a", "lo", "hi"]
     then = h.make_graph([h.make_node("MatMul", ["x", "W"], ["a"], name="ip_mm"),
+                         const("lo", -0.5), const("hi", 0.5),
                          h.make_node(op, ins, ["t"], name="ip_op")], "then", [],
                         [vi("t", D, [2, 3])])
     els = h.make_graph([h.make_node("Exp", ["x"], ["e"], name="ip_exp")], "else", [],
@@ -480,15 +484,16 @@ def test_reverse_if_reads_the_primal_results(sign):
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_reverse_if_recomputes_a_max_it_would_read(sign):
-    """A branch yielding Max(x W, x): the reverse branch recomputes x W and
-    compares it with the max, so it recomputes the Max as well rather than
-    reading the primal If's result (computed where ONNX Runtime may fuse and
-    round otherwise; see test_reverse_loop_recomputes_a_max_it_would_read)."""
-    m, feeds = _if_projection("Max", sign)
+def test_reverse_if_recomputes_a_clip_it_would_read(sign):
+    """A branch yielding Clip(x W): the reverse branch recomputes x W and
+    compares it with the clipped value, so it recomputes the Clip as well
+    rather than reading the primal If's result (computed where ONNX Runtime
+    may fuse and round otherwise; see
+    test_reverse_loop_recomputes_a_clip_it_would_read)."""
+    m, feeds = _if_projection("Clip", sign)
     errors = check_derivatives(m, feeds)
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
-    assert "Max" in _branch_ops(reverse(m, inputs=["x"], layout="onnx"))[2]
+    assert "Clip" in _branch_ops(reverse(m, inputs=["x"], layout="onnx"))[2]
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])

@@ -531,6 +531,12 @@ YIELD_OF = "onnx_ad.yield_of"
 _COMPARES_RESULT = {"Max", "Min", "Clip", "ReduceMax", "ReduceMin", "MaxPool", "GlobalMaxPool"}
 
 
+def _compares_result(o: ir.Operation) -> bool:
+    """o's rule reads its result in a mask (Max/Min of two compare operands)."""
+    kind = _kind(o)
+    return kind in _COMPARES_RESULT and not (kind in ("Max", "Min") and len(o.operands) == 2)
+
+
 def _mark_yields(blk: ir.Block, ys: list[ir.Value]) -> None:
     """Tags the ops of blk (no regions: rules do not rebuild those) that
     compute yield j with [result number, j] pairs, read by _reuse_marked
@@ -542,7 +548,7 @@ def _mark_yields(blk: ir.Block, ys: list[ir.Value]) -> None:
         if not isinstance(owner, (ir.Operation, ir.OpView)):
             continue
         o = owner.operation
-        if o.block != blk or len(o.regions) or _kind(o) in _COMPARES_RESULT:
+        if o.block != blk or len(o.regions) or _compares_result(o):
             continue
         old = [ir.IntegerAttr(a).value for a in ir.ArrayAttr(o.attributes[YIELD_OF])] \
             if YIELD_OF in o.attributes else []

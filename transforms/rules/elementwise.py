@@ -401,11 +401,11 @@ def _max_min(b: Builder, op, tangents):
     if len(op.operands) == 1:
         return [b.align(tangents[0], r)]
     if len(op.operands) == 2:  # (the usual case, ReLU-like Max(x, 0) too: fewer ops)
-        x0, x1 = op.operands
-        tie, half = b.compare("Equal", x0, x1), _c(b, 0.5, y)
+        x0, x1 = op.operands  # (x0 for the element type: no read of the result)
+        tie, half = b.compare("Equal", x0, x1), _c(b, 0.5, x0)
         wins = ("Greater", "Less") if op.name.startswith("onnx.Max") else ("Less", "Greater")
         weights = [None if t is None else
-                   _tie_weight(b, tie, _mask(b, b.compare(w, x0, x1), y), half)
+                   _tie_weight(b, tie, _mask(b, b.compare(w, x0, x1), x0), half)
                    for t, w in zip(tangents, wins)]
         return [total(b, [scale(b, t, w, r) for t, w in zip(tangents, weights)])]
     hits = [_mask(b, b.compare("Equal", x, y), y) for x in op.operands]

@@ -35,11 +35,12 @@ import numpy as np
 from mlir import ir
 
 from . import symdims
-from .builder import (attribute, constant_ints, dims, element_type, ints_attr, is_constant_op,
+from .builder import (attribute, dims, element_type, ints_attr, is_constant_op,
                       nested_ops, rank, tensor_type)
 from .legalize import nonzero
 from .rules.control_flow import _attrs, _clone_out, _create, _kind, _move_body, _varies, \
     _yield
+from .rules.shape import _squeeze_axes
 
 MAPS = {
     "Abs", "Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil", "Celu", "Clip",
@@ -88,16 +89,14 @@ def _hoist(scan: ir.Operation) -> int:
         r = rank(scan.operands[n + j])
         if r is not None and -r <= axes[j] < r:
             stacked[args[n + j]] = _Stack(scan.operands[n + j], dirs[j], r - 1 - axes[j] % r)
-    inside = set(args)
     moved = []
     for o in list(body.operations)[:-1]:
         o = o.operation
-        after = _map_after(o, stacked, inside)
+        after = _map_after(o, stacked, body)
         if after is not None:
             moved.append(o)
             d = next(stacked[v].direction for v in o.operands if v in stacked)
             stacked[o.results[0]] = _Stack(None, d, after)  # (its stack is built below)
-        inside.update(o.results)
     if not moved:
         return 0
     with ir.InsertionPoint(scan):
@@ -109,7 +108,7 @@ def _hoist(scan: ir.Operation) -> int:
             res, st = o.results[0], stacked[o.results[0]]
             copy.results[0].set_type(tensor_type(_stack_dims(o, stacked), element_type(res)))
             if _kind(o) == "Unsqueeze":  # (new axes: below)
-                _unsqueeze_stack(copy, rank(res), rank(res) - st.after)
+                _unsqueeze_stack(copy, _squeeze_axes(o), rank(res) - st.after)
             elif _kind(o) == "Transpose":
                 src = stacked[o.operands[0]]
                 copy.attributes["perm"] = ints_attr(_stack_perm(o, rank(o.operands[0]) - src.after))
@@ -209,7 +208,7 @@ def _output_map(scan: ir.Operation) -> tuple[ir.Operation, int, ir.Value, int] |
     return None
 
 
-def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:
+def _map_after(o: ir.Operation, stacked: dict, body: ir.Block) -> int | None:
     """If o maps each step's slices on their own (see the module docstring):
     the count of axes after its result's step axis; else None."""
     kind = _kind(o)
@@ -218,7 +217,7 @@ def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:
         return None
     ins = [v for v in o.operands if not isinstance(v.type, ir.NoneType)]
     sliced = [v for v in ins if v in stacked]
-    if not sliced or any(v in inside and v not in stacked and not _body_constant(v) for v in ins):
+    if not sliced or any(v not in stacked and _varies(v, body) for v in ins):
         return None  # (an operand computed per step otherwise)
     if len({stacked[v].after for v in sliced}) != 1 or \
             len({stacked[v].direction for v in sliced}) != 1:
@@ -230,10 +229,10 @@ def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:
                 not (after >= 2 or rank(x) == 1 and after == 1):
             return None
     elif kind == "Unsqueeze":
-        axes = _unsqueeze_axes(o)
+        axes = _squeeze_axes(o)  # (normalized against the result's rank)
         if axes is None or ins[0] not in stacked:
             return None
-        kept = [k for k in range(r) if k not in {a % r for a in axes}]
+        kept = [k for k in range(r) if k not in axes]
         before = len(kept) - after  # (the slice's axes in front of its step axis)
         step = kept[before - 1] + 1 if before else 0
         after = r - step
@@ -247,11 +246,6 @@ def _map_after(o: ir.Operation, stacked: dict, inside: set) -> int | None:
     if after != r and (out is None or not nonzero(out[r - after:])):
         return None  # (a scan input off axis 0 that might be empty after it)
     return after
-
-
-def _body_constant(v: ir.Value) -> bool:
-    owner = v.owner
-    return isinstance(owner, (ir.OpView, ir.Operation)) and is_constant_op(owner.operation)
 
 
 def _stack_dims(o: ir.Operation, stacked: dict) -> list | None:
@@ -273,18 +267,11 @@ def _stack_perm(o: ir.Operation, step: int) -> list[int]:
     return [step] + [p + (p >= step) for p in perm]
 
 
-def _unsqueeze_axes(o: ir.Operation) -> list[int] | None:
-    """The axes of an Unsqueeze: its attribute (opsets < 13) or constant operand."""
-    if len(o.operands) == 1:
-        return attribute(o, "axes")
-    return constant_ints(o.operands[1])
-
-
-def _unsqueeze_stack(copy: ir.Operation, r: int, step: int) -> None:
-    """Makes an Unsqueeze of one step's slice (result rank r) act on the
-    stack, whose step axis lands at `step`: inserted axes from there on move
-    one on."""
-    axes = [a % r + (a % r >= step) for a in _unsqueeze_axes(copy)]
+def _unsqueeze_stack(copy: ir.Operation, axes: list[int], step: int) -> None:
+    """Makes an Unsqueeze of one step's slice (its normalized `axes`) act on
+    the stack, whose step axis lands at `step`: inserted axes from there on
+    move one on."""
+    axes = [a + (a >= step) for a in axes]
     if len(copy.operands) == 1:
         copy.attributes["axes"] = ints_attr(axes)
         return

@@ -707,7 +707,14 @@ class Builder:
         target reads like's run-time extents (symdims follows them), so it
         holds real extents: allowzero, else an extent of 0 (a batch of 0, a
         Loop that did not run) would copy x's extent there."""
-        return self.reshape_to(x, self.concat([self.shape(k_of, 0, 1), self.shape(like)], 0), out)
+        return self.reshape_to(x, self.concat([self.leading_k(k_of, x), self.shape(like)], 0), out)
+
+    def leading_k(self, k_of: ir.Value, x: ir.Value) -> ir.Value:
+        """Axis 0 of k_of, the first entry of a Reshape target for x. Before
+        opset 14 (no allowzero) k read from x itself is written 0, "copy":
+        ONNX Runtime's Reshape fusion would turn that lone Shape read into
+        -1, which it refuses on 0 elements."""
+        return self.ints([0]) if k_of is x and self.opset < 14 else self.shape(k_of, 0, 1)
 
     def like_shape(self, ct: ir.Value, target: ir.Value) -> ir.Value:
         """[k of ct] + shape(target)[1:]: the run-time shape of a cotangent for

@@ -244,15 +244,17 @@ def test_root_of_a_nonnegative_base_is_not_guarded(square, root):
     assert not any(n.op_type == "IsNaN" for n in reverse(m, inputs=["x"], outputs=["y"]).graph.node)
 
 
-def test_safe_division():
+@pytest.mark.parametrize("opset", [9, 10, 18])
+def test_safe_division(opset):
     """Where(n > 0, x / n, 0) with n = Relu(z) exactly 0 for z < 0: reverse
     mode must not turn the zero cotangent the Where sends back into 0 / 0
     (both operands differentiated), nor forward mode's discarded tangent
-    into NaN; finite differences, <J v, w> = <v, J^T w>, Hessian."""
+    into NaN; finite differences, <J v, w> = <v, J^T w>, Hessian. Also
+    before opset 11, which has no float Equal for the zero test."""
     nodes = [h.make_node("Relu", ["z"], ["n"]), h.make_node("Div", ["x", "n"], ["q"]),
              h.make_node("Greater", ["n", "zero"], ["pos"]),
              h.make_node("Where", ["pos", "q", "zero"], ["y"])]
-    m = model(nodes, [("x", D, [2, 3]), ("z", D, [2, 3])], [("y", D, [2, 3])],
+    m = model(nodes, [("x", D, [2, 3]), ("z", D, [2, 3])], [("y", D, [2, 3])], opset=opset,
               initializers=[numpy_helper.from_array(np.array(0.0), "zero")])
     feeds = {"x": np.array([[1.0, 2.0, -1.0], [0.5, 3.0, -2.0]]),
              "z": np.array([[0.5, -1.0, 2.0], [-0.3, 1.5, -2.0]])}
@@ -278,15 +280,16 @@ def test_division_by_a_provably_nonzero_value_is_not_guarded():
     assert not {"Equal", "Where", "IsNaN"} & ops, ops
 
 
+@pytest.mark.parametrize("opset", [9, 18])
 @pytest.mark.parametrize("op", ["Log", "Reciprocal"])
-def test_masked_singularity_at_zero(op):
+def test_masked_singularity_at_zero(op, opset):
     """Where(n > 0, log(n), 0) and Where(n > 0, 1 / n, 0), n = Relu(z)
     exactly 0 for z < 0: the coefficient is inf there, and reverse mode must
-    not multiply the zero cotangent by it."""
+    not multiply the zero cotangent by it (at opset 9 too)."""
     nodes = [h.make_node("Relu", ["z"], ["n"]), h.make_node(op, ["n"], ["q"]),
              h.make_node("Greater", ["n", "zero"], ["pos"]),
              h.make_node("Where", ["pos", "q", "zero"], ["y"])]
-    m = model(nodes, [("z", D, [2, 3])], [("y", D, [2, 3])],
+    m = model(nodes, [("z", D, [2, 3])], [("y", D, [2, 3])], opset=opset,
               initializers=[numpy_helper.from_array(np.array(0.0), "zero")])
     feeds = {"z": np.array([[0.5, -1.0, 2.0], [-0.3, 1.5, -2.0]])}
     assert check_derivatives(m, feeds)["dot"] < 1e-12

@@ -224,9 +224,9 @@ def _zero_where_zero(b: Builder, coef: ir.Value, x: ir.Value) -> ir.Value:
 
 
 def _zero_test(b: Builder, x: ir.Value) -> ir.Value | None:
-    """x == 0, or None where x is provably nonzero or the opset has no float
-    Equal (before 11)."""
-    if b.opset < 11 or _nonzero(x):
+    """x == 0, or None where x is provably nonzero or the opset has no
+    Where to apply it (before 9)."""
+    if b.opset < 9 or _nonzero(x):
         return None
     return b.compare("Equal", x, b.scalar(0.0, x))
 

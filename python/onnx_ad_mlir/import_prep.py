@@ -101,6 +101,10 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
     try:
         # strict: a model contradicting its own declared shapes is refused
         inferred = validate.infer_shapes(skeleton, data_prop=False)
+        stand_ins = _attention_stand_ins(skeleton, inferred)
+        if stand_ins is not None:
+            skeleton, stand_ins = stand_ins
+            inferred = validate.infer_shapes(skeleton, data_prop=False)
         data_prop = _propagates_data(model.graph, rows, inits) and \
             not _long_vectors(inferred.graph)
         if data_prop:
@@ -116,10 +120,87 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
         raise
     except Exception:  # inference errors on odd but importable models
         return model
+    if stand_ins:
+        _restore_attention(inferred.graph, stand_ins)
     if big:
         inferred.graph.ClearField("initializer")
         inferred.graph.initializer.extend(model.graph.initializer)
     return inferred
+
+
+def _attention_stand_ins(skeleton: onnx.ModelProto, inferred: onnx.ModelProto
+                         ) -> tuple[onnx.ModelProto, list[tuple]] | None:
+    """ONNX's inference (onnx 1.23.2) gives a 3-D Attention's result the
+    hidden extent 0 when V's is not static (it multiplies V's unset extent):
+    everything computed from it inherits the 0, which derivative Reshapes
+    then write. None when no Attention of `inferred` (skeleton's inference)
+    is such; else a copy of `skeleton` in which each such node is an Einsum
+    that ONNX infers right ([b, s, V's extent]: its result only), and where
+    the originals go back (_restore_attention). (A 0 that contradicts a
+    declared extent has been refused: ONNX Runtime fails to load those.)"""
+    types: dict[str, onnx.TypeProto] = {}
+    wrong = []
+    for path, i, node in _nodes_with_paths(inferred.graph, ()):
+        if node.op_type != "Attention" or node.domain not in ("", "ai.onnx") or len(node.input) < 3:
+            continue
+        if not types:
+            _collect_types(inferred.graph, types)
+        q, v = (_tensor_dims(types.get(name)) for name in node.input[:3:2])
+        if q is None or v is None or len(q) != 3 or len(v) != 3 or v[2].HasField("dim_value"):
+            continue
+        heads = {a.name: a.i for a in node.attribute}
+        if heads.get("q_num_heads") != heads.get("kv_num_heads") or \
+                any(node.output[1:]) or len(node.input) > 4:
+            raise ImportFailure(
+                f"node '{node.name}' (Attention): ONNX's shape inference gives its result the "
+                "extent 0 on axis 2 (V's last extent is not static); declare V's last extent")
+        wrong.append((path, i))
+    if not wrong:
+        return None
+    patched = onnx.ModelProto()
+    patched.CopyFrom(skeleton)
+    for path, i in wrong:
+        node = _graph_at(patched.graph, path).node[i]
+        node.CopyFrom(onnx.helper.make_node("Einsum", list(node.input[:3]), [node.output[0]],
+                                            name=node.name, equation="bsq,btk,bte->bse"))
+    return patched, [(path, i, _graph_at(skeleton.graph, path).node[i]) for path, i in wrong]
+
+
+def _restore_attention(graph: onnx.GraphProto, stand_ins: list[tuple]) -> None:
+    """The Attention nodes back in place of their Einsum stand-ins (in place)."""
+    for path, i, node in stand_ins:
+        _graph_at(graph, path).node[i].CopyFrom(node)
+
+
+def _nodes_with_paths(graph: onnx.GraphProto, path: tuple):
+    """(path of graph, index, node) for every node, subgraphs included; a
+    path is the (node index, attribute name) steps from the main graph."""
+    for i, n in enumerate(graph.node):
+        yield path, i, n
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from _nodes_with_paths(a.g, path + ((i, a.name),))
+
+
+def _graph_at(graph: onnx.GraphProto, path: tuple) -> onnx.GraphProto:
+    for i, name in path:
+        graph = next(a.g for a in graph.node[i].attribute if a.name == name)
+    return graph
+
+
+def _collect_types(graph: onnx.GraphProto, types: dict[str, onnx.TypeProto]) -> None:
+    for v in list(graph.input) + list(graph.value_info) + list(graph.output):
+        types[v.name] = v.type
+    for n in graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                _collect_types(a.g, types)
+
+
+def _tensor_dims(t: onnx.TypeProto | None) -> list | None:
+    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    return list(t.tensor_type.shape.dim)
 
 
 def _infer_again(model: onnx.ModelProto, inits: list[InitRow]) -> onnx.ModelProto:

@@ -1,7 +1,7 @@
 """Seeded generator of random VALID ONNX models over the differentiable op
 subset (issue 7): elementwise unary/binary ops with broadcasting (size-0 and
 size-1 dims included), MatMul/Gemm, reductions, Reshape/Transpose/Concat/
-Slice/Gather, Softmax/LayerNormalization, Conv, MaxPool/AveragePool, Pad/
+Slice/Gather, Softmax/LayerNormalization/RMSNormalization, Attention, Conv, MaxPool/AveragePool, Pad/
 Expand/Tile/Split/Where/CumSum/Clip/Einsum/Flatten/Unsqueeze, image ops
 (Batch/InstanceNormalization, ConvTranspose, Resize, DepthToSpace/
 SpaceToDepth, LRN), and nested If/Scan/Loop whose bodies capture outer
@@ -98,6 +98,15 @@ class Graph:
             return self.add(self.gen.input(sub), sub)
         return self.fconst(sub)
 
+    def _exact(self, shape: Shape) -> str:
+        """A float value of exactly `shape` (no broadcasting)."""
+        cands = [n for n, s in self.pool.items() if s == shape]
+        if cands and self.gen.r.random() < 0.6:
+            return self.gen.r.choice(cands)
+        if self.gen.main is self and self.gen.r.random() < 0.5:
+            return self.add(self.gen.input(shape), shape)
+        return self.fconst(shape)
+
     # ---- op families (each returns the new value or None when it does not apply) ----------
     def unary(self, x):
         r = self.gen.r
@@ -106,6 +115,8 @@ class Graph:
                "Sqrt", "Reciprocal", "Clip"]
         if self.gen.dtype == TP.FLOAT:  # ORT has no float64 kernels for these
             ops += ["Softplus", "Erf", "LeakyRelu", "Elu"]
+        if self.gen.opset >= 24:
+            ops.append("Swish")
         op = r.choice(ops)
         if op in ("Exp",):
             x = self.node("Tanh", [x])[0]
@@ -115,7 +126,8 @@ class Graph:
         if op == "Clip":  # (its rule compares result and operand: loop reversals recompute it)
             bounds = [self.const(np.asarray(v, self.gen.npdtype)) for v in (-0.5, 0.5)]
             return self.add(self.node("Clip", [x] + bounds)[0], s)
-        attrs = {"alpha": 0.1} if op == "LeakyRelu" else {}
+        attrs = {"alpha": 0.1} if op == "LeakyRelu" else \
+            {"alpha": r.choice([0.5, 1.0, 1.702])} if op == "Swish" else {}
         return self.add(self.node(op, [x], **attrs)[0], s)
 
     def binary(self, x):
@@ -283,10 +295,49 @@ class Graph:
             return None
         ns = s[axis:]
         ins = [x, self.fconst(ns)]
-        if r.random() < 0.5:
+        op = "RMSNormalization" if self.gen.opset >= 23 and r.random() < 0.5 else \
+            "LayerNormalization"
+        if op == "LayerNormalization" and r.random() < 0.5:
             ins.append(self.fconst(ns))
-        return self.add(self.node("LayerNormalization", ins, axis=axis - len(s) if r.random() < 0.3
+        return self.add(self.node(op, ins, axis=axis - len(s) if r.random() < 0.3
                                   else axis, epsilon=1e-3)[0], s)
+
+    def attention(self, x):
+        """Attention-23 with x as the queries: 4-D [b, heads, s, d], or 3-D
+        [b, s, heads * d] with the head counts as attributes; grouped
+        key/value heads, an additive mask, causality and a scale at random."""
+        r = self.gen.r
+        if self.gen.opset < 23:
+            return None
+        if len(self.pool[x]) not in (3, 4) or 0 in self.pool[x]:
+            x = self.pick(lambda s: len(s) in (3, 4) and 0 not in s)
+            if x is None:
+                shape = tuple(r.randint(1, 3) for _ in range(r.choice([3, 4])))
+                x = self.add(self.gen.input(shape) if self.gen.main is self else
+                             self.fconst(shape), shape)
+        s = self.pool[x]
+        b, kv_len, dv = s[0], r.choice([1, 2, 3]), r.choice([1, 2, 3])
+        attrs = {}
+        if len(s) == 4:
+            heads, q_len, d = s[1], s[2], s[3]
+            kv_heads = r.choice([h_ for h_ in (1, heads) if heads % h_ == 0])
+            k_shape, v_shape = (b, kv_heads, kv_len, d), (b, kv_heads, kv_len, dv)
+            out = (b, heads, q_len, dv)
+        else:
+            q_len, width = s[1], s[2]
+            heads = r.choice([h_ for h_ in (1, 2) if width % h_ == 0])
+            d, kv_heads = width // heads, r.choice([h_ for h_ in (1, heads) if heads % h_ == 0])
+            attrs.update(q_num_heads=heads, kv_num_heads=kv_heads)
+            k_shape, v_shape = (b, kv_len, kv_heads * d), (b, kv_len, kv_heads * dv)
+            out = (b, q_len, heads * dv)
+        ins = [x, self._exact(k_shape), self._exact(v_shape)]
+        if r.random() < 0.3:
+            ins.append(self.fconst((q_len, kv_len)))
+        if r.random() < 0.3:
+            attrs["is_causal"] = 1
+        if r.random() < 0.3:
+            attrs["scale"] = r.choice([0.5, 2.0])
+        return self.add(self.node("Attention", ins, **attrs)[0], out)
 
     def conv(self, x):
         r = self.gen.r
@@ -604,7 +655,7 @@ class Gen:
         self.dtype = self.r.choice([TP.FLOAT, TP.DOUBLE])
         self.npdtype = FLOATS[self.dtype]
         self.npdtype_proto = self.dtype
-        self.opset = self.r.choice([13, 14, 15, 16, 17, 18, 19, 20, 21])
+        self.opset = self.r.choice([13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24])
         self.max_depth = self.r.choice([0, 1, 1, 2])
         self.counter = 0
         self.inputs: list[tuple[str, Shape]] = []
@@ -631,7 +682,7 @@ class Gen:
         families = [g.unary, g.binary, g.binary, g.matmul, g.gemm, g.reduce, g.reshape,
                     g.transpose, g.concat, g.slice, g.gather, g.softmax, g.layernorm, g.conv,
                     g.pool_op, g.pool_op, g.shaping, g.shaping, g.image_op, g.control,
-                    g.control]
+                    g.control, g.attention, g.attention]
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()

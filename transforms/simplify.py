@@ -38,6 +38,7 @@ from onnx_ad_mlir import _op_table
 
 from . import symdims
 from .builder import Builder, attribute, constant_uniform, constant_value, defining_op, dims
+from .rules import control_flow
 from .rules.reduction import reduce_axes
 
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Where", "Pow", "Mean"}
@@ -369,7 +370,13 @@ def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
     position = {}  # id(Concat) -> its index in the block (one walk for all lists)
     for i, op in enumerate(block.operations):
         name = op.name
-        if any(o in varying for o in op.operands):
+        if len(op.regions):
+            # result by result: a Loop's primal results do not vary with
+            # its tangent operands, an If's tangent results do (captured)
+            control_flow.mark_active(op.operation, varying)
+            if any(r in varying for r in op.results):
+                ops.append(op.operation)
+        elif any(o in varying for o in op.operands):
             varying.update(op.results)
             ops.append(op.operation)
             if name == "onnx.Concat":

@@ -319,6 +319,44 @@ def test_int_and_bool_loop_state_get_no_tangents():
     assert [i.type.tensor_type.elem_type for i in body.input] == [I64, B, D, I64, D]
 
 
+def test_primal_after_a_region_op_keeps_its_ops():
+    """(l * k1) * k2 after a Loop (float32): the forward model's Loop has a
+    tangent operand, but its primal result does not vary with it, so the
+    folds of the tangent program leave the primal product as written and the
+    derivative models' primal outputs are the model's, bit for bit; the
+    tangent of an If result (which captures its operands) is folded."""
+    body = h.make_graph([h.make_node("Sin", ["s"], ["s2"]), h.make_node("Identity", ["c"], ["c2"])],
+                        "body", [vi("i", I64, []), vi("c", B, []), vi("s", F, [3])],
+                        [vi("c2", B, []), vi("s2", F, [3])])
+    branch = [h.make_graph([h.make_node(op, ["x"], [op.lower()])], op, [], [vi(op.lower(), F, [3])])
+              for op in ("Tanh", "Sin")]
+    m = model([const("M", 3, I64), const("k1", [0.1, 0.7, 1.3], F), const("k2", [3.3, 1.1, 0.9], F),
+               const("zero", 0.0, F), h.make_node("Loop", ["M", "", "x"], ["l"], body=body),
+               h.make_node("Mul", ["l", "k1"], ["a"]), h.make_node("Mul", ["a", "k2"], ["y"]),
+               h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+               h.make_node("Greater", ["s", "zero"], ["c"]),
+               h.make_node("If", ["c"], ["z"], then_branch=branch[0], else_branch=branch[1]),
+               h.make_node("Mul", ["z", "k1"], ["b"]), h.make_node("Mul", ["b", "k2"], ["w"])],
+              [("x", F, [3])], [("y", F, [3]), ("w", F, [3])])
+    for x in (np.array([0.6923107, -0.6979347, 2.9832597], np.float32),
+              np.array([-0.3, -1.7, 0.9], np.float32)):  # (l * k1) * k2 != l * (k1 * k2) at the first
+        want = run(m, {"x": x})
+        fwd, adj = forward(m, layout="onnx"), reverse(m, layout="onnx")
+        got = run(fwd, {"x": x, "fwd_x": np.ones((3, 1), np.float32)})
+        got_adj = run(adj, {"x": x, "adj_y": np.ones((3, 1), np.float32),
+                            "adj_w": np.ones((3, 1), np.float32)})
+        for k in ("y", "w"):
+            np.testing.assert_array_equal(got[k], want[k])
+            np.testing.assert_array_equal(got_adj[k], want[k])
+        check_derivatives(m, {"x": x})
+    for d in (fwd, adj):
+        writes = {n.output[0]: list(n.input) for n in d.graph.node}
+        assert writes["y"] == ["a", "k2"] and writes["w"] == ["b", "k2"]
+    # both tangents: one Mul each by the coefficient k1 * k2
+    k2_readers = [n for n in fwd.graph.node if "k2" in n.input]
+    assert sorted(tuple(n.input) for n in k2_readers) == [("a", "k2"), ("b", "k2"), ("k1", "k2")]
+
+
 def test_constant_condition_is_inlined():
     m = if_constant_condition()
     x = np.array([0.5, -1.0, 2.0])

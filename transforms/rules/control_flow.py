@@ -188,19 +188,25 @@ def _replace(rewriter, old: ir.Operation, new_values: list[ir.Value]) -> None:
 
 def _active_block(block: ir.Block, active: set) -> None:
     for op in block.operations:
-        op = op.operation
-        name = _kind(op)
-        if name in ("Loop", "Scan"):
-            _active_loop(op, name, active)
-        elif name == "If":
-            for r in op.regions:
-                _active_block(r.blocks[0], active)
-            for r, a, c in zip(op.results, _terminator(op.regions[0].blocks[0]).operands,
-                               _terminator(op.regions[1].blocks[0]).operands):
-                if is_float(r) and (a in active or c in active):
-                    active.add(r)
-        elif any(v in active for v in op.operands):
-            active.update(r for r in op.results if is_float(r))
+        mark_active(op.operation, active)
+
+
+def mark_active(op: ir.Operation, active: set) -> None:
+    """Adds op's float results that depend on a value in `active` to it:
+    through operands, and for If/Loop/Scan through captures and carried
+    states (to a fixed point), result by result."""
+    name = _kind(op)
+    if name in ("Loop", "Scan"):
+        _active_loop(op, name, active)
+    elif name == "If":
+        for r in op.regions:
+            _active_block(r.blocks[0], active)
+        for r, a, c in zip(op.results, _terminator(op.regions[0].blocks[0]).operands,
+                           _terminator(op.regions[1].blocks[0]).operands):
+            if is_float(r) and (a in active or c in active):
+                active.add(r)
+    elif any(v in active for v in op.operands):
+        active.update(r for r in op.results if is_float(r))
 
 
 def _loop_layout(op: ir.Operation, name: str):

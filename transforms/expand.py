@@ -654,6 +654,9 @@ class _Round:
                     [t.SerializeToString() for t in types]))
             except Exception as e:
                 raise UnsupportedOp(f"{label}: onnx cannot generate its body: {e}") from None
+            if not fn.node:  # its builder declined (RMSNormalization's stash_type=0)
+                raise UnsupportedOp(f"{label}: onnx generates no body for its attributes and "
+                                    "operand types")
         return self.inline(node, fn, schema, bool(generic))
 
     def inline(self, node, fn: onnx.FunctionProto, schema, generic: bool):

@@ -299,8 +299,12 @@ class Graph:
             "LayerNormalization"
         if op == "LayerNormalization" and r.random() < 0.5:
             ins.append(self.fconst(ns))
+        # float64 stays float64 inside (by default the statistics are float32:
+        # finite differences of that are noise at second order)
+        stash = {"stash_type": TP.DOUBLE} if op == "RMSNormalization" and \
+            self.gen.dtype == TP.DOUBLE else {}
         return self.add(self.node(op, ins, axis=axis - len(s) if r.random() < 0.3
-                                  else axis, epsilon=1e-3)[0], s)
+                                  else axis, epsilon=1e-3, **stash)[0], s)
 
     def attention(self, x):
         """Attention-23 with x as the queries: 4-D [b, heads, s, d], or 3-D

@@ -210,6 +210,17 @@ def test_rule_ops_are_kept():
     assert n == 0 and op_types(e) == {"Softplus"}
 
 
+def test_body_onnx_does_not_generate_is_refused():
+    """RMSNormalization with stash_type=0 (no element type): ONNX's body
+    builder declines and returns an empty function; refused naming the node,
+    not an 'output not defined' failure of the empty body."""
+    m = model([h.make_node("RMSNormalization", ["x", "s"], ["y"], name="rms", stash_type=0)],
+              [("x", D, [2, 4]), ("s", D, [4])], [("y", D, [2, 4])], 23)
+    from onnx_ad_mlir.api import reverse
+    with pytest.raises(UnsupportedOp, match=r"'rms' \(RMSNormalization\): onnx generates no body"):
+        reverse(m)
+
+
 def test_refusal_names_node():
     """A lowering that cannot apply names the node, the op and the reason."""
     m = model([h.make_node("STFT", ["x", "step", "", "n"], ["y"], name="spec")],

@@ -8,9 +8,10 @@ AD modes, before canonicalize/cse).
   the next Mul by a full-shaped coefficient makes them redundant copies.
 
 `simplify` (the `onnx-ad-simplify` pass; both modes run it last) folds the
-derivative program: only ops whose results depend on the seeds (`varying`)
-are rewritten, so the primal computation keeps its exact ops and results
-(ONNX Runtime's fusions still recognise it). Each fold is exact algebra
+derivative program, region bodies included: only ops whose results depend
+on the seeds (`varying`, result by result for If/Loop/Scan) are rewritten,
+so the primal computation keeps its exact ops and results (ONNX Runtime's
+fusions still recognise it). Each fold is exact algebra
 (floating-point results may differ in rounding only):
 
 * ReduceSum(t) * (1/N) -> ReduceMean(t), N the static element count over
@@ -363,17 +364,22 @@ def _unit_layer_norm(x: ir.Value, attrs: dict, before: ir.Operation) -> ir.Value
 
 def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
     """Folds the ops of f's body that depend on `seeds` (see the module
-    docstring); returns how many were rewritten."""
-    block = f.regions[0].blocks[0]
-    varying = set(seeds)
-    ops, standardized, concats = [], [], []
+    docstring), region bodies included; returns how many were rewritten."""
+    b = _SimplifyBuilder(Builder(opset, f.location))
+    return _simplify_block(b, f.regions[0].blocks[0], set(seeds), nested=False)
+
+
+def _simplify_block(b, block: ir.Block, varying: set, nested: bool) -> int:
+    ops, standardized, concats, regions = [], [], [], []
     position = {}  # id(Concat) -> its index in the block (one walk for all lists)
     for i, op in enumerate(block.operations):
         name = op.name
         if len(op.regions):
             # result by result: a Loop's primal results do not vary with
-            # its tangent operands, an If's tangent results do (captured)
+            # its tangent operands, an If's tangent results do (captured);
+            # their bodies' varying values join the set on the way
             control_flow.mark_active(op.operation, varying)
+            regions.append(op.operation)
             if any(r in varying for r in op.results):
                 ops.append(op.operation)
         elif any(o in varying for o in op.operands):
@@ -386,9 +392,10 @@ def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
         elif name == "onnx.Concat":
             concats.append(op.operation)
             position[id(concats[-1])] = i
-    b = _SimplifyBuilder(Builder(opset, f.location))
     ops = _without_dead(ops, varying)
-    ops, folded = _share_leading_shapes(ops, varying)
+    folded = 0
+    if not nested:  # (symbolic extents of a body's values may change per iteration)
+        ops, folded = _share_leading_shapes(ops, varying)
     # Shape Concats: program order, so a fold erases only the op at hand or
     # an earlier one; none of them is in `ops` below. (The ones depending on
     # the seeds that the two steps above erased are not in `ops` either.)
@@ -416,6 +423,9 @@ def simplify(f: ir.Operation, opset: int, seeds: list[ir.Value]) -> int:
             folded += 1
         elif ot in ("Add", "Sub") and _factor(b, op, varying):
             folded += 1
+    for op in regions:
+        for region in op.regions:
+            folded += _simplify_block(b, region.blocks[0], varying, nested=True)
     return folded
 
 
@@ -426,7 +436,7 @@ def _without_dead(ops: list, varying: set) -> list:
     _share_leading_shapes a symbolic-extent walk."""
     live = []
     for op in reversed(ops):
-        if op.name.startswith("onnx.") and not len(op.regions) and \
+        if op.name.startswith("onnx.") and not len(op.regions) and len(op.results) and \
                 not any(True for r in op.results for _ in r.uses):
             _erase(op, varying)
         else:

@@ -357,6 +357,27 @@ def test_primal_after_a_region_op_keeps_its_ops():
     assert sorted(tuple(n.input) for n in k2_readers) == [("a", "k2"), ("b", "k2"), ("k1", "k2")]
 
 
+def test_tangent_folds_inside_region_bodies():
+    """sigmoid(x) * x * k in an If branch: the folds of the tangent program
+    apply there as in the main graph, so the branch's tangent is x's tangent
+    times one primal coefficient (read once; twice before, and four ops)."""
+    then = h.make_graph([h.make_node("Sigmoid", ["x"], ["t"]), h.make_node("Mul", ["t", "x"], ["a"]),
+                         h.make_node("Mul", ["a", "k"], ["z"])], "then", [], [vi("z", D, [3])])
+    other = h.make_graph([h.make_node("Sin", ["x"], ["s"])], "else", [], [vi("s", D, [3])])
+    m = model([const("k", [3.3, 1.1, 0.9]), const("zero", 0.0),
+               h.make_node("ReduceSum", ["x"], ["r"], keepdims=0),
+               h.make_node("Greater", ["r", "zero"], ["c"]),
+               h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+              [("x", D, [3])], [("y", D, [3])])
+    for x in ([0.3, -1.7, 2.9], [-0.3, -1.7, 0.9]):
+        check_derivatives(m, {"x": np.array(x)})
+    fwd = forward(m, layout="onnx")
+    seed = next(n.output[0] for n in fwd.graph.node if list(n.input) == ["fwd_x"])
+    branches = next(n for n in fwd.graph.node if n.op_type == "If").attribute
+    body = next(a.g for a in branches if a.name == "then_branch")
+    assert [n.op_type for n in body.node if seed in n.input] == ["Mul"]
+
+
 def test_constant_condition_is_inlined():
     m = if_constant_condition()
     x = np.array([0.5, -1.0, 2.0])

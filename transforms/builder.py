@@ -278,7 +278,7 @@ class Builder:
     def op(self, op_type_: str, operands: Sequence[ir.Value | None],
            result_type: ir.Type, **attrs) -> ir.Value:
         if op_type_ == "Reshape" and self.opset < 14:
-            _check_zero_extents(operands[0], operands[1])
+            _check_zero_extents(operands[0], operands[1], result_type)
         return self.create(op_type_, operands, [result_type], **attrs)[0]
 
     def none(self) -> ir.Value:
@@ -722,12 +722,15 @@ class Builder:
         return self.concat([self.shape(ct, 0, 1), self.shape(target, 1)], 0)
 
 
-def _check_zero_extents(x: ir.Value, target: ir.Value) -> None:
-    """Before opset 14 a 0 in Reshape's target copies x's extent there, and
-    one past x's rank is invalid: the 0 extent an empty derivative needs at
-    such an axis cannot be written (no allowzero). Refused, not exported
-    invalid. The target is a constant or a Concat of constants and Shapes."""
-    r = rank(x)
+def _check_zero_extents(x: ir.Value, target: ir.Value, result_type: ir.Type) -> None:
+    """Before opset 14 a 0 in Reshape's target copies x's extent there (one
+    past x's rank is invalid): the 0 extent an empty derivative needs (its
+    result's extent is 0) on an axis where x's is not known to be 0 cannot
+    be written (no allowzero). Refused, not exported wrong; the rules' other
+    zeros mean "copy". The target is a constant or a Concat of constants
+    and Shapes."""
+    r, xd = rank(x), dims(x)
+    out = result_type.shape if isinstance(result_type, ir.RankedTensorType) else None
     if r is None:
         return
     o = defining_op(target)
@@ -736,9 +739,11 @@ def _check_zero_extents(x: ir.Value, target: ir.Value) -> None:
     for part in parts:
         values, n = constant_ints(part), dims(part)
         if values is not None:
-            past = [at + i for i, v in enumerate(values) if v == 0 and at + i >= r]
-            if past:
-                raise UnsupportedOp(f"an empty derivative reshaped to extent 0 on axis {past[0]} "
+            wrong = [p for p in range(at, at + len(values)) if values[p - at] == 0 and (
+                p >= r or out is not None and p < len(out) and out[p] == 0 and
+                (xd is None or xd[p] != 0))]
+            if wrong:
+                raise UnsupportedOp(f"an empty derivative reshaped to extent 0 on axis {wrong[0]} "
                                     "needs Reshape's allowzero (opset >= 14)")
         if n is None or len(n) != 1 or n[0] is None:
             return

@@ -17,6 +17,7 @@ when shapes are symbolic) finds one without computing anything new.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Callable
 
 from mlir import ir
 from mlir.dialects import func
@@ -92,8 +93,9 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     state = Tangents(opset)
     b = Builder(opset, f.location)
     with ir.InsertionPoint.at_block_begin(block):
-        for x, seed in zip(primal_x, seeds):
-            state.of[x] = sig.unpack(b, seed, x, layout)
+        for i, x, seed in zip(xs, primal_x, seeds):
+            state.of[x] = _at_boundary(f"the seed of input '{in_names[i]}'",
+                                       lambda: sig.unpack(b, seed, x, layout))
         state.k = b.shape(state.of[primal_x[0]], 0, 1)
     linearize(f, state, loops=regions)
     _, ret = _entry(f)
@@ -105,7 +107,8 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             t = state.get(y)
             if t is None:
                 t = sig.zeros(b, y, k, prefix + out_names[i])
-            results.append(sig.pack(b, t, y, layout))
+            results.append(_at_boundary(f"the derivative of output '{out_names[i]}'",
+                                        lambda: sig.pack(b, t, y, layout)))
     sig.append_results(f, results, [
         (prefix + out_names[i], sig.boundary_dim_params(
             ret.operands[i], sig.dim_params(f, "res_attrs", i), dim)[layout]) for i in ys])
@@ -113,6 +116,15 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
         _loop_passes(f, opset, sums=True)
+
+
+def _at_boundary(what: str, build: Callable[[], ir.Value]) -> ir.Value:
+    """A seed's or result's layout change, refused naming the argument (it
+    is no node's)."""
+    try:
+        return build()
+    except UnsupportedOp as e:
+        raise UnsupportedOp(f"{what}: {e}") from None
 
 
 def _loop_passes(f: func.FuncOp, opset: int, sums: bool) -> None:
@@ -145,7 +157,9 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
                                         dim)[layout] for i in xs]
     _, ret = _entry(f)
     with ir.InsertionPoint(ret):
-        unpacked = [sig.unpack(b, seed, y, layout) for y, seed in zip(primal_y, seeds)]
+        unpacked = [_at_boundary(f"the seed of output '{out_names[i]}'",
+                                 lambda: sig.unpack(b, seed, y, layout))
+                    for i, y, seed in zip(ys, primal_y, seeds)]
     cts = reverse_block(block, f, primal_x, list(zip(primal_y, unpacked)), opset,
                         before=ret)
     # reverse_block may replace the ops producing the outputs (a Scan/Loop
@@ -157,7 +171,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         results = []
         for i, x, ct in zip(xs, primal_x, cts):
             ct = sig.zeros(b, x, k, prefix + in_names[i]) if ct is None else b.fit(ct, x)
-            results.append(sig.pack(b, ct, x, layout))
+            results.append(_at_boundary(f"the derivative of input '{in_names[i]}'",
+                                        lambda: sig.pack(b, ct, x, layout)))
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])
     drop_redundant_expands(f)
     simplify(f, opset, seeds)

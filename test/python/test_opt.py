@@ -251,6 +251,24 @@ def test_opt_upstream_flags_are_real_passes() -> None:
             passes.build_pipeline(pm, f"builtin.module({name})")
 
 
+@pytest.mark.parametrize("tail", ['{ w: "0x0800', '{ w: "0x08\n  } }\n#-}\n', "{ w: ",
+                                  '{ w: "0x0800000", v: @'])
+@pytest.mark.parametrize("tool", ["onnx_ad_mlir.tools.opt", "onnx_ad_mlir.tools.translate"])
+def test_truncated_resource_is_an_error_not_an_abort(tmp_path: Path, tool: str, tail: str) -> None:
+    """MLIR's parser aborts the process (an assertion) on a resource entry
+    without a complete value, as in a truncated file (fuzz seed 124 case
+    1209): both tools answer with one error line naming the place."""
+    path = tmp_path / "cut.mlir"
+    path.write_text("module {\n}\n{-# dialect_resources: { builtin: " + tail)
+    args = [str(path), "--cse"] if tool.endswith("opt") else ["--export-onnx", str(path),
+                                                             "-o", str(tmp_path / "out.onnx")]
+    proc = subprocess.run([sys.executable, "-m", tool, *args], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert f"{path}:3:" in proc.stderr
+    assert "has no complete value" in proc.stderr or "ends before '#-}'" in proc.stderr
+
+
 def test_opt_as_module_subprocess(dup_file: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "onnx_ad_mlir.tools.opt", str(dup_file), "--cse"],
                           capture_output=True, text=True)

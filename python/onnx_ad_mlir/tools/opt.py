@@ -12,7 +12,6 @@ flags (`-split-input-file`) are accepted; diagnostics are printed as
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 
@@ -23,6 +22,7 @@ import onnx_ad_mlir  # noqa: F401  (registers the dialect)
 from onnx_ad_mlir import output_files, passes
 from onnx_ad_mlir.errors import OnnxAdError
 from onnx_ad_mlir.tools import _diagnostics as diagnostics
+from onnx_ad_mlir.tools import _mlir_text
 
 # Upstream passes offered as flags; any other runs via --pass-pipeline.
 UPSTREAM_PASSES = {
@@ -163,17 +163,25 @@ def _process(chunk: str, first_line: int, pipeline: str,
     # Leading blank lines keep MLIR's line numbers equal to the file's.
     padded = "\n" * (first_line - 1) + chunk
     out, failed = None, False
+    problem = _mlir_text.resource_problem(padded)
     try:
-        module = ir.Module.parse(padded, ctx)
-        if pipeline:
+        if problem:  # (the parser would abort the process)
+            line, col, what = problem
+            collected.append(diagnostics.Diag("error", what, line, col))
+            failed = True
+            module = None
+        else:
+            module = ir.Module.parse(padded, ctx)
+        if module is not None and pipeline:
             with ctx:
                 pm = PassManager("builtin.module")
                 passes.build_pipeline(pm, pipeline)
                 if args.mlir_print_ir_after_all:
                     pm.enable_ir_printing()
                 pm.run(module.operation)
-        out = module.operation.get_asm(print_generic_op_form=args.mlir_print_op_generic,
-                                       enable_debug_info=args.mlir_print_debuginfo)
+        if module is not None:
+            out = module.operation.get_asm(print_generic_op_form=args.mlir_print_op_generic,
+                                           enable_debug_info=args.mlir_print_debuginfo)
     except ir.MLIRError as e:
         collected.extend(diagnostics.from_mlir(d) for d in e.error_diagnostics)
         if not e.error_diagnostics:

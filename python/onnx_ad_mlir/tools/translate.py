@@ -24,6 +24,7 @@ from onnx_ad_mlir import output_files
 from onnx_ad_mlir.errors import OnnxAdError
 from onnx_ad_mlir.exporter import export_onnx
 from onnx_ad_mlir.importer import import_onnx
+from onnx_ad_mlir.tools import _mlir_text
 
 
 class ToolError(OnnxAdError):
@@ -93,6 +94,10 @@ def _parse_mlir(data: bytes, path: str) -> ir.Module:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ToolError(f"{path}: not MLIR text (invalid UTF-8 at byte {e.start})") from None
+    problem = _mlir_text.resource_problem(text)
+    if problem:  # (the parser would abort the process)
+        line, col, what = problem
+        raise ToolError(f"{path}: invalid MLIR: {path}:{line}:{col}: {what}")
     try:
         return ir.Module.parse(text)
     except ir.MLIRError as e:

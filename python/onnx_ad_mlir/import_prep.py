@@ -149,8 +149,7 @@ def _attention_stand_ins(skeleton: onnx.ModelProto, inferred: onnx.ModelProto
         if q is None or v is None or len(q) != 3 or len(v) != 3 or v[2].HasField("dim_value"):
             continue
         heads = {a.name: a.i for a in node.attribute}
-        if heads.get("q_num_heads") != heads.get("kv_num_heads") or \
-                any(node.output[1:]) or len(node.input) > 4:
+        if heads.get("q_num_heads") != heads.get("kv_num_heads") or any(node.output[1:]):
             raise ImportFailure(
                 f"node '{node.name}' (Attention): ONNX's shape inference gives its result the "
                 "extent 0 on axis 2 (V's last extent is not static); declare V's last extent")

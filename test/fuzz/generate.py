@@ -659,7 +659,7 @@ class Gen:
         self.dtype = self.r.choice([TP.FLOAT, TP.DOUBLE])
         self.npdtype = FLOATS[self.dtype]
         self.npdtype_proto = self.dtype
-        self.opset = self.r.choice([13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24])
+        self.opset = self.r.choice(range(13, 29))
         self.max_depth = self.r.choice([0, 1, 1, 2])
         self.counter = 0
         self.inputs: list[tuple[str, Shape]] = []

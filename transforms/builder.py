@@ -15,7 +15,7 @@ from mlir import ir
 
 from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
-from onnx_ad_mlir.tensors import imported_array
+from onnx_ad_mlir.tensors import dense_floats, imported_array
 
 from . import symdims
 
@@ -827,7 +827,7 @@ def constant_floats(value: ir.Value) -> list[float] | None:
     """The floats of a value defined by onnx.Constant, else None."""
     attr = constant_value(value)
     if isinstance(attr, ir.DenseFPElementsAttr):
-        return [float(v) for v in np.asarray(attr).reshape(-1)]
+        return [float(v) for v in dense_floats(attr).reshape(-1)]
     return None
 
 

@@ -32,10 +32,10 @@ coefficient. Intermediate results must have no other user.
 """
 from __future__ import annotations
 
-import numpy as np
 from mlir import ir
 
 from onnx_ad_mlir import _op_table
+from onnx_ad_mlir.tensors import dense_floats
 
 from . import symdims
 from .builder import Builder, attribute, constant_uniform, constant_value, defining_op, dims
@@ -139,7 +139,7 @@ def _scalar(v: ir.Value) -> float | None:
     attr = constant_value(v)
     if not isinstance(attr, ir.DenseFPElementsAttr):
         return None
-    a = np.asarray(attr)
+    a = dense_floats(attr)
     return float(a.reshape(-1)[0]) if a.size == 1 else None
 
 

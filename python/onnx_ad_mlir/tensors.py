@@ -239,6 +239,9 @@ class ResourceReader:
             if dense.is_splat:
                 return np.full(shape, _splat(dense, dtype), dtype=dtype)
             return np.array(dense).reshape(shape)
+        fp = _cast(ir.DenseFPElementsAttr, dense)
+        if fp is not None and (fp.is_splat or len(fp) <= _TEXT_ELEMENTS):
+            return dense_floats(fp).astype(dtype)  # (exact: the values are dtype's)
         return _parse_hex(str(attr), dtype, shape)
 
     def _blob(self, attr: ir.Attribute) -> np.ndarray:
@@ -274,6 +277,19 @@ def imported_array(attr: ir.Attribute) -> np.ndarray | None:
     return None if dtype is None or raw is None else raw.view(dtype)
 
 
+def dense_floats(attr: ir.DenseFPElementsAttr) -> np.ndarray:
+    """A dense float attribute's values as float64, whatever its element
+    type: numpy has no buffer view of bf16, f8 ... (the bindings raise
+    TypeError), whose values convert exactly one by one."""
+    try:
+        return np.asarray(attr, dtype=np.float64)
+    except TypeError:
+        shape = list(ir.ShapedType(attr.type).shape)
+        if attr.is_splat:
+            return np.full(shape, ir.FloatAttr(attr.get_splat_value()).value)
+        return np.array([attr[i] for i in range(len(attr))], dtype=np.float64).reshape(shape)
+
+
 def _cast(cls: type, attr: ir.Attribute) -> ir.Attribute | None:
     """`attr` as `cls`, or None; the cast tells an attribute's kind without
     printing it."""
@@ -304,6 +320,11 @@ def _printed_resources(module: ir.Module) -> dict[str, bytes]:
         for name, hexdata in re.findall(r'(\S+?):\s*"0x([0-9A-Fa-f]*)"', text[start:]):
             blobs[name.strip('"')] = bytes.fromhex(hexdata)[4:]
     return blobs
+
+
+# Up to this many elements, a constant of an element type numpy cannot view
+# is read value by value (larger ones print as hex, read from the text).
+_TEXT_ELEMENTS = 4096
 
 
 def _parse_hex(text: str, dtype: np.dtype, shape: list[int]) -> np.ndarray:

@@ -1,0 +1,74 @@
+"""float16 and bfloat16 models: both modes build valid models whose
+derivatives agree with central differences of the same model in float64
+(to the element type's precision). Run by ONNX's reference evaluator:
+ONNX Runtime's CPU provider has no bfloat16 kernels, and 1.32 crashes
+creating a session for a float16 Transpose -> MatMul at the default
+optimization level (microsoft/onnxruntime#28392; README)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from onnx_ad_mlir.api import forward, reverse
+
+# Inputs and weights exact in both types, results ~1: the tolerance is the type's.
+X = np.array([[0.5, -1.0, 0.25, 2.0], [1.5, -0.5, 0.75, -2.0]])
+W = np.array([[0.5, -1.0, 0.25], [1.5, 0.75, -0.5], [-0.25, 1.0, 0.5], [0.5, 0.5, -1.0]])
+SCALE = np.array([1.0, 0.5, 2.0, 1.5])
+TYPES = {TP.FLOAT16: (np.float16, 2e-2), TP.BFLOAT16: (ml_dtypes.bfloat16, 8e-2)}
+CASES = {
+    "tanh": ([h.make_node("Tanh", ["x"], ["y"])], {}, [2, 4]),
+    "layer_norm": ([h.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1)],
+                   {"s": SCALE}, [2, 4]),
+    "silu_mlp": ([h.make_node("MatMul", ["x", "W"], ["a"]), h.make_node("Sigmoid", ["a"], ["b"]),
+                  h.make_node("Mul", ["b", "a"], ["y"])], {"W": W}, [2, 3]),
+}
+
+
+def _model(case: str, elem: int) -> onnx.ModelProto:
+    nodes, weights, out = CASES[case]
+    dtype = TYPES[elem][0] if elem in TYPES else np.float64
+    inits = [numpy_helper.from_array(w.astype(dtype), n) for n, w in weights.items()]
+    g = h.make_graph(nodes, case, [h.make_tensor_value_info("x", elem, [2, 4])],
+                     [h.make_tensor_value_info("y", elem, out)], initializer=inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+
+
+def _jacobian(case: str, step: float = 1e-6) -> np.ndarray:
+    """dy/dx of the float64 model by central differences: [y..., x...]."""
+    run = ReferenceEvaluator(_model(case, TP.DOUBLE))
+    cols = []
+    for i in range(X.size):
+        e = np.zeros(X.size)
+        e[i] = step
+        plus, minus = (run.run(None, {"x": X + s * e.reshape(X.shape)})[0] for s in (1, -1))
+        cols.append(((plus - minus) / (2 * step)).ravel())
+    return np.stack(cols, axis=-1)
+
+
+@pytest.mark.parametrize("elem", sorted(TYPES))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_low_precision_derivatives(case: str, elem: int) -> None:
+    dtype, tol = TYPES[elem]
+    m = _model(case, elem)
+    fwd, adj = forward(m, layout="onnx"), reverse(m, layout="onnx")
+    for d in (fwd, adj):
+        onnx.checker.check_model(d, full_check=True)
+    jac = _jacobian(case)
+    rng = np.random.default_rng(0)
+    v = rng.choice([-1.0, -0.5, 0.5, 1.0], size=X.shape + (2,))
+    w = rng.choice([-1.0, -0.5, 0.5, 1.0], size=CASES[case][2] + [2])
+    x = X.astype(dtype)
+    jv = ReferenceEvaluator(fwd).run(["fwd_y"], {"x": x, "fwd_x": v.astype(dtype)})[0]
+    jtw = ReferenceEvaluator(adj).run(["adj_x"], {"x": x, "adj_y": w.astype(dtype)})[0]
+    assert jv.dtype == dtype and jtw.dtype == dtype
+    want_jv = (jac @ v.reshape(X.size, 2)).reshape(jv.shape)
+    want_jtw = (jac.T @ w.reshape(-1, 2)).reshape(jtw.shape)
+    np.testing.assert_allclose(jv.astype(np.float64), want_jv, rtol=tol, atol=tol)
+    np.testing.assert_allclose(jtw.astype(np.float64), want_jtw, rtol=tol, atol=tol)

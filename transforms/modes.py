@@ -94,14 +94,17 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     b = Builder(opset, f.location)
     with ir.InsertionPoint.at_block_begin(block):
         for i, x, seed in zip(xs, primal_x, seeds):
-            state.of[x] = _at_boundary(f"the seed of input '{in_names[i]}'",
-                                       lambda: sig.unpack(b, seed, x, layout))
-        state.k = b.shape(state.of[primal_x[0]], 0, 1)
+            t = _at_boundary(f"the seed of input '{in_names[i]}'",
+                             lambda: sig.unpack(b, seed, x, layout))
+            if t is not None:  # (else empty: a zero tangent)
+                state.of[x] = t
+        carrier = _k_carrier(primal_x, layout, "input")
+        state.k = b.shape(state.of[primal_x[carrier]], 0, 1)
     linearize(f, state, loops=regions)
     _, ret = _entry(f)
     results = []
     with ir.InsertionPoint(ret):
-        k = sig.seed_count(b, seeds[0], primal_x[0], layout)
+        k = sig.seed_count(b, seeds[carrier], primal_x[carrier], layout)
         for i in ys:
             y = ret.operands[i]
             t = state.get(y)
@@ -118,7 +121,16 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         _loop_passes(f, opset, sums=True)
 
 
-def _at_boundary(what: str, build: Callable[[], ir.Value]) -> ir.Value:
+def _k_carrier(primal: list[ir.Value], layout: str, what: str) -> int:
+    """The first seed that carries the direction count k."""
+    carrier = next((i for i, v in enumerate(primal) if sig.carries_k(v, layout)), None)
+    if carrier is None:
+        raise UnsupportedOp(f"every differentiated {what} is empty [r, 0]: its casadi-layout "
+                            "seeds [r, k*0] do not carry the direction count; use the onnx layout")
+    return carrier
+
+
+def _at_boundary(what: str, build: Callable[[], ir.Value | None]) -> ir.Value | None:
     """A seed's or result's layout change, refused naming the argument (it
     is no node's)."""
     try:
@@ -160,14 +172,15 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
         unpacked = [_at_boundary(f"the seed of output '{out_names[i]}'",
                                  lambda: sig.unpack(b, seed, y, layout))
                     for i, y, seed in zip(ys, primal_y, seeds)]
-    cts = reverse_block(block, f, primal_x, list(zip(primal_y, unpacked)), opset,
-                        before=ret)
+    carrier = _k_carrier(primal_y, layout, "output")
+    cts = reverse_block(block, f, primal_x, [(y, ct) for y, ct in zip(primal_y, unpacked)
+                                             if ct is not None], opset, before=ret)
     # reverse_block may replace the ops producing the outputs (a Scan/Loop
     # rebuilt with more results): the old Values would dangle (a crash).
     _, ret = _entry(f)
     primal_y = [ret.operands[i] for i in ys]
     with ir.InsertionPoint(ret):
-        k = sig.seed_count(b, seeds[0], primal_y[0], layout)
+        k = sig.seed_count(b, seeds[carrier], primal_y[carrier], layout)
         results = []
         for i, x, ct in zip(xs, primal_x, cts):
             ct = sig.zeros(b, x, k, prefix + in_names[i]) if ct is None else b.fit(ct, x)

@@ -141,14 +141,25 @@ def boundary_type(primal: ir.Value, layout: str) -> ir.Type:
     return tensor_type([numel, None], elem)
 
 
-def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
-    """Boundary layout -> internal [k] + shape."""
+def carries_k(primal: ir.Value, layout: str) -> bool:
+    """Whether the boundary layout of `primal`'s seeds keeps the direction
+    count: casadi's [r, k*c] loses it when c is 0 (no elements whatever k;
+    such a seed or derivative is empty)."""
+    d = dims(primal)
+    return layout == "onnx" or len(d) != 2 or d[1] != 0
+
+
+def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Value | None:
+    """Boundary layout -> internal [k] + shape; None (a zero tangent: it has
+    no elements) for a seed that does not carry k."""
     d = dims(primal)
     r = len(d)
+    if not carries_k(primal, layout):
+        return None
     if layout == "onnx":
         return b.transpose(seed, [r] + list(range(r)))
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
-        if d[0] is None and d[1]:  # r may be 0 (-1 is then refused): k = (k*c) / c
+        if d[0] in (None, 0) and d[1]:  # r may be 0 (-1 is then refused): k = (k*c) / c
             k = b.div(b.shape(seed, 1, 2), b.ints([d[1]]))
             target = b.concat([b.shape(primal, 0, 1), k, b.ints([d[1]])], 0)
             split = b.reshape_to(seed, target, [d[0], None, d[1]])
@@ -168,16 +179,24 @@ def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
     """Internal [k] + shape -> boundary layout."""
     d = dims(primal)
     r = len(d)
+    if not carries_k(primal, layout):  # [r, k*0]: empty whatever k
+        return b.expand(b.scalar(0.0, primal), b.concat([b.shape(primal, 0, 1), b.ints([0])], 0),
+                        [d[0], 0])
     if layout == "onnx":
         return b.transpose(t, list(range(1, r + 1)) + [0])
     if r == 2:  # [k, r, c] -> [r, k, c] -> [r, k*c]
         moved = b.transpose(t, [1, 0, 2])
-        if d[0] is None and d[1] is not None:  # r may be 0 (-1 is then refused)
+        if d[0] in (None, 0) and d[1] is not None:  # r may be 0 (-1 is then refused)
             kc = b.mul(b.shape(t, 0, 1), b.ints([d[1]]))
             return b.reshape_to(moved, b.concat([b.shape(primal, 0, 1), kc], 0), [d[0], None])
         target = b.concat([b.shape(primal, 0, 1), b.ints([-1])], 0)
         return b.reshape(moved, target, [d[0], None])
-    flat = t if r == 1 else b.reshape(t, [0, -1], [None, math.prod(d) if None not in d else None])
+    if r == 1:
+        flat = t
+    elif None not in d and 0 in d:  # no elements: -1 is refused beside a 0
+        flat = b.reshape_to(t, b.concat([b.shape(t, 0, 1), b.ints([0])], 0), [None, 0])
+    else:
+        flat = b.reshape(t, [0, -1], [None, math.prod(d) if None not in d else None])
     return b.transpose(flat, [1, 0])  # [k, numel] -> [numel, k]
 
 

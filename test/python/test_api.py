@@ -155,3 +155,41 @@ def test_casadi_layout_with_run_time_rows(shape, n):
                 (lambda a: a[:, d])
             np.testing.assert_allclose(np.sum(pick(jv) * pick(u)), np.sum(pick(v) * pick(jtu)),
                                        rtol=1e-12)
+
+
+def test_casadi_layout_with_static_empty_values():
+    """CasADi's [r, k*c] seed of an input or output with c = 0 is empty
+    whatever k: a zero tangent and an empty derivative, k read from another
+    seed; a [0] input and its [0, 1] Flatten, where a -1 beside the 0 was
+    exported (fuzz generator seeds 1006 and 1045). Checked in ONNX Runtime
+    for k = 2 against the same models in the onnx layout; with no seed
+    carrying k, refused."""
+    vi = h.make_tensor_value_info
+    m = h.make_model(h.make_graph(
+        [h.make_node("Tanh", ["z"], ["y"]), h.make_node("Identity", ["x"], ["e"]),
+         h.make_node("Flatten", ["p"], ["f"], axis=1)], "g",
+        [vi("x", TP.DOUBLE, [3, 0]), vi("z", TP.DOUBLE, [2, 2]), vi("p", TP.DOUBLE, [0])],
+        [vi("y", TP.DOUBLE, [2, 2]), vi("e", TP.DOUBLE, [3, 0]), vi("f", TP.DOUBLE, [0, 1])]),
+        opset_imports=[h.make_opsetid("", 18)])
+    rng = np.random.default_rng(5)
+    feeds = {"x": np.zeros((3, 0)), "z": rng.standard_normal((2, 2)), "p": np.zeros(0)}
+    v = rng.standard_normal((2, 2, 2))  # z's two directions, onnx layout [2, 2, k]
+    got = run(forward(m), {**feeds, "fwd_x": np.zeros((3, 0)), "fwd_p": np.zeros((0, 2)),
+                           "fwd_z": v.transpose(0, 2, 1).reshape(2, 4)})
+    want = run(forward(m, layout="onnx"), {**feeds, "fwd_x": np.zeros((3, 0, 2)),
+                                          "fwd_p": np.zeros((0, 2)), "fwd_z": v})
+    np.testing.assert_allclose(got["fwd_y"], want["fwd_y"].transpose(0, 2, 1).reshape(2, 4))
+    assert got["fwd_e"].shape == (3, 0) and got["fwd_f"].shape == (0, 2)
+    u = rng.standard_normal((2, 2, 2))
+    got = run(reverse(m), {**feeds, "adj_y": u.transpose(0, 2, 1).reshape(2, 4),
+                           "adj_e": np.zeros((3, 0)), "adj_f": np.zeros((0, 2))})
+    want = run(reverse(m, layout="onnx"), {**feeds, "adj_y": u, "adj_e": np.zeros((3, 0, 2)),
+                                          "adj_f": np.zeros((0, 1, 2))})
+    np.testing.assert_allclose(got["adj_z"], want["adj_z"].transpose(0, 2, 1).reshape(2, 4))
+    assert got["adj_x"].shape == (3, 0) and got["adj_p"].shape == (0, 2)
+    empty = h.make_model(h.make_graph(
+        [h.make_node("ReduceSum", ["x"], ["s"])], "g", [vi("x", TP.DOUBLE, [3, 0])],
+        [vi("s", TP.DOUBLE, [1, 1])]), opset_imports=[h.make_opsetid("", 18)])
+    with pytest.raises(UnsupportedOp, match="every differentiated input is empty"):
+        forward(empty)
+

@@ -235,8 +235,10 @@ def _run_generated(model, feeds, folder, i) -> dict:
     onnx.save(model, path)
     before = _sha(path)
     try:
-        # one mode from the file (path import), then both against finite differences
-        (api.reverse if i % 2 else api.forward)(path)
+        # one mode from the file (path import) in the default (CasADi) layout,
+        # checked as ONNX; then both against finite differences (onnx layout)
+        onnx.checker.check_model((api.reverse if i % 2 else api.forward)(path),
+                                 full_check=True)
         _ort_primal(model, feeds)
         errs = check_derivatives(model, feeds, seed=i)
         out = {"outcome": "ok", "detail": json.dumps(errs)}

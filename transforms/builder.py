@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+import onnx
 from mlir import ir
 
 from onnx_ad_mlir import _op_table
@@ -229,6 +230,23 @@ def _padding(op_type_: str, opset: int, n: int) -> tuple[str, int]:
     return hit
 
 
+_BFLOAT16_OPS: dict[tuple[str, int], bool] = {}
+
+
+def _check_bfloat16(op_type_: str, opset: int) -> None:
+    """Many ops take bfloat16 only from opset 13 (Where from 16): a
+    derivative needing one before is refused, not exported invalid."""
+    key = (op_type_, opset)
+    ok = _BFLOAT16_OPS.get(key)
+    if ok is None:
+        schema = onnx.defs.get_schema(op_type_, opset, "")
+        ok = _BFLOAT16_OPS[key] = any("tensor(bfloat16)" in c.allowed_type_strs
+                                      for c in schema.type_constraints)
+    if not ok:
+        raise UnsupportedOp(f"its derivative needs {op_type_} on bfloat16, which opset {opset} "
+                            "does not have")
+
+
 def _onnx_dtype(elem: ir.Type) -> int:
     """The TensorProto data type of an MLIR element type."""
     import onnx
@@ -265,6 +283,8 @@ class Builder:
                result_types: Sequence[ir.Type], **attrs) -> list[ir.Value]:
         """An op of the module's opset; None operands become onnx.NoValue."""
         name, missing = _padding(op_type_, self.opset, len(operands))
+        if any(isinstance(getattr(t, "element_type", None), ir.BF16Type) for t in result_types):
+            _check_bfloat16(op_type_, self.opset)
         if missing:
             operands = list(operands) + [None] * missing
         if any(v is None for v in operands):
@@ -338,6 +358,8 @@ class Builder:
     def compare(self, op_type_: str, a: ir.Value, b: ir.Value) -> ir.Value:
         shape = broadcast_dims(dims(a), dims(b))
         out = tensor_type(shape, ir.IntegerType.get_signless(1))
+        if isinstance(element_type(a), ir.BF16Type):  # (create checks results only)
+            _check_bfloat16(op_type_, self.opset)
         if op_type_ == "Equal" and self.opset < 11 and isinstance(element_type(a), ir.FloatType):
             # Equal has no float types before opset 11: not (a < b or a > b) (NaN: equal)
             either = self.op("Or", [self.compare("Less", a, b), self.compare("Greater", a, b)], out)

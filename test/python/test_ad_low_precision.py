@@ -16,6 +16,7 @@ from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 from onnx_ad_mlir.api import forward, reverse
+from onnx_ad_mlir.errors import UnsupportedOp
 
 # Inputs and weights exact in both types, results ~1: the tolerance is the type's.
 X = np.array([[0.5, -1.0, 0.25, 2.0], [1.5, -0.5, 0.75, -2.0]])
@@ -72,3 +73,25 @@ def test_low_precision_derivatives(case: str, elem: int) -> None:
     want_jtw = (jac.T @ w.reshape(-1, 2)).reshape(jtw.shape)
     np.testing.assert_allclose(jv.astype(np.float64), want_jv, rtol=tol, atol=tol)
     np.testing.assert_allclose(jtw.astype(np.float64), want_jtw, rtol=tol, atol=tol)
+
+
+def test_bfloat16_before_opset_16():
+    """Before opset 16 Where has no bfloat16: Max's tie weights are written
+    without it (win + tie / 2; checked against central differences at a tie),
+    and a rule that needs it (Div's guard of a zero divisor) is refused,
+    naming the node, instead of exporting an invalid model."""
+    def model(node, opset):
+        g = h.make_graph([node], "g", [h.make_tensor_value_info(n, TP.BFLOAT16, [4])
+                                       for n in ("a", "b")],
+                         [h.make_tensor_value_info("y", TP.BFLOAT16, [4])])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m = model(h.make_node("Max", ["a", "b"], ["y"], name="max"), 13)
+    a, b = np.array([0.5, -1.0, 2.0, 1.5]), np.array([0.5, 1.0, -2.0, 1.5])  # ties at 0, 3
+    fwd = forward(m, inputs=["a"], layout="onnx")
+    onnx.checker.check_model(fwd, full_check=True)
+    bf = ml_dtypes.bfloat16
+    jv = ReferenceEvaluator(fwd).run(["fwd_y"], {"a": a.astype(bf), "b": b.astype(bf),
+                                                 "fwd_a": np.ones((4, 1), bf)})[0]
+    np.testing.assert_array_equal(jv.astype(np.float64).ravel(), [0.5, 0.0, 1.0, 0.5])
+    with pytest.raises(UnsupportedOp, match=r"Div \(node 'div'\).*Where on bfloat16, which opset 15"):
+        reverse(model(h.make_node("Div", ["a", "b"], ["y"], name="div"), 15))

@@ -414,8 +414,9 @@ def _max_min(b: Builder, op, tangents):
 
 
 def _tie_weight(b: Builder, tie: ir.Value, win: ir.Value, half: ir.Value) -> ir.Value:
-    """1/2 where `tie`, else the 0/1 `win` (no Where before opset 9: win + tie / 2)."""
-    if b.opset >= 9:
+    """1/2 where `tie`, else the 0/1 `win` (without Where, before opset 9 or
+    16 for bfloat16: win + tie / 2)."""
+    if b.opset >= 16 or b.opset >= 9 and not isinstance(element_type(win), ir.BF16Type):
         return b.where(tie, half, win)
     return b.add(win, b.mul(_mask(b, tie, win), half))
 

@@ -159,9 +159,11 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Valu
     if layout == "onnx":
         return b.transpose(seed, [r] + list(range(r)))
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
-        if d[0] in (None, 0) and d[1]:  # r may be 0 (-1 is then refused): k = (k*c) / c
-            k = b.div(b.shape(seed, 1, 2), b.ints([d[1]]))
-            target = b.concat([b.shape(primal, 0, 1), k, b.ints([d[1]])], 0)
+        if d[0] in (None, 0):  # r may be 0 (-1 is then refused): k = (k*c) / c
+            # (c known only at run time may be 0 too: then k*c is 0 and k reads 0)
+            c = b.ints([d[1]]) if d[1] else _at_least_one(b, b.shape(primal, 1, 2))
+            k = b.div(b.shape(seed, 1, 2), c)
+            target = b.concat([b.shape(primal, 0, 1), k, b.shape(primal, 1, 2)], 0)
             split = b.reshape_to(seed, target, [d[0], None, d[1]])
         else:
             target = b.concat([b.shape(primal, 0, 1), b.ints([-1]), b.shape(primal, 1, 2)], 0)
@@ -175,6 +177,14 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Valu
     return b.reshape(flat, b.ints([-1] + d), [None] + d)
 
 
+def _at_least_one(b: Builder, n: ir.Value) -> ir.Value:
+    """max(n, 1) of a 1-D i64 extent (Max takes integers from opset 12)."""
+    one = b.ints([1])
+    if b.opset >= 12:
+        return b.ew("Max", n, one)
+    return b.add(n, b.cast_like(b.compare("Equal", n, b.ints([0])), one))
+
+
 def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
     """Internal [k] + shape -> boundary layout."""
     d = dims(primal)
@@ -186,8 +196,8 @@ def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
         return b.transpose(t, list(range(1, r + 1)) + [0])
     if r == 2:  # [k, r, c] -> [r, k, c] -> [r, k*c]
         moved = b.transpose(t, [1, 0, 2])
-        if d[0] in (None, 0) and d[1] is not None:  # r may be 0 (-1 is then refused)
-            kc = b.mul(b.shape(t, 0, 1), b.ints([d[1]]))
+        if d[0] in (None, 0):  # r may be 0 (-1 is then refused)
+            kc = b.mul(b.shape(t, 0, 1), b.shape(primal, 1, 2))
             return b.reshape_to(moved, b.concat([b.shape(primal, 0, 1), kc], 0), [d[0], None])
         target = b.concat([b.shape(primal, 0, 1), b.ints([-1])], 0)
         return b.reshape(moved, target, [d[0], None])

@@ -577,7 +577,8 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "Inferred elem type differs", "Type Error:", "has incorrect length",
                    "of wrong rank", "expected to have rank", "incompatible shapes",
                    "Mismatch between the sum of", "-dimensional", "must have rank",
-                   "must have at least", "Input rank must be")
+                   "must have at least", "Input rank must be",
+                   "shall be 3 or 4 dimensions")  # (Attention's inputs)
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

@@ -425,18 +425,23 @@ def _agrees_within_roundoff(model, feeds, i) -> bool:
     return _checks_with(model, feeds, i, _tol=widened)
 
 
+def _sessions_at(level: str):
+    """A session factory for adcheck at one ORT graph optimization level."""
+    import onnxruntime as ort
+
+    def make(m):
+        o = ort.SessionOptions()
+        o.intra_op_num_threads = o.inter_op_num_threads = 1
+        o.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        return ort.InferenceSession(m.SerializeToString(), o, providers=["CPUExecutionProvider"])
+    return make
+
+
 def _agrees_without_ort_fusions(model, feeds, i) -> bool:
     """ONNX Runtime 1.32's ORT_ENABLE_ALL fusions miscompute some primal models
     (e.g. MatMul(Transpose(Sigmoid(x)), vector) beside a Slice of the Sigmoid):
     the finite differences are then wrong, not the derivative."""
-    import onnxruntime as ort
-
-    def basic(m):
-        o = ort.SessionOptions()
-        o.intra_op_num_threads = o.inter_op_num_threads = 1
-        o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        return ort.InferenceSession(m.SerializeToString(), o, providers=["CPUExecutionProvider"])
-    return _checks_with(model, feeds, i, session=basic)
+    return _checks_with(model, feeds, i, session=_sessions_at("ORT_ENABLE_BASIC"))
 
 
 def _agrees_unoptimized(model, feeds, i) -> bool:
@@ -444,14 +449,7 @@ def _agrees_unoptimized(model, feeds, i) -> bool:
     creation (before opset 14, its Reshape fusion turns a Shape read beside a
     0 extent into -1 and refuses the product of 0): all checks pass with
     them off."""
-    import onnxruntime as ort
-
-    def plain(m):
-        o = ort.SessionOptions()
-        o.intra_op_num_threads = o.inter_op_num_threads = 1
-        o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        return ort.InferenceSession(m.SerializeToString(), o, providers=["CPUExecutionProvider"])
-    return _checks_with(model, feeds, i, session=plain)
+    return _checks_with(model, feeds, i, session=_sessions_at("ORT_DISABLE_ALL"))
 
 
 def _primal_overflows(model, feeds, i) -> bool:

@@ -68,7 +68,7 @@ def segment_loops(f: ir.Operation, opset: int, k: int) -> int:
     if k <= 1:
         return 0
     done = 0
-    for op in _all_ops(f, "Scan") + _all_ops(f, "Loop"):
+    for op in _all_ops(f, "Scan", "Loop"):
         name = op.name.removeprefix("onnx.")
         if name == "ScanV8":
             continue

@@ -151,6 +151,27 @@ def scan_in_loop(M=3):
                  [("vT", D, [1, 3]), ("YS", D, [M])])
 
 
+def loop_in_scan(T=3, M=2):
+    """A Scan over X whose step runs M fixed steps h <- tanh(h W + x_t) in a
+    Loop (a Loop inside a Scan: rewriting the Scan clones its body, so
+    unroll and checkpointing must rewrite the Loop first)."""
+    lbody = h.make_graph([h.make_node("MatMul", ["v", "W"], ["vw"], name="l_mm"),
+                          h.make_node("Add", ["vw", "xt"], ["pre"], name="l_add"),
+                          h.make_node("Tanh", ["pre"], ["vn"], name="l_tanh"),
+                          h.make_node("Identity", ["cin"], ["cout"], name="l_cond")],
+                         "lbody", [vi("i", I64, []), vi("cin", B, []), vi("v", D, [1, 3])],
+                         [vi("cout", B, []), vi("vn", D, [1, 3])])
+    sbody = h.make_graph([const("M", M, I64), const("t", True, B),
+                          h.make_node("Loop", ["M", "t", "hh"], ["hn"], body=lbody, name="s_loop"),
+                          h.make_node("Identity", ["hn"], ["yo"], name="s_id")],
+                         "sbody", [vi("hh", D, [1, 3]), vi("xt", D, [1, 3])],
+                         [vi("hn", D, [1, 3]), vi("yo", D, [1, 3])])
+    nodes = [h.make_node("Scan", ["h0", "X"], ["hT", "Y"], body=sbody, num_scan_inputs=1,
+                         name="scan")]
+    return model(nodes, [("h0", D, [1, 3]), ("X", D, [T, 1, 3]), ("W", D, [3, 3])],
+                 [("hT", D, [1, 3]), ("Y", D, [T, 1, 3])])
+
+
 def loop_in_if():
     """If(sum(x) > 0) runs a data-dependent Loop, else a plain expression."""
     lbody = h.make_graph([h.make_node("Mul", ["v", "w"], ["vw"], name="li_mul"),
@@ -249,6 +270,7 @@ CASES = {
                                                "w": np.array([0.5, -0.2])}),
     "if_in_scan": (if_in_scan(), {"h0": _r(1, 3), "X": _r(3, 1, 3), "W": _r(3, 3)}),
     "scan_in_loop": (scan_in_loop(), {"v0": _r(1, 3), "X": _r(2, 1, 3), "W": _r(3, 3)}),
+    "loop_in_scan": (loop_in_scan(), {"h0": _r(1, 3), "X": _r(3, 1, 3), "W": _r(3, 3)}),
     "loop_in_if": (loop_in_if(), {"x": np.array([0.4, 0.3, 0.2]), "w": np.array([1.1, 0.9, 1.3])}),
     "loop_rk2": (loop_rk2(), {"v0": _r(1, 3), "W1": _r(3, 4), "W2": _r(4, 3)}),
     "scan_mlp_cell": (scan_mlp_cell(), {"h0": _r(1, 3), "X": _r(4, 1, 3), "W1": _r(3, 3),
@@ -286,6 +308,7 @@ def _derivatives(m, feeds, k=2, seed=3):
 
 UNROLLABLE = {
     "scan_rnn": None, "scan_backwards_axis1": None, "if_in_scan": None, "scan_in_loop": None,
+    "loop_in_scan": None,
     "loop_rk2": None, "scan_mlp_cell": None, "loop_growing_slice": None,
     # the data-dependent loop ran 7 times at these inputs: same derivatives as 7 fixed steps
     "loop_data_dependent": loop_model(M=7, stop=False),

@@ -1348,8 +1348,11 @@ def inline_constant_ifs(f: ir.Operation) -> None:
         _replace(None, op, ys)
 
 
-def _all_ops(f: ir.Operation, wanted: str) -> list[ir.Operation]:
-    return [o for o in nested_ops(f) if _kind(o) == wanted]
+def _all_ops(f: ir.Operation, *wanted: str) -> list[ir.Operation]:
+    """f's ops of the `wanted` kinds, each after the ops nested in it: a
+    rewrite of an op clones its body, so the ops inside must be done first
+    (their handles would dangle after)."""
+    return [o for o in nested_ops(f) if _kind(o) in wanted]
 
 
 def unroll(f: ir.Operation, opset: int) -> None:
@@ -1357,7 +1360,7 @@ def unroll(f: ir.Operation, opset: int) -> None:
     constant trip count whose body yields a condition that is constantly
     true (or its own cond argument); the others are left in place."""
     inline_constant_ifs(f)
-    for op in _all_ops(f, "Scan") + _all_ops(f, "Loop"):
+    for op in _all_ops(f, "Scan", "Loop"):
         kind = op_type(op)
         try:
             if kind == "Scan":

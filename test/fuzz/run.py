@@ -8,8 +8,9 @@ A benchmark-style script, not part of the test suite (a small seeded sample
 runs in CI: test/python/test_fuzz_sample.py). Case i with base seed S uses
 seed S*1_000_003 + i; i % 10 in 0..4 is a generated valid model (every
 fourth with all input and output extents made run-time ones,
-"gen:dynamic"), 5..8 a mutated model (mutate.py), 9 garbage MLIR text for
-onnx-ad-opt.
+"gen:dynamic"; every fourth also in second order, and every fourth with a
+Loop or Scan also reversed with checkpoint=2 against the default), 5..8 a
+mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt.
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes
@@ -249,6 +250,8 @@ def _run_generated(model, feeds, folder, i) -> dict:
         out = _judged(e, model, feeds, i)
     if out["outcome"] == "ok" and i % 4 == 1:
         out = _second_order(model, feeds, i) or out
+    if out["outcome"] == "ok" and i % 4 == 2:
+        out = _checkpointed(model, feeds, i) or out
     if _sha(path) != before:
         out = {"outcome": "io", "detail": "input file changed"}
     return out
@@ -294,6 +297,37 @@ def _second_order(model, feeds, i) -> dict | None:
         if not out["outcome"].startswith("ok"):
             out["detail"] = "second order (the reverse model differentiated): " + out["detail"]
             return out
+    return None
+
+
+def _checkpointed(model, feeds, i) -> dict | None:
+    """Every fourth generated case with a Loop or Scan: reverse mode with
+    checkpoint=2 (segments of two steps, recomputed) gives the default's
+    adjoints. None when it does, or when there is no loop."""
+    import numpy as np
+    import onnx
+    from adcheck import run
+    from onnx_ad_mlir import api
+    from onnx_ad_mlir.errors import OnnxAdError
+    if not any(n.op_type in ("Loop", "Scan") for n in model.graph.node):
+        return None
+    ys = run(model, feeds)
+    rng = np.random.default_rng(i)
+    seeds = {f"adj_{o.name}": rng.standard_normal(ys[o.name].shape + (1,)).astype(ys[o.name].dtype)
+             for o in model.graph.output}
+    try:
+        plain = run(api.reverse(model, layout="onnx"), {**feeds, **seeds})
+        segmented = api.reverse(model, layout="onnx", checkpoint=2)
+        onnx.checker.check_model(segmented, full_check=True)
+        got = run(segmented, {**feeds, **seeds})
+        for name, want in plain.items():
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"checkpoint=2 vs default: {name}")
+    except OnnxAdError as e:
+        return {"outcome": "refused", "detail": f"checkpoint=2: {e}"[:300]}
+    except Exception as e:  # noqa: BLE001 - (no re-judging: the reference is our default)
+        outcome, detail = _classify_exception(e)
+        return {"outcome": outcome, "detail": "checkpoint=2: " + detail}
     return None
 
 

@@ -93,7 +93,7 @@ def _segment_scan(op: ir.Operation, opset: int, k: int) -> bool:
         return False
     T = ts.pop()
     q, r = divmod(T, k)
-    if q < 1 or T <= k:
+    if q < 1 or T <= k or _empty_steps(scans, outs):
         return False
     b = Builder(opset, op.location)
     loc = op.location
@@ -158,6 +158,14 @@ def _always_true(op: ir.Operation) -> bool:
     return yc == body.arguments[1] or _const_bool(yc) is True
 
 
+def _empty_steps(scanned: list[ir.Value], step_outputs: list[ir.Value]) -> bool:
+    """Whether a step reads or writes a statically empty slice: nothing to
+    store, and the [q, k] + S reshapes would need literal 0 extents (no
+    allowzero before opset 14)."""
+    return any(0 in (dims(x) or [])[1:] for x in scanned) or \
+        any(0 in (dims(y) or []) for y in step_outputs)
+
+
 def _segment_loop(op: ir.Operation, opset: int, k: int) -> bool:
     inits, cargs, cys, _, _, outs = _loop_layout(op, "Loop")
     body = op.regions[0].blocks[0]
@@ -171,6 +179,8 @@ def _segment_loop(op: ir.Operation, opset: int, k: int) -> bool:
         return False
     if _shape_may_vary(op):
         return False  # its reverse stores no states at all (control_flow.py)
+    if _empty_steps([], outs):
+        return False
     b = Builder(opset, op.location)
     loc = op.location
     n = len(cargs)

@@ -48,8 +48,27 @@ def runtime_trip_model():
     return m
 
 
+def scan_empty_steps_model():
+    """A Scan over 4 steps of statically empty [2, 0] slices beside a
+    non-empty state: its segments' [q, k] + S reshapes would need literal 0
+    extents (invalid before allowzero), and there is nothing to store: left
+    unsegmented (generated model seed 4538)."""
+    body = h.make_graph([h.make_node("Mul", ["e", "xt"], ["en"], name="s_mul"),
+                         h.make_node("Sin", ["h"], ["hn"], name="s_sin"),
+                         h.make_node("Identity", ["en"], ["yo"], name="s_id")],
+                        "body", [vi("h", D, [3]), vi("e", D, [2, 0]), vi("xt", D, [2, 0])],
+                        [vi("hn", D, [3]), vi("en", D, [2, 0]), vi("yo", D, [2, 0])])
+    return model([h.make_node("Scan", ["h0", "e0", "X"], ["hT", "eT", "Y"], body=body,
+                              num_scan_inputs=1, name="scan")],
+                 [("h0", D, [3]), ("e0", D, [2, 0]), ("X", D, [4, 2, 0])],
+                 [("hT", D, [3]), ("eT", D, [2, 0]), ("Y", D, [4, 2, 0])], opset=14)
+
+
 R = np.random.default_rng(5)
 EXTRA = {
+    "scan_empty_steps": (scan_empty_steps_model(), {"h0": R.standard_normal(3),
+                                                    "e0": np.zeros((2, 0)),
+                                                    "X": np.zeros((4, 2, 0))}),
     "scan_T13": (scan_model(T=13), {"h0": R.standard_normal((1, 3)),
                                     "X": R.standard_normal((13, 1, 3)),
                                     "W": R.standard_normal((3, 3)) * 0.5}),

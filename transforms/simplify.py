@@ -352,11 +352,15 @@ def _unit_layer_norm(x: ir.Value, attrs: dict, before: ir.Operation) -> ir.Value
                 len(ln.attributes) != len(attrs) or constant_uniform(ln.operands[1]) != 1.0:
             continue
         if not ln.is_before_in_block(before):  # moved up: x is defined above `before`
-            ones = defining_op(ln.operands[1])
-            if ones is None or ones.operation.block != before.block:
+            # with its other operands (the ones constant, the absent bias's
+            # NoValue): operand-free ops of this block
+            defs = [defining_op(v) for v in list(ln.operands)[1:]]
+            if any(d is None or d.operation.block != before.block or len(d.operands)
+                   for d in defs):
                 continue
-            if not ones.operation.is_before_in_block(before):
-                ones.operation.move_before(before)
+            for d in defs:
+                if not d.operation.is_before_in_block(before):
+                    d.operation.move_before(before)
             ln.move_before(before)
         return ln.results[0]
     return None

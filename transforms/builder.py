@@ -233,23 +233,28 @@ def _padding(op_type_: str, opset: int, n: int) -> tuple[str, int]:
 _BFLOAT16_OPS: dict[tuple[str, int], bool] = {}
 
 
-def _check_bfloat16(op_type_: str, opset: int) -> None:
-    """Many ops take bfloat16 only from opset 13 (Where from 16): a
-    derivative needing one before is refused, not exported invalid."""
+def takes_bfloat16(op_type_: str, opset: int) -> bool:
+    """Whether the op at `opset` has a bfloat16 version (most from opset 13,
+    Where from 16)."""
     key = (op_type_, opset)
     ok = _BFLOAT16_OPS.get(key)
     if ok is None:
         schema = onnx.defs.get_schema(op_type_, opset, "")
         ok = _BFLOAT16_OPS[key] = any("tensor(bfloat16)" in c.allowed_type_strs
                                       for c in schema.type_constraints)
-    if not ok:
+    return ok
+
+
+def _check_bfloat16(op_type_: str, opset: int) -> None:
+    """A derivative needing an op on bfloat16 that the opset lacks is
+    refused, not exported invalid."""
+    if not takes_bfloat16(op_type_, opset):
         raise UnsupportedOp(f"its derivative needs {op_type_} on bfloat16, which opset {opset} "
                             "does not have")
 
 
 def _onnx_dtype(elem: ir.Type) -> int:
     """The TensorProto data type of an MLIR element type."""
-    import onnx
     for t, code in ((ir.F16Type, onnx.TensorProto.FLOAT16), (ir.BF16Type, onnx.TensorProto.BFLOAT16),
                     (ir.F32Type, onnx.TensorProto.FLOAT), (ir.F64Type, onnx.TensorProto.DOUBLE)):
         if isinstance(elem, t):
@@ -731,17 +736,19 @@ class Builder:
         Loop that did not run) would copy x's extent there."""
         return self.reshape_to(x, self.concat([self.leading_k(k_of, x), self.shape(like)], 0), out)
 
-    def leading_k(self, k_of: ir.Value, x: ir.Value) -> ir.Value:
+    def leading_k(self, k_of: ir.Value, x: ir.Value | None) -> ir.Value:
         """Axis 0 of k_of, the first entry of a Reshape target for x. Before
         opset 14 (no allowzero) k read from x itself is written 0, "copy":
         ONNX Runtime's Reshape fusion would turn that lone Shape read into
         -1, which it refuses on 0 elements."""
         return self.ints([0]) if k_of is x and self.opset < 14 else self.shape(k_of, 0, 1)
 
-    def like_shape(self, ct: ir.Value, target: ir.Value) -> ir.Value:
+    def like_shape(self, ct: ir.Value, target: ir.Value,
+                   reshaped: ir.Value | None = None) -> ir.Value:
         """[k of ct] + shape(target)[1:]: the run-time shape of a cotangent for
-        the derivative value `target`."""
-        return self.concat([self.shape(ct, 0, 1), self.shape(target, 1)], 0)
+        the derivative value `target`, as the Reshape target of `reshaped`
+        (leading_k)."""
+        return self.concat([self.leading_k(ct, reshaped), self.shape(target, 1)], 0)
 
 
 def _check_zero_extents(x: ir.Value, target: ir.Value, result_type: ir.Type) -> None:

@@ -16,7 +16,8 @@ from mlir import ir
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_floats, constant_ints, constant_value,
-                       defining_op, dims, element_type, is_float, op_type, rank, tensor_type)
+                       defining_op, dims, element_type, is_float, op_type, rank, takes_bfloat16,
+                       tensor_type)
 from ..registry import jvp, transpose, zero_derivative
 
 Coefficient = Callable[[Builder, ir.Operation, ir.Value, ir.Value], ir.Value]
@@ -415,8 +416,9 @@ def _max_min(b: Builder, op, tangents):
 
 def _tie_weight(b: Builder, tie: ir.Value, win: ir.Value, half: ir.Value) -> ir.Value:
     """1/2 where `tie`, else the 0/1 `win` (without Where, before opset 9 or
-    16 for bfloat16: win + tie / 2)."""
-    if b.opset >= 16 or b.opset >= 9 and not isinstance(element_type(win), ir.BF16Type):
+    where it has no bfloat16: win + tie / 2)."""
+    if b.opset >= 9 and (not isinstance(element_type(win), ir.BF16Type) or
+                         takes_bfloat16("Where", b.opset)):
         return b.where(tie, half, win)
     return b.add(win, b.mul(_mask(b, tie, win), half))
 

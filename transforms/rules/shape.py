@@ -91,7 +91,7 @@ def _t_reshape(b: Builder, op, cts, linear):
         k = b.concat([b.shape(b.seed, 0, 1), b.ints([1] * (len(d) - 1))], 0)
         target, computed = b.mul(b.shape(x), k), True
     else:
-        target = b.concat([b.leading_k(cts[0], cts[0]), b.shape(x, 1)], 0)
+        target = b.like_shape(cts[0], x, reshaped=cts[0])
     # a run-time (or folded) shape holding a real 0 extent needs allowzero,
     # else the 0 copies the cotangent's extent there (a wrong shape)
     allow = {"allowzero": 1} if b.opset >= 14 and (d is None or 0 in d[1:] or computed) else {}

@@ -443,6 +443,8 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
         if a is None or b is None or len(a) != len(b) or not all(
                 isinstance(e, (int, np.integer)) for e in a + b):
             return None
+        if ot == "Div" and any(y == 0 or x % y and (x < 0 or y < 0) for x, y in zip(a, b)):
+            return None  # C truncates, Python floors: only where they agree
         f = {"Mul": lambda x, y: x * y, "Div": lambda x, y: x // y,
              "Add": lambda x, y: x + y, "Sub": lambda x, y: x - y}[ot]
         return [f(x, y) for x, y in zip(a, b)]
@@ -595,11 +597,17 @@ def _rule(ot, op, idx, ins) -> list | None:
         starts, ends = _ints(ins[1]), _ints(ins[2])
         axes = _ints(ins[3]) if len(ins) > 3 and not isinstance(ins[3].type, ir.NoneType) \
             else (None if starts is None else list(range(len(starts))))
-        if a is None or starts is None or ends is None or axes is None:
+        steps = _ints(ins[4]) if len(ins) > 4 and not isinstance(ins[4].type, ir.NoneType) \
+            else [1] * len(axes)
+        if a is None or starts is None or ends is None or axes is None or steps is None:
             return None
         out = list(a)
-        for ax in axes:
-            out[ax % len(a)] = None  # the type's static extent, else fresh
+        for ax, s, e, st in zip(axes, starts, ends, steps):
+            n = claimed(a[ax % len(a)])
+            # (Python's slice clamps bounds as ONNX's Slice does) else the
+            # type's static extent, or fresh
+            out[ax % len(a)] = len(range(n)[s:e:st]) if isinstance(n, (int, np.integer)) \
+                and st != 0 else None
         return out
     if ot == "Gather":
         a, q = _of(ins[0]), _of(ins[1])

@@ -14,10 +14,13 @@ from . import index_constants, ml_ops, validate
 from .errors import ImportFailure
 from .validate import InitRow, NodeRow
 
-# Protobuf cannot serialise 2 GB; shape inference of bigger models runs on a
-# copy whose large tensors are reduced to their metadata.
-_PROTO_LIMIT = 2**31 - 2**26
+# Shape inference runs on a copy whose large tensors are reduced to their
+# metadata when the weights pass this size: protobuf cannot serialise 2 GB,
+# and below that, serialising the weights for each of inference's rounds
+# cost most of the import (swin_t: 0.74 s a round, 7 rounds).
+_SKELETON_BYTES = 1 << 24
 _BIG_TENSOR = 1 << 16
+_FOLD_ROUNDS = 8  # of index_constants.fold and inference
 _REGION_OPS = {"If", "Loop", "Scan", "SequenceMap"}
 # Ops with an ONNX data propagator (onnx 1.23), and those that start values
 # from shapes alone; integer element types a propagator reads as data.
@@ -83,8 +86,12 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:
         validate.check_types(model.graph, opset, rows=rows, declared=declared, inits=inits)
-    folded = index_constants.fold(model, rows, inits)
-    if folded is not None:  # inferred again: the folds give it what it could not compute
+    for _ in range(_FOLD_ROUNDS):
+        folded = index_constants.fold(model, rows, inits)
+        if folded is None:
+            break
+        # inferred again: the folds give it what it could not compute, and
+        # the shapes it then knows may fold more (a Pad by folded pads)
         model = _infer_again(folded, inits)
         declared = validate.declared_types(model.graph)
         rows = node_rows(model.graph, lambda name: None, validate.node_fields(model.graph), inits)
@@ -96,7 +103,7 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
     """Types and shapes for every value ONNX can infer; a model inference
     rejects is imported as is (the importer derives missing types itself).
     `rows`, `inits`: the main graph's node_fields and initializer_fields."""
-    big = sum(t.ByteSize() for t, _, _, _ in inits) > _PROTO_LIMIT
+    big = sum(t.ByteSize() for t, _, _, _ in inits) > _SKELETON_BYTES
     skeleton = _without_big_data(model) if big else model
     try:
         # strict: a model contradicting its own declared shapes is refused

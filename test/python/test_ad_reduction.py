@@ -64,6 +64,23 @@ def test_reduce_prod(keepdims):
     check(f"ReduceProd-zeros-k{keepdims}", m, {"x": x}, hessian=False)
 
 
+def test_normalize_zero_rows():
+    """F.normalize, x / max(||x||, eps), at rows of zeros (swin_v2's padded
+    windows): the derivative is x's tangent / eps there, not the NaN of
+    ReduceL2's 0 / 0 (torchvision's swin_v2_t, forward mode)."""
+    eps = nh.from_array(np.asarray(1e-3), "eps")
+    m = model([h.make_node("ReduceL2", ["x", "axes"], ["n"], keepdims=1),
+               h.make_node("Max", ["n", "eps"], ["m"]),
+               h.make_node("Div", ["x", "m"], ["y"])],
+              [("x", D, [3, 4])], [("y", D, [3, 4])], initializers=[const("axes", [1]), eps])
+    x = rand((3, 4))
+    x[1] = 0.0
+    check("normalize-zero-row", m, {"x": x})
+    v = rand((3, 4), seed=1)[..., None]
+    t = run(forward(m, layout="onnx"), {"x": x, "fwd_x": v})["fwd_y"]
+    np.testing.assert_allclose(t[1], v[1] / 1e-3)
+
+
 def test_reduce_prod_all_axes_opset13():
     m = model([h.make_node("ReduceProd", ["x"], ["y"], keepdims=0)], [("x", D, [2, 3])],
               [("y", D, [])], opset=13)

@@ -443,10 +443,10 @@ def test_external_data_loads_through_the_path(tmp_path):
 
 
 def test_shape_inference_without_big_tensor_bytes(monkeypatch):
-    # The > 2 GB path, scaled down: inference runs on a copy whose large
-    # initializers carry no bytes, the import still gets every type and byte.
+    # The path of big weights, scaled down: inference runs on a copy whose
+    # large initializers carry no bytes, the import still gets every type and byte.
     from onnx_ad_mlir import import_prep
-    monkeypatch.setattr(import_prep, "_PROTO_LIMIT", 1000)
+    monkeypatch.setattr(import_prep, "_SKELETON_BYTES", 1000)
     monkeypatch.setattr(import_prep, "_BIG_TENSOR", 100)
     model = _weighted_model()
     with ir.Context():

@@ -66,9 +66,9 @@ def total(b: Builder, terms: Sequence[Optional[ir.Value]]) -> Optional[ir.Value]
 
 UNARY: dict[str, Coefficient] = {
     "Exp": lambda b, op, x, y: y,
-    "Log": lambda b, op, x, y: _zero_where_zero(b, b.ew("Reciprocal", x), x),
+    "Log": lambda b, op, x, y: zero_where_zero(b, b.ew("Reciprocal", x), x),
     "Sqrt": lambda b, op, x, y: _zero_where_nan(b, b.div(_c(b, 0.5, y), y), y, x),
-    "Reciprocal": lambda b, op, x, y: _zero_where_zero(b, b.neg(b.mul(y, y)), x),
+    "Reciprocal": lambda b, op, x, y: zero_where_zero(b, b.neg(b.mul(y, y)), x),
     "Abs": lambda b, op, x, y: b.ew("Sign", x),
     "Sin": lambda b, op, x, y: b.ew("Cos", x),
     "Cos": lambda b, op, x, y: b.neg(b.ew("Sin", x)),
@@ -206,14 +206,14 @@ def _div(b: Builder, op, tangents):
         ta = None if tangents[0] is None else b.div(b.align(tangents[0], r), c)
         tc = scale(b, tangents[1], b.neg(b.div(y, c)), r)
         return [total(b, [ta, tc])]
-    # 1 / 0 taken as 0 in both coefficients (_zero_where_zero)
+    # 1 / 0 taken as 0 in both coefficients (zero_where_zero)
     inv = b.where(zero, b.scalar(0.0, c), b.ew("Reciprocal", c))
     ta = scale(b, tangents[0], inv, r)
     tc = scale(b, tangents[1], b.where(zero, b.scalar(0.0, c), b.neg(b.mul(y, inv))), r)
     return [total(b, [ta, tc])]
 
 
-def _zero_where_zero(b: Builder, coef: ir.Value, x: ir.Value) -> ir.Value:
+def zero_where_zero(b: Builder, coef: ir.Value, x: ir.Value) -> ir.Value:
     """`coef` with 0 where `x` is 0, unless `x` is provably nonzero. A
     divisor, a Log's or a Reciprocal's operand that is 0 where a later Where
     discards the result (`where(n > 0, x / n, 0)`) makes the coefficient

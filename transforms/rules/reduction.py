@@ -16,6 +16,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 from ..builder import (Builder, attribute, constant_ints, dims, op_type,
                        operand_or_none, rank, tensor_type)
 from ..registry import jvp, transpose
+from .elementwise import zero_where_zero
 
 I64 = lambda: ir.IntegerType.get_signless(64)  # noqa: E731
 I1 = lambda: ir.IntegerType.get_signless(1)  # noqa: E731
@@ -202,9 +203,15 @@ def _reduce_sum_square(b: Builder, op, tangents):
 
 @jvp("ReduceL2")
 def _reduce_l2(b: Builder, op, tangents):
+    # x / ||x||, taken as 0 where the norm is (x is 0 there: PyTorch's choice
+    # of subgradient), not 0 / 0: F.normalize's zero rows (swin_v2's padded
+    # windows) made forward mode NaN
     x, y = op.operands[0], op.results[0]
-    return _weighted(b, op, tangents, lambda axes: b.div(x, axes.expand_back(y)),
-                     lambda: b.ew("Sign", x))
+
+    def weight(axes):
+        n = axes.expand_back(y)
+        return zero_where_zero(b, b.div(x, n), n)
+    return _weighted(b, op, tangents, weight, lambda: b.ew("Sign", x))
 
 
 @jvp("ReduceL1")

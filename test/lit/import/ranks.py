@@ -8,9 +8,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 nodes = [
-    h.make_node("Shape", ["x"], ["s"]),
     h.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
-    h.make_node("Reshape", ["t", "s"], ["r"]),  # rank = len(s)
+    h.make_node("Reshape", ["t", "s"], ["r"]),  # rank = len(s) (a Shape would fold)
     h.make_node("Add", ["r", "b"], ["a"]),  # broadcast: the largest rank
     h.make_node("ReduceSum", ["a", "axes"], ["k"]),  # keepdims=1: the input's rank
     h.make_node("ReduceSum", ["a", "axes"], ["d"], keepdims=0),  # 1 axis fewer
@@ -21,13 +20,13 @@ nodes = [
 graph = h.make_graph(
     nodes, "ranks",
     [h.make_tensor_value_info("x", T.FLOAT, [3, 5]), h.make_tensor_value_info("b", T.FLOAT, [5]),
-     h.make_tensor_value_info("axes", T.INT64, [1]),
+     h.make_tensor_value_info("s", T.INT64, [2]), h.make_tensor_value_info("axes", T.INT64, [1]),
      h.make_tensor_value_info("sizes", T.INT64, [2])],
     [h.make_tensor_value_info("p", T.FLOAT, None), h.make_tensor_value_info("u", T.FLOAT, None)])
 model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
 sys.stdout.buffer.write(model.SerializeToString())
 
-# CHECK: %[[S:.*]] = "onnx.ShapeV13"(%{{.*}}) : (tensor<3x5xf32>) -> tensor<2xi64>
+# CHECK: func.func @main_graph({{.*}}%[[S:[a-z0-9]+]]: tensor<2xi64> {onnx.name = "s"}
 # CHECK: %[[R:.*]] = "onnx.ReshapeV13"(%{{.*}}, %[[S]]) : (tensor<5x3xf32>, tensor<2xi64>) -> tensor<?x?xf32>
 # CHECK: %[[A:.*]] = "onnx.Add"(%[[R]], %{{.*}}) : (tensor<?x?xf32>, tensor<5xf32>) -> tensor<?x?xf32>
 # CHECK: %[[K:.*]] = "onnx.ReduceSum{{(V[0-9]+)?}}"(%[[A]], %{{.*}}) : (tensor<?x?xf32>, tensor<1xi64>) -> tensor<?x?xf32>

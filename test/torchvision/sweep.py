@@ -1,0 +1,188 @@
+"""torchvision's models, exported by both of torch's ONNX exporters and
+differentiated, against torch's own derivatives. Not part of the test suite
+(torch and torchvision are not project dependencies); run it after changing
+the importer or the rules:
+
+    # 1. in an environment with torch and torchvision (x86-64:
+    #    pip install torch==2.14.1 torchvision==0.29.1 onnx onnxscript):
+    python test/torchvision/sweep.py export OUT [model,...]
+    # 2. in the project's environment:
+    python test/torchvision/sweep.py check OUT
+
+`export` writes OUT/<model>_{ts,dyn}.onnx (TorchScript exporter at opset 17,
+dynamo exporter) with random weights, and beside each an .npz: the input x,
+seeds v and w, and torch.func's J v and J^T w of the float64 model (the
+float32 J v too: how far torch's own float32 derivative is from float64
+says whether kinks sit near x). `check` differentiates each model in both
+modes (layout onnx, one direction), checks the derivative models with
+ONNX's full checker, runs them in ONNX Runtime, and prints a table of
+relative errors against torch's (each model in a child process: a crash is
+a row, not the end of the sweep).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+IMAGE = (2, 3, 64, 64)
+
+
+def _models() -> dict:
+    import torch
+    import torchvision.models as tvm
+    from torchvision.models import segmentation, video
+
+    class Out(torch.nn.Module):
+        """A segmentation model's "out" map."""
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x)["out"]
+
+    class ViTFeatures(torch.nn.Module):
+        """The class token's features (torchvision zeroes the head's weights:
+        a zero output has zero derivatives, which would check nothing)."""
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            x = self.m._process_input(x)
+            x = torch.cat([self.m.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+            return self.m.encoder(x)[:, 0]
+
+    return {
+        "resnet18": (tvm.resnet18, IMAGE),
+        "mobilenet_v2": (tvm.mobilenet_v2, IMAGE),
+        "mobilenet_v3_small": (tvm.mobilenet_v3_small, IMAGE),
+        "efficientnet_b0": (tvm.efficientnet_b0, IMAGE),
+        "regnet_y_400mf": (tvm.regnet_y_400mf, IMAGE),
+        "shufflenet_v2_x0_5": (tvm.shufflenet_v2_x0_5, IMAGE),
+        "squeezenet1_1": (tvm.squeezenet1_1, IMAGE),
+        "googlenet": (lambda: tvm.googlenet(aux_logits=False, init_weights=True), IMAGE),
+        "inception_v3": (lambda: tvm.inception_v3(aux_logits=False, init_weights=True),
+                         (2, 3, 80, 80)),
+        "mnasnet0_5": (tvm.mnasnet0_5, IMAGE),
+        "densenet121": (tvm.densenet121, (2, 3, 32, 32)),
+        "alexnet": (tvm.alexnet, IMAGE),
+        "convnext_tiny": (tvm.convnext_tiny, IMAGE),
+        "vit_b_16": (lambda: ViTFeatures(tvm.vit_b_16(image_size=32)), (2, 3, 32, 32)),
+        "swin_t": (tvm.swin_t, IMAGE),
+        "swin_v2_t": (tvm.swin_v2_t, IMAGE),
+        "maxvit_t": (tvm.maxvit_t, (2, 3, 224, 224)),
+        "r3d_18": (video.r3d_18, (1, 3, 4, 32, 32)),
+        "lraspp": (lambda: Out(segmentation.lraspp_mobilenet_v3_large(weights_backbone=None)),
+                   IMAGE),
+        "deeplabv3_mobilenet": (lambda: Out(segmentation.deeplabv3_mobilenet_v3_large(
+            weights_backbone=None, aux_loss=False)), IMAGE),
+    }
+
+
+def export(out: str, only: list[str] | None) -> None:
+    import numpy as np
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    os.makedirs(out, exist_ok=True)
+    for name, (make, shape) in _models().items():
+        if only and name not in only:
+            continue
+        for kind in ("ts", "dyn"):
+            torch.manual_seed(0)
+            m = make().eval()
+            x = torch.randn(*shape)
+            path = os.path.join(out, f"{name}_{kind}.onnx")
+            try:
+                if kind == "ts":
+                    torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17,
+                                      input_names=["x"], output_names=["y"])
+                else:
+                    torch.onnx.export(m, (x,), path, dynamo=True, input_names=["x"],
+                                      output_names=["y"], external_data=False)
+            except Exception as e:  # noqa: BLE001 - an exporter's failure is a row
+                print(f"{name}_{kind}: export failed: {type(e).__name__}: "
+                      f"{str(e).splitlines()[0][:160]}", flush=True)
+                continue
+            g = torch.Generator().manual_seed(1)
+            v = torch.randn(*shape, generator=g, dtype=torch.float64)
+            with sdpa_kernel([SDPBackend.MATH]):  # (the fused kernels have no forward AD)
+                m.double()
+                y, jv = torch.func.jvp(m, (x.double(),), (v,))
+                w = torch.randn(*y.shape, generator=g, dtype=torch.float64)
+                _, pull = torch.func.vjp(m, x.double())
+                (jtw,) = pull(w)
+                m.float()
+                _, jv32 = torch.func.jvp(m, (x,), (v.float(),))
+            np.savez(path[:-5] + ".npz", x=x.numpy(), v=v.numpy(), w=w.numpy(),
+                     y=y.detach().numpy(), jv=jv.detach().numpy(), jtw=jtw.detach().numpy(),
+                     jv32=jv32.detach().numpy())
+            print(f"{name}_{kind}: exported", flush=True)
+
+
+def check_one(path: str) -> str:
+    """One table row: node counts, transform times, relative errors."""
+    import time
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from onnx_ad_mlir import forward, reverse
+
+    def run(model, feeds):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        s = ort.InferenceSession(model.SerializeToString(), options,
+                                 providers=["CPUExecutionProvider"])
+        return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
+
+    def rel(a, b):
+        return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+    d = np.load(path[:-5] + ".npz")
+    m = onnx.load(path)
+    x, y = m.graph.input[0].name, m.graph.output[0].name
+    cells = [os.path.basename(path)[:-5], str(len(m.graph.node)),
+             f"{rel(d['jv32'], d['jv']):.1e}"]
+    for kind, transform, seed, ref in (("fwd", forward, d["v"], d["jv"]),
+                                       ("rev", reverse, d["w"], d["jtw"])):
+        start = time.perf_counter()
+        dm = transform(m, layout="onnx")
+        seconds = time.perf_counter() - start
+        onnx.checker.check_model(dm, full_check=True)
+        seed_name, result = (f"fwd_{x}", f"fwd_{y}") if kind == "fwd" else (f"adj_{y}",
+                                                                             f"adj_{x}")
+        got = run(dm, {x: d["x"], seed_name: seed[..., None].astype(np.float32)})[result]
+        cells += [str(len(dm.graph.node)), f"{seconds:.1f}", f"{rel(got[..., 0], ref):.1e}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def check(out: str) -> int:
+    print("| model | nodes | torch f32 | fwd nodes | fwd s | fwd err | rev nodes | rev s "
+          "| rev err |\n|---|---|---|---|---|---|---|---|---|")
+    failed = 0
+    for f in sorted(os.listdir(out)):
+        if not f.endswith(".onnx") or not os.path.exists(os.path.join(out, f[:-5] + ".npz")):
+            continue
+        p = subprocess.run([sys.executable, __file__, "row", os.path.join(out, f)],
+                           capture_output=True, text=True, timeout=1800)
+        if p.returncode == 0:
+            print(p.stdout.strip(), flush=True)
+        else:
+            failed += 1
+            last = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+            print(f"| {f[:-5]} | failed ({p.returncode}): {last[:200]} |", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    command, target = sys.argv[1], sys.argv[2]
+    if command == "export":
+        export(target, sys.argv[3].split(",") if len(sys.argv) > 3 else None)
+    elif command == "row":
+        print(check_one(target))
+    else:
+        sys.exit(check(target))

@@ -11,10 +11,12 @@ the importer or the rules:
 
 `export` writes OUT/<model>_{ts,dyn}.onnx (TorchScript exporter at opset 17,
 dynamo exporter) with random weights, and beside each an .npz: the input x,
-seeds v and w, and torch.func's J v and J^T w of the float64 model (the
-float32 J v too: how far torch's own float32 derivative is from float64
-says whether kinks sit near x). `check` differentiates each model in both
-modes (layout onnx, one direction), checks the derivative models with
+seeds v and w, and torch.func's J v, J^T w and Hessian-vector product
+(d/dx <y, w> along v) of the float64 model (the float32 J v too: how far
+torch's own float32 derivative is from float64 says whether kinks sit near
+x). `check` differentiates each model in both
+modes and the reverse model again in forward mode (layout onnx, one
+direction), checks the derivative models with
 ONNX's full checker, runs them in ONNX Runtime, and prints a table of
 relative errors against torch's (each model in a child process: a crash is
 a row, not the end of the sweep).
@@ -114,11 +116,14 @@ def export(out: str, only: list[str] | None) -> None:
                 w = torch.randn(*y.shape, generator=g, dtype=torch.float64)
                 _, pull = torch.func.vjp(m, x.double())
                 (jtw,) = pull(w)
+                # the Hessian of <y, w> along v: d/dx (J^T w) . v
+                _, hvp = torch.func.jvp(lambda x_: torch.func.vjp(m, x_)[1](w)[0],
+                                        (x.double(),), (v,))
                 m.float()
                 _, jv32 = torch.func.jvp(m, (x,), (v.float(),))
             np.savez(path[:-5] + ".npz", x=x.numpy(), v=v.numpy(), w=w.numpy(),
                      y=y.detach().numpy(), jv=jv.detach().numpy(), jtw=jtw.detach().numpy(),
-                     jv32=jv32.detach().numpy())
+                     jv32=jv32.detach().numpy(), hvp=hvp.detach().numpy())
             print(f"{name}_{kind}: exported", flush=True)
 
 
@@ -157,12 +162,22 @@ def check_one(path: str) -> str:
                                                                              f"adj_{x}")
         got = run(dm, {x: d["x"], seed_name: seed[..., None].astype(np.float32)})[result]
         cells += [str(len(dm.graph.node)), f"{seconds:.1f}", f"{rel(got[..., 0], ref):.1e}"]
+        if kind == "rev":
+            adjoint = dm
+    # second order: forward mode of the reverse model, along v in x
+    hm = forward(adjoint, inputs=[x], layout="onnx")
+    onnx.checker.check_model(hm, full_check=True)
+    got = run(hm, {x: d["x"], f"adj_{y}": d["w"][..., None].astype(np.float32),
+                   f"fwd_{x}": d["v"][..., None].astype(np.float32)})[f"fwd_adj_{x}"]
+    got, ref = got.reshape(d["hvp"].shape), d["hvp"]
+    # (piecewise-linear models: torch's is exactly 0, show how far ours is)
+    cells.append(f"{rel(got, ref):.1e}" if np.any(ref) else f"abs {np.abs(got).max():.0e}")
     return "| " + " | ".join(cells) + " |"
 
 
 def check(out: str) -> int:
     print("| model | nodes | torch f32 | fwd nodes | fwd s | fwd err | rev nodes | rev s "
-          "| rev err |\n|---|---|---|---|---|---|---|---|---|")
+          "| rev err | hvp err |\n|---|---|---|---|---|---|---|---|---|---|")
     failed = 0
     for f in sorted(os.listdir(out)):
         if not f.endswith(".onnx") or not os.path.exists(os.path.join(out, f[:-5] + ".npz")):

@@ -1,10 +1,12 @@
-"""torchvision's models, exported by both of torch's ONNX exporters and
-differentiated, against torch's own derivatives. Not part of the test suite
+"""torchvision's models (and small Hugging Face transformers), exported by
+both of torch's ONNX exporters and differentiated, against torch's own
+derivatives. Not part of the test suite
 (torch and torchvision are not project dependencies); run it after changing
 the importer or the rules:
 
     # 1. in an environment with torch and torchvision (x86-64:
-    #    pip install torch==2.14.1 torchvision==0.29.1 onnx onnxscript):
+    #    pip install torch==2.14.1 torchvision==0.29.1 onnx onnxscript),
+    #    and transformers for five small Hugging Face stacks:
     python test/torchvision/sweep.py export OUT [model,...]
     # 2. in the project's environment:
     python test/torchvision/sweep.py check OUT
@@ -56,7 +58,7 @@ def _models() -> dict:
             x = torch.cat([self.m.class_token.expand(x.shape[0], -1, -1), x], dim=1)
             return self.m.encoder(x)[:, 0]
 
-    return {
+    models = {
         "resnet18": (tvm.resnet18, IMAGE),
         "mobilenet_v2": (tvm.mobilenet_v2, IMAGE),
         "mobilenet_v3_small": (tvm.mobilenet_v3_small, IMAGE),
@@ -81,6 +83,34 @@ def _models() -> dict:
         "deeplabv3_mobilenet": (lambda: Out(segmentation.deeplabv3_mobilenet_v3_large(
             weights_backbone=None, aux_loss=False)), IMAGE),
     }
+    try:
+        import transformers
+    except ImportError:
+        return models
+
+    class Hidden(torch.nn.Module):
+        """A Hugging Face encoder/decoder stack from embeddings (float input)."""
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(inputs_embeds=x).last_hidden_state
+
+    t = transformers
+    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=128, attn_implementation="eager")
+    for name, make in {
+        "gpt2": lambda: t.GPT2Model(t.GPT2Config(n_embd=64, n_layer=2, n_head=4,
+                                                 attn_implementation="eager")),
+        "bert": lambda: t.BertModel(t.BertConfig(**small), add_pooling_layer=False),
+        "llama": lambda: t.LlamaModel(t.LlamaConfig(**small, num_key_value_heads=2)),
+        "qwen2": lambda: t.Qwen2Model(t.Qwen2Config(**small, num_key_value_heads=2)),
+        "t5_encoder": lambda: t.T5EncoderModel(t.T5Config(d_model=64, d_kv=16, d_ff=128,
+                                                          num_layers=2, num_heads=4)),
+    }.items():
+        models[name] = (lambda make=make: Hidden(make()), (1, 8, 64))
+    return models
 
 
 def export(out: str, only: list[str] | None) -> None:
@@ -98,12 +128,13 @@ def export(out: str, only: list[str] | None) -> None:
             x = torch.randn(*shape)
             path = os.path.join(out, f"{name}_{kind}.onnx")
             try:
-                if kind == "ts":
-                    torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17,
-                                      input_names=["x"], output_names=["y"])
-                else:
-                    torch.onnx.export(m, (x,), path, dynamo=True, input_names=["x"],
-                                      output_names=["y"], external_data=False)
+                with torch.no_grad():  # (T5's dynamo export fails to decompose without)
+                    if kind == "ts":
+                        torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17,
+                                          input_names=["x"], output_names=["y"])
+                    else:
+                        torch.onnx.export(m, (x,), path, dynamo=True, input_names=["x"],
+                                          output_names=["y"], external_data=False)
             except Exception as e:  # noqa: BLE001 - an exporter's failure is a row
                 print(f"{name}_{kind}: export failed: {type(e).__name__}: "
                       f"{str(e).splitlines()[0][:160]}", flush=True)

@@ -112,3 +112,23 @@ def test_integer_div_truncates_toward_zero():
     check_derivatives(m, {"x": x})
     got = run(reverse(m, layout="onnx"), {"x": x, "adj_y": np.ones((2, 1, 1))})
     np.testing.assert_allclose(got["y"], x[:, -1:] ** 2)
+
+
+def test_torch_expand_target_folds():
+    """TorchScript's expand(2, -1): Expand(x, Where(Equal(s, -s'), 1, s));
+    folded, the Expand's result is typed and its transpose reduces over a
+    known axis (no run-time unbroadcasting)."""
+    ones = h.make_tensor("one", TP.INT64, [1], [1])
+    nodes = [const("s", [2, -1]), const("two", [2]), const("minus", -1),
+             h.make_node("ConstantOfShape", ["two"], ["ones"], value=ones),
+             h.make_node("Mul", ["ones", "minus"], ["negs"]),
+             h.make_node("Equal", ["s", "negs"], ["is_neg"]),
+             h.make_node("Where", ["is_neg", "ones", "s"], ["target"]),
+             h.make_node("Expand", ["x", "target"], ["e"]),
+             h.make_node("Tanh", ["e"], ["y"])]
+    m = model(nodes, [1, 3])
+    x = rng.standard_normal((1, 3))
+    check_derivatives(m, {"x": x})
+    check_hessian(m, {"x": x}, output="y")
+    ops = {n.op_type for n in reverse(m, layout="onnx").graph.node}
+    assert not ops & {"Where", "Equal", "NonZero"}, ops

@@ -147,9 +147,14 @@ def export(out: str, only: list[str] | None) -> None:
                 w = torch.randn(*y.shape, generator=g, dtype=torch.float64)
                 _, pull = torch.func.vjp(m, x.double())
                 (jtw,) = pull(w)
-                # the Hessian of <y, w> along v: d/dx (J^T w) . v
-                _, hvp = torch.func.jvp(lambda x_: torch.func.vjp(m, x_)[1](w)[0],
-                                        (x.double(),), (v,))
+                # the Hessian of <y, w> along v: d/dx (J^T w) . v (reverse
+                # over reverse where torch has no forward mode of a backward:
+                # hardsigmoid's; the Hessian is symmetric)
+                grad = lambda x_: torch.func.vjp(m, x_)[1](w)[0]  # noqa: E731
+                try:
+                    _, hvp = torch.func.jvp(grad, (x.double(),), (v,))
+                except NotImplementedError:
+                    (hvp,) = torch.func.vjp(grad, x.double())[1](v)
                 m.float()
                 _, jv32 = torch.func.jvp(m, (x,), (v.float(),))
             np.savez(path[:-5] + ".npz", x=x.numpy(), v=v.numpy(), w=w.numpy(),

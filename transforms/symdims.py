@@ -597,17 +597,11 @@ def _rule(ot, op, idx, ins) -> list | None:
         starts, ends = _ints(ins[1]), _ints(ins[2])
         axes = _ints(ins[3]) if len(ins) > 3 and not isinstance(ins[3].type, ir.NoneType) \
             else (None if starts is None else list(range(len(starts))))
-        steps = _ints(ins[4]) if len(ins) > 4 and not isinstance(ins[4].type, ir.NoneType) \
-            else [1] * len(axes)
-        if a is None or starts is None or ends is None or axes is None or steps is None:
+        if a is None or starts is None or ends is None or axes is None:
             return None
         out = list(a)
-        for ax, s, e, st in zip(axes, starts, ends, steps):
-            n = claimed(a[ax % len(a)])
-            # (Python's slice clamps bounds as ONNX's Slice does) else the
-            # type's static extent, or fresh
-            out[ax % len(a)] = len(range(n)[s:e:st]) if isinstance(n, (int, np.integer)) \
-                and st != 0 else None
+        for ax in axes:
+            out[ax % len(a)] = None  # the type's static extent, else fresh
         return out
     if ot == "Gather":
         a, q = _of(ins[0]), _of(ins[1])

@@ -128,11 +128,11 @@ def export(out: str, only: list[str] | None) -> None:
             x = torch.randn(*shape)
             path = os.path.join(out, f"{name}_{kind}.onnx")
             try:
-                with torch.no_grad():  # (T5's dynamo export fails to decompose without)
-                    if kind == "ts":
-                        torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17,
-                                          input_names=["x"], output_names=["y"])
-                    else:
+                if kind == "ts":  # (with grad: no_grad takes ViT to a fused kernel)
+                    torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17,
+                                      input_names=["x"], output_names=["y"])
+                else:
+                    with torch.no_grad():  # (T5's export fails to decompose without)
                         torch.onnx.export(m, (x,), path, dynamo=True, input_names=["x"],
                                           output_names=["y"], external_data=False)
             except Exception as e:  # noqa: BLE001 - an exporter's failure is a row

@@ -11,8 +11,9 @@ the importer or the rules:
     # 2. in the project's environment:
     python test/torchvision/sweep.py check OUT
 
-`export` writes OUT/<model>_{ts,dyn}.onnx (TorchScript exporter at opset 17,
-dynamo exporter) with random weights, and beside each an .npz: the input x,
+`export` writes OUT/<model>_{ts,ts_batch,dyn}.onnx (TorchScript exporter at
+opset 17, static and with a dynamic batch axis; dynamo exporter) with random
+weights, and beside each an .npz: the input x,
 seeds v and w, and torch.func's J v, J^T w and Hessian-vector product
 (d/dx <y, w> along v) of the float64 model (the float32 J v too: how far
 torch's own float32 derivative is from float64 says whether kinks sit near
@@ -122,15 +123,17 @@ def export(out: str, only: list[str] | None) -> None:
     for name, (make, shape) in _models().items():
         if only and name not in only:
             continue
-        for kind in ("ts", "dyn"):
+        for kind in ("ts", "ts_batch", "dyn"):
             torch.manual_seed(0)
             m = make().eval()
             x = torch.randn(*shape)
             path = os.path.join(out, f"{name}_{kind}.onnx")
             try:
-                if kind == "ts":  # (with grad: no_grad takes ViT to a fused kernel)
+                if kind.startswith("ts"):  # (with grad: no_grad takes ViT to a fused kernel)
+                    batch = {0: "batch"} if kind == "ts_batch" else {}
                     torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17,
-                                      input_names=["x"], output_names=["y"])
+                                      input_names=["x"], output_names=["y"],
+                                      dynamic_axes={"x": batch, "y": batch})
                 else:
                     with torch.no_grad():  # (T5's export fails to decompose without)
                         torch.onnx.export(m, (x,), path, dynamo=True, input_names=["x"],

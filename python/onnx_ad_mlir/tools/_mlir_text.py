@@ -13,8 +13,11 @@ import re
 
 # A complete string literal, a line comment, the metadata opener, or an
 # unterminated string (after which the parser reports the body's error).
-_BODY = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|\{-#|"')
-_TOKEN = re.compile(r'\s*(?:("(?:[^"\\\n]|\\.)*")|(#-\}|[{}:,])|([A-Za-z_][\w$.\-]*)|(\S))')
+# Strings are matched run by run, not character by character: a weight's hex
+# blob is megabytes long (resnet18's 93 MB of text took 9.6 s, now 0.4 s).
+_STRING = r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+_BODY = re.compile(_STRING + r'|//[^\n]*|\{-#|"')
+_TOKEN = re.compile(r'\s*(?:(' + _STRING + r')|(#-\}|[{}:,])|([A-Za-z_][\w$.\-]*)|(\S))')
 
 
 def resource_problem(text: str) -> tuple[int, int, str] | None:

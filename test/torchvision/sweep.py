@@ -22,7 +22,7 @@ modes and the reverse model again in forward mode (layout onnx, one
 direction), checks the derivative models with
 ONNX's full checker, runs them in ONNX Runtime, and prints a table of
 relative errors against torch's (each model in a child process: a crash is
-a row, not the end of the sweep).
+a row, not the end of the sweep). The last run's table: RESULTS.md.
 """
 from __future__ import annotations
 

@@ -451,6 +451,30 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
     return None
 
 
+def _shape_parts(v: ir.Value) -> list | None:
+    """shape_value, or for a Concat of pieces some of which it cannot read,
+    None for those pieces' entries (their count from their types):
+    torchvision's detection transform resizes to Concat(Shape(x)[:2],
+    Cast(Floor(h * scale), ...)), whose batch and channel extents are known."""
+    whole = shape_value(v)
+    owner = v.owner
+    if whole is not None or isinstance(owner, ir.Block):
+        return whole
+    op = owner.operation if isinstance(owner, ir.OpView) else owner
+    if _op_table.OPS.get(op.name.removeprefix("onnx."), {}).get("op_type") != "Concat":
+        return None
+    parts: list = []
+    for o in op.operands:
+        part = shape_value(o)
+        if part is None:
+            n = _static(o.type)
+            if n is None or len(n) != 1 or n[0] is None:
+                return None
+            part = [None] * n[0]
+        parts += part
+    return parts
+
+
 def _compute(v: ir.Value, op, ins, sig) -> list:
     """v's extents; `sig` is its _signature."""
     hit = _primal.get(v)  # a registered derivative: [k] + its primal's extents
@@ -628,7 +652,7 @@ def _rule(ot, op, idx, ins) -> list | None:
         if _attr(op, "axes", None):
             return None
         if ot == "Resize" and len(ins) > 3 and not isinstance(ins[3].type, ir.NoneType):
-            sizes = shape_value(ins[3])  # the output's extents (FPNs: another value's shape)
+            sizes = _shape_parts(ins[3])  # the output's extents (FPNs: another value's shape)
             if sizes is not None and len(sizes) == len(_static(op.results[0].type)):
                 return sizes
         scales = _resize_scales(op)

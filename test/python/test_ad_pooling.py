@@ -450,6 +450,30 @@ def test_resize_to_run_time_sizes(mode, opset):
     check_hessian(m, f, inputs=["x"])
 
 
+@pytest.mark.parametrize("batch", [2, "n"])
+def test_resize_to_computed_spatial_sizes(batch):
+    """torchvision's detection transform: sizes = Concat(Shape(x)[:2],
+    Cast(Floor(Cast(Shape(x)[2:]) * s))), whose float half no fold reads.
+    The batch and channel entries alone prove those axes unchanged (was:
+    reverse mode refused, "Resize of the batch axis needs static extents";
+    torchvision's retinanet)."""
+    nodes = [const("zero", np.asarray([0])), const("two", np.asarray([2])),
+             const("four", np.asarray([4])), const("s", np.asarray(1.5, np.float32)),
+             h.make_node("Tanh", ["x"], ["t"]), h.make_node("Shape", ["x"], ["sx"]),
+             h.make_node("Slice", ["sx", "zero", "two"], ["nc"]),
+             h.make_node("Slice", ["sx", "two", "four"], ["hw"]),
+             h.make_node("Cast", ["hw"], ["hwf"], to=TP.FLOAT),
+             h.make_node("Mul", ["hwf", "s"], ["scaled"]),
+             h.make_node("Floor", ["scaled"], ["fl"]),
+             h.make_node("Cast", ["fl"], ["hw2"], to=TP.INT64),
+             h.make_node("Concat", ["nc", "hw2"], ["sizes"], axis=0),
+             h.make_node("Resize", ["t", "", "", "sizes"], ["y"], mode="linear")]
+    m = model(nodes, [("x", F, [batch, 2, 4, 5])], [("y", F, None)])
+    x = np.random.default_rng(3).standard_normal((2, 2, 4, 5)).astype(np.float32)
+    check_derivatives(m, {"x": x}, rtol=2e-3, atol=2e-3)
+    check_hessian(m, {"x": x})
+
+
 @pytest.mark.parametrize("opset", [10, 13])
 def test_resize_by_run_time_scales(opset):
     """Scales computed at run time (from an input here, even with a

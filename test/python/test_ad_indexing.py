@@ -79,6 +79,36 @@ def test_scatter_elements(reduction):
         (2, 4), [("u", D, [2, 3])], {"u": rng.standard_normal((2, 3))})
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_scatter_elements_extremum(reduction, axis):
+    """torch's scatter_reduce(amax/amin), GNN max pooling: was refused."""
+    idx = [[1, 0, 2], [0, 2, 1], [1, 1, 0]] if axis == 0 else [[1, 1], [2, 0], [0, 0], [2, 2]]
+    shape = (3, 3) if axis == 0 else (4, 2)
+    run([const("i", idx), h.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=axis,
+                                      reduction=reduction)],
+        (4, 3), [("u", D, list(shape))], {"u": rng.standard_normal(shape)}, opset=18)
+
+
+def test_scatter_elements_max_ties_share():
+    # every value ties at 0: a position's tangent is the mean of the tangents
+    # of the data and the updates it meets (as Max and ReduceMax share them)
+    from adcheck import run as ort_run
+    from onnx_ad_mlir.api import forward
+    idx = np.array([[1, 1, 0], [1, 0, 0]])
+    m = model([const("i", idx), h.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1,
+                                            reduction="max")],
+              [("x", D, [2, 3]), ("u", D, [2, 3])], [("y", D, [2, 3])])
+    fx, fu = rng.standard_normal((2, 3, 1)), rng.standard_normal((2, 3, 1))
+    got = ort_run(forward(m, layout="onnx"), {"x": np.zeros((2, 3)), "u": np.zeros((2, 3)),
+                                              "fwd_x": fx, "fwd_u": fu})["fwd_y"][..., 0]
+    total, count = fx[..., 0].copy(), np.ones((2, 3))
+    for r, c in np.ndindex(2, 3):
+        total[r, idx[r, c]] += fu[r, c, 0]
+        count[r, idx[r, c]] += 1
+    np.testing.assert_allclose(got, total / count)
+
+
 @pytest.mark.parametrize("reduction", ["none", "add"])
 def test_scatter_nd(reduction):
     idx = [[1], [3]] if reduction == "none" else [[1], [1]]

@@ -739,6 +739,8 @@ def _op_attrs(op: ir.Operation) -> dict:
 @jvp("ScatterElements", "Scatter")
 def _scatter_elements(b: Builder, op, tangents):
     data, idx, upd = op.operands
+    if "reduction" in _op_attrs(op) and attribute(op, "reduction") in ("max", "min"):
+        return _scatter_elements_extremum(b, op, tangents)
     r = _reduction(op)
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:
@@ -753,6 +755,32 @@ def _scatter_elements(b: Builder, op, tangents):
     attrs = {"reduction": r} if r != "none" else {}
     return [b.op(op_type(op), [td, _over_directions(b, idx, k), tu],
                  b.derivative_type(op.results[0]), axis=_axis(op, rank(data)) + 1, **attrs)]
+
+
+def _scatter_elements_extremum(b: Builder, op, tangents) -> list:
+    """reduction max/min (torch's scatter_reduce amax/amin, GNN pooling):
+    each position's derivative is that of the values attaining its extremum,
+    shared among ties as Max/Min and ReduceMax share theirs:
+    (cx td + scatter_add(cu tu)) / count, where cx and cu mark the data and
+    the updates equal to the result, and count how many attain it (>= 1).
+    Linear in (td, tu) through ops with transpose rules: reverse mode too."""
+    data, idx, upd = op.operands
+    td, tu = tangents[0], tangents[2]
+    if td is None and tu is None:
+        return [None]
+    y = op.results[0]
+    axis = _axis(op, _known_rank([data, idx, upd]))
+    cx = b.cast_like(b.compare("Equal", data, y), data)
+    at = b.op("GatherElements", [y, idx], tensor_type(dims(idx), element_type(y)), axis=axis)
+    cu = b.cast_like(b.compare("Equal", upd, at), upd)
+    count = b.add(cx, b.op("ScatterElements", [_zeros(b, b.shape(data), dims(data), data), idx,
+                                               cu], y.type, axis=axis, reduction="add"))
+    k = b.shape(td if td is not None else tu, 0, 1)
+    dd = _zeros_of(b, data, k) if td is None else b.mul(td, cx)
+    du = _zeros_of(b, upd, k) if tu is None else b.mul(tu, cu)
+    placed = b.op("ScatterElements", [dd, _over_directions(b, idx, k), du],
+                  b.derivative_type(y), axis=axis + 1, reduction="add")
+    return [b.div(placed, count)]
 
 
 @transpose("ScatterElements", "Scatter")

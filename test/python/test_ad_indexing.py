@@ -109,7 +109,7 @@ def test_scatter_elements_max_ties_share():
     np.testing.assert_allclose(got, total / count)
 
 
-@pytest.mark.parametrize("reduction", ["none", "add"])
+@pytest.mark.parametrize("reduction", ["none", "add", "max", "min"])
 def test_scatter_nd(reduction):
     idx = [[1], [3]] if reduction == "none" else [[1], [1]]
     run([const("i", idx), h.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)],

@@ -739,7 +739,7 @@ def _op_attrs(op: ir.Operation) -> dict:
 @jvp("ScatterElements", "Scatter")
 def _scatter_elements(b: Builder, op, tangents):
     data, idx, upd = op.operands
-    if "reduction" in _op_attrs(op) and attribute(op, "reduction") in ("max", "min"):
+    if _extremum(op):
         return _scatter_elements_extremum(b, op, tangents)
     r = _reduction(op)
     td, tu = tangents[0], tangents[2]
@@ -757,29 +757,42 @@ def _scatter_elements(b: Builder, op, tangents):
                  b.derivative_type(op.results[0]), axis=_axis(op, rank(data)) + 1, **attrs)]
 
 
+def _extremum(op: ir.Operation) -> str | None:
+    """'max' or 'min' for a scatter reducing so, else None."""
+    r = attribute(op, "reduction") if "reduction" in _op_attrs(op) else None
+    return r if r in ("max", "min") else None
+
+
+def _attaining(b: Builder, op, gather: str, **attrs) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """(cx, cu, count) of a max/min scatter (torch's scatter_reduce amax/amin,
+    GNN max pooling): the data and the updates equal to the result, and how
+    many values attain each position's extremum (>= 1). Its derivative is
+    (cx td + scatter_add(cu tu)) / count: that of the attaining values,
+    shared among ties as Max/Min and ReduceMax share theirs, and linear in
+    (td, tu) through ops with transpose rules (reverse mode, higher orders)."""
+    data, idx, upd = op.operands
+    y = op.results[0]
+    cx = b.cast_like(b.compare("Equal", data, y), data)
+    at = b.op(gather, [y, idx], tensor_type(dims(upd), element_type(y)), **attrs)
+    cu = b.cast_like(b.compare("Equal", upd, at), upd)
+    scatter = "ScatterElements" if gather == "GatherElements" else "ScatterND"
+    placed = b.op(scatter, [_zeros(b, b.shape(data), dims(data), data), idx, cu], y.type,
+                  reduction="add", **attrs)
+    return cx, cu, b.add(cx, placed)
+
+
 def _scatter_elements_extremum(b: Builder, op, tangents) -> list:
-    """reduction max/min (torch's scatter_reduce amax/amin, GNN pooling):
-    each position's derivative is that of the values attaining its extremum,
-    shared among ties as Max/Min and ReduceMax share theirs:
-    (cx td + scatter_add(cu tu)) / count, where cx and cu mark the data and
-    the updates equal to the result, and count how many attain it (>= 1).
-    Linear in (td, tu) through ops with transpose rules: reverse mode too."""
     data, idx, upd = op.operands
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:
         return [None]
-    y = op.results[0]
     axis = _axis(op, _known_rank([data, idx, upd]))
-    cx = b.cast_like(b.compare("Equal", data, y), data)
-    at = b.op("GatherElements", [y, idx], tensor_type(dims(idx), element_type(y)), axis=axis)
-    cu = b.cast_like(b.compare("Equal", upd, at), upd)
-    count = b.add(cx, b.op("ScatterElements", [_zeros(b, b.shape(data), dims(data), data), idx,
-                                               cu], y.type, axis=axis, reduction="add"))
+    cx, cu, count = _attaining(b, op, "GatherElements", axis=axis)
     k = b.shape(td if td is not None else tu, 0, 1)
     dd = _zeros_of(b, data, k) if td is None else b.mul(td, cx)
     du = _zeros_of(b, upd, k) if tu is None else b.mul(tu, cu)
     placed = b.op("ScatterElements", [dd, _over_directions(b, idx, k), du],
-                  b.derivative_type(y), axis=axis + 1, reduction="add")
+                  b.derivative_type(op.results[0]), axis=axis + 1, reduction="add")
     return [b.div(placed, count)]
 
 
@@ -924,12 +937,17 @@ def _onehot_scatter_nd(b: Builder, ct: ir.Value, x: ir.Value, idx: ir.Value, q: 
 @jvp("ScatterND")
 def _scatter_nd(b: Builder, op, tangents):
     data, idx, upd = op.operands
-    r = _reduction(op)
+    extremum = _extremum(op)
+    r = "add" if extremum else _reduction(op)
     q = _nd_depth(op)
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:
         return [None]
     k = b.shape(td if td is not None else tu, 0, 1)
+    if extremum:  # (see _attaining)
+        cx, cu, count = _attaining(b, op, "GatherND")
+        td = None if td is None else b.mul(td, cx)
+        tu = None if tu is None else b.mul(tu, cu)
     if td is None:
         td = _zeros(b, b.concat([k, b.shape(data)], 0), [None] * (rank(data) + 1), upd)
     if tu is None:
@@ -939,8 +957,8 @@ def _scatter_nd(b: Builder, op, tangents):
     lead = rank(idx) - 1
     um = _moved(b, tu, _nd_perm(lead, rank(upd), 0))
     attrs = {"reduction": r} if r != "none" else {}
-    res = b.op("ScatterND", [dm, idx, um], dm.type, **attrs)
-    return [_front(b, res, q)]
+    res = _front(b, b.op("ScatterND", [dm, idx, um], dm.type, **attrs), q)
+    return [b.div(res, count) if extremum else res]
 
 
 @transpose("ScatterND")

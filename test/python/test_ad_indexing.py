@@ -80,14 +80,27 @@ def test_scatter_elements(reduction):
 
 
 @pytest.mark.parametrize("axis", [0, 1])
-@pytest.mark.parametrize("reduction", ["max", "min"])
-def test_scatter_elements_extremum(reduction, axis):
-    """torch's scatter_reduce(amax/amin), GNN max pooling: was refused."""
+@pytest.mark.parametrize("reduction", ["max", "min", "mul"])
+def test_scatter_elements_nonlinear(reduction, axis):
+    """torch's scatter_reduce(amax/amin/prod), GNN max pooling: was refused."""
     idx = [[1, 0, 2], [0, 2, 1], [1, 1, 0]] if axis == 0 else [[1, 1], [2, 0], [0, 0], [2, 2]]
     shape = (3, 3) if axis == 0 else (4, 2)
     run([const("i", idx), h.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=axis,
                                       reduction=reduction)],
         (4, 3), [("u", D, list(shape))], {"u": rng.standard_normal(shape)}, opset=18)
+
+
+@pytest.mark.parametrize("op", ["ScatterElements", "ScatterND"])
+def test_scatter_mul_with_zeros(op):
+    # row 0 meets one zero (an update's) in column 0, row 1 two in column 0
+    # (the data's and an update's) and one in column 1, row 2 none: each
+    # factor's derivative is the product of its co-factors
+    idx = [[0], [1], [1], [2]] if op == "ScatterND" else [[0, 0], [1, 1], [1, 1], [2, 2]]
+    x = np.array([[2.0, -1.5], [0.0, 3.0], [1.5, 0.5]])
+    u = np.array([[0.0, 2.0], [0.0, 0.0], [1.25, -2.0], [0.75, 1.5]])
+    attrs = {} if op == "ScatterND" else {"axis": 0}
+    run([const("i", idx), h.make_node(op, ["x", "i", "u"], ["y"], reduction="mul", **attrs)],
+        x.shape, [("u", D, list(u.shape))], {"x": x, "u": u}, opset=18)
 
 
 def test_scatter_elements_max_ties_share():
@@ -109,7 +122,7 @@ def test_scatter_elements_max_ties_share():
     np.testing.assert_allclose(got, total / count)
 
 
-@pytest.mark.parametrize("reduction", ["none", "add", "max", "min"])
+@pytest.mark.parametrize("reduction", ["none", "add", "max", "min", "mul"])
 def test_scatter_nd(reduction):
     idx = [[1], [3]] if reduction == "none" else [[1], [1]]
     run([const("i", idx), h.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)],

@@ -233,7 +233,7 @@ def _reduce_logsum(b: Builder, op, tangents):
                      lambda axes: b.ew("Reciprocal", b.ew("Exp", axes.expand_back(y))))
 
 
-def _zero_aware(b: Builder, x: ir.Value):
+def zero_aware(b: Builder, x: ir.Value):
     """(is_zero as 0/1, x with zeros replaced by one)."""
     zero = b.scalar(0.0, x)
     isz = b.compare("Equal", x, zero)
@@ -248,7 +248,7 @@ def _reduce_prod(b: Builder, op, tangents):
     x = op.operands[0]
 
     def weight(axes):
-        isz, nonzero = _zero_aware(b, x)
+        isz, nonzero = zero_aware(b, x)
         prod = axes.reduce_primal("ReduceProd", nonzero)
         z = axes.reduce_primal("ReduceSum", isz)
         zero = b.scalar(0.0, x)
@@ -300,7 +300,7 @@ def _cumprod_jvp(b: Builder, op, tangents):
         return [None]
     x, t = op.operands[0], tangents[0]
     axis, ex, rev = op.operands[1], attribute(op, "exclusive"), attribute(op, "reverse")
-    isz, nonzero = _zero_aware(b, x)
+    isz, nonzero = zero_aware(b, x)
     scanned = b.op("CumProd", [nonzero, axis], x.type, exclusive=ex, reverse=rev)
     z = b.op("CumSum", [isz, axis], x.type, exclusive=ex, reverse=rev)
     zero = b.scalar(0.0, x)

@@ -15,6 +15,7 @@ from ..builder import (Builder, attribute, constant_ints, dims, element_type, op
                        rank, tensor_type)
 from ..registry import jvp, transpose
 from .linalg import matmul
+from .reduction import zero_aware
 
 
 def _reshape_like(b: Builder, t: ir.Value, primal: ir.Value) -> ir.Value:
@@ -739,8 +740,8 @@ def _op_attrs(op: ir.Operation) -> dict:
 @jvp("ScatterElements", "Scatter")
 def _scatter_elements(b: Builder, op, tangents):
     data, idx, upd = op.operands
-    if _extremum(op):
-        return _scatter_elements_extremum(b, op, tangents)
+    if _nonlinear_reduction(op):
+        return _scatter_elements_nonlinear(b, op, tangents)
     r = _reduction(op)
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:
@@ -757,43 +758,53 @@ def _scatter_elements(b: Builder, op, tangents):
                  b.derivative_type(op.results[0]), axis=_axis(op, rank(data)) + 1, **attrs)]
 
 
-def _extremum(op: ir.Operation) -> str | None:
-    """'max' or 'min' for a scatter reducing so, else None."""
+def _nonlinear_reduction(op: ir.Operation) -> str | None:
+    """'max', 'min' or 'mul' for a scatter reducing so, else None."""
     r = attribute(op, "reduction") if "reduction" in _op_attrs(op) else None
-    return r if r in ("max", "min") else None
+    return r if r in ("max", "min", "mul") else None
 
 
-def _attaining(b: Builder, op, gather: str, **attrs) -> tuple[ir.Value, ir.Value, ir.Value]:
-    """(cx, cu, count) of a max/min scatter (torch's scatter_reduce amax/amin,
-    GNN max pooling): the data and the updates equal to the result, and how
-    many values attain each position's extremum (>= 1). Its derivative is
-    (cx td + scatter_add(cu tu)) / count: that of the attaining values,
-    shared among ties as Max/Min and ReduceMax share theirs, and linear in
-    (td, tu) through ops with transpose rules (reverse mode, higher orders)."""
+def _scatter_weights(b: Builder, op, gather: str, **attrs) -> tuple[ir.Value, ir.Value]:
+    """(wx, wu) of a max/min/mul scatter: its derivative is
+    scatter_add(td wx, tu wu), linear in (td, tu) through ops with transpose
+    rules (reverse mode, higher orders). max/min (torch's scatter_reduce
+    amax/amin, GNN max pooling): the values attaining each position's
+    extremum, ties sharing as Max/Min and ReduceMax share. mul: the product
+    of each factor's co-factors, exact with zeros as ReduceProd's rule."""
     data, idx, upd = op.operands
     y = op.results[0]
-    cx = b.cast_like(b.compare("Equal", data, y), data)
-    at = b.op(gather, [y, idx], tensor_type(dims(upd), element_type(y)), **attrs)
-    cu = b.cast_like(b.compare("Equal", upd, at), upd)
     scatter = "ScatterElements" if gather == "GatherElements" else "ScatterND"
-    placed = b.op(scatter, [_zeros(b, b.shape(data), dims(data), data), idx, cu], y.type,
-                  reduction="add", **attrs)
-    return cx, cu, b.add(cx, placed)
+    at = lambda v: b.op(gather, [v, idx], tensor_type(dims(upd), element_type(v)), **attrs)  # noqa: E731
+    total = lambda vx, vu, how: b.op(scatter, [vx, idx, vu], y.type,  # noqa: E731
+                                     reduction=how, **attrs)
+    if attribute(op, "reduction") != "mul":
+        cx = b.cast_like(b.compare("Equal", data, y), data)
+        cu = b.cast_like(b.compare("Equal", upd, at(y)), upd)
+        count = total(cx, cu, "add")  # >= 1: the extremum is attained
+        return b.div(cx, count), b.div(cu, at(count))
+    zx, nx = zero_aware(b, data)
+    zu, nu = zero_aware(b, upd)
+    prod, zeros = total(nx, nu, "mul"), total(zx, zu, "add")  # of non-zero factors; zeros
+
+    def weight(p, z, nonzero, isz):
+        zero = b.scalar(0.0, p)
+        return b.where(b.compare("Equal", z, zero), b.div(p, nonzero),
+                       b.where(b.compare("Equal", z, b.scalar(1.0, p)), b.mul(p, isz), zero))
+    return weight(prod, zeros, nx, zx), weight(at(prod), at(zeros), nu, zu)
 
 
-def _scatter_elements_extremum(b: Builder, op, tangents) -> list:
+def _scatter_elements_nonlinear(b: Builder, op, tangents) -> list:
     data, idx, upd = op.operands
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:
         return [None]
     axis = _axis(op, _known_rank([data, idx, upd]))
-    cx, cu, count = _attaining(b, op, "GatherElements", axis=axis)
+    wx, wu = _scatter_weights(b, op, "GatherElements", axis=axis)
     k = b.shape(td if td is not None else tu, 0, 1)
-    dd = _zeros_of(b, data, k) if td is None else b.mul(td, cx)
-    du = _zeros_of(b, upd, k) if tu is None else b.mul(tu, cu)
-    placed = b.op("ScatterElements", [dd, _over_directions(b, idx, k), du],
-                  b.derivative_type(op.results[0]), axis=axis + 1, reduction="add")
-    return [b.div(placed, count)]
+    dd = _zeros_of(b, data, k) if td is None else b.mul(td, wx)
+    du = _zeros_of(b, upd, k) if tu is None else b.mul(tu, wu)
+    return [b.op("ScatterElements", [dd, _over_directions(b, idx, k), du],
+                 b.derivative_type(op.results[0]), axis=axis + 1, reduction="add")]
 
 
 @transpose("ScatterElements", "Scatter")
@@ -937,17 +948,17 @@ def _onehot_scatter_nd(b: Builder, ct: ir.Value, x: ir.Value, idx: ir.Value, q: 
 @jvp("ScatterND")
 def _scatter_nd(b: Builder, op, tangents):
     data, idx, upd = op.operands
-    extremum = _extremum(op)
-    r = "add" if extremum else _reduction(op)
+    nonlinear = _nonlinear_reduction(op)
+    r = "add" if nonlinear else _reduction(op)
     q = _nd_depth(op)
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:
         return [None]
     k = b.shape(td if td is not None else tu, 0, 1)
-    if extremum:  # (see _attaining)
-        cx, cu, count = _attaining(b, op, "GatherND")
-        td = None if td is None else b.mul(td, cx)
-        tu = None if tu is None else b.mul(tu, cu)
+    if nonlinear:  # (see _scatter_weights)
+        wx, wu = _scatter_weights(b, op, "GatherND")
+        td = None if td is None else b.mul(td, wx)
+        tu = None if tu is None else b.mul(tu, wu)
     if td is None:
         td = _zeros(b, b.concat([k, b.shape(data)], 0), [None] * (rank(data) + 1), upd)
     if tu is None:
@@ -957,8 +968,8 @@ def _scatter_nd(b: Builder, op, tangents):
     lead = rank(idx) - 1
     um = _moved(b, tu, _nd_perm(lead, rank(upd), 0))
     attrs = {"reduction": r} if r != "none" else {}
-    res = _front(b, b.op("ScatterND", [dm, idx, um], dm.type, **attrs), q)
-    return [b.div(res, count) if extremum else res]
+    res = b.op("ScatterND", [dm, idx, um], dm.type, **attrs)
+    return [_front(b, res, q)]
 
 
 @transpose("ScatterND")

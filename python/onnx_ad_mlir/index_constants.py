@@ -15,8 +15,8 @@ stops at Div), and whose run-time bounds make the Slice's transpose a
 scatter (2,769 reverse-mode nodes instead of 796 on torchvision's
 shufflenet_v2_x0_5). Its expand(b, -1) targets, Where(Equal(s, -1), 1, s),
 fold too (Hugging Face BERT: 354 reverse nodes instead of 215).
-Only the main graph's integer vectors are folded (the weights and every
-other value stay as given), after validation has accepted the model; a node
+Only the main graph's integer (and boolean) vectors are folded (the weights
+and every other value stay as given), after validation has accepted the model; a node
 that does not evaluate cleanly (a zero divisor, an index out of range) is
 left for the runtime.
 """

@@ -164,29 +164,27 @@ def _process(chunk: str, first_line: int, pipeline: str,
     padded = "\n" * (first_line - 1) + chunk
     out, failed = None, False
     problem = _mlir_text.resource_problem(padded)
-    try:
-        if problem:  # (the parser would abort the process)
-            line, col, what = problem
-            collected.append(diagnostics.Diag("error", what, line, col))
-            failed = True
-            module = None
-        else:
+    if problem:  # (the parser would abort the process)
+        line, col, what = problem
+        collected.append(diagnostics.Diag("error", what, line, col))
+        failed = True
+    else:
+        try:
             module = ir.Module.parse(padded, ctx)
-        if module is not None and pipeline:
-            with ctx:
-                pm = PassManager("builtin.module")
-                passes.build_pipeline(pm, pipeline)
-                if args.mlir_print_ir_after_all:
-                    pm.enable_ir_printing()
-                pm.run(module.operation)
-        if module is not None:
+            if pipeline:
+                with ctx:
+                    pm = PassManager("builtin.module")
+                    passes.build_pipeline(pm, pipeline)
+                    if args.mlir_print_ir_after_all:
+                        pm.enable_ir_printing()
+                    pm.run(module.operation)
             out = module.operation.get_asm(print_generic_op_form=args.mlir_print_op_generic,
                                            enable_debug_info=args.mlir_print_debuginfo)
-    except ir.MLIRError as e:
-        collected.extend(diagnostics.from_mlir(d) for d in e.error_diagnostics)
-        if not e.error_diagnostics:
-            collected.append(diagnostics.Diag("error", str(e)))
-        failed = True
+        except ir.MLIRError as e:
+            collected.extend(diagnostics.from_mlir(d) for d in e.error_diagnostics)
+            if not e.error_diagnostics:
+                collected.append(diagnostics.Diag("error", str(e)))
+            failed = True
     if args.verify_diagnostics:
         problems = diagnostics.verify(collected, chunk, first_line, filename)
         for p in problems:

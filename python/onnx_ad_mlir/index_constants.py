@@ -225,15 +225,18 @@ def fold(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitRow]
             value = np.asarray(dims, np.int64)
         else:
             rule = _FOLDS.get(op)
-            # (1: the first operand is a partly known shape)
-            part = int(op in ("Gather", "Slice") and bool(inputs) and inputs[0] in partial)
-            if rule is None or not inputs or any(i not in known for i in inputs[part:]):
+            if rule is None or not inputs:
                 continue
-            args = ([partial[inputs[0]]] if part else []) + [known[i] for i in inputs[part:]]
+            shape = partial.get(inputs[0]) if op in ("Gather", "Slice") else None
+            rest = inputs[1:] if shape is not None else inputs
+            if any(i not in known for i in rest):
+                continue
+            args = ([] if shape is None else [shape]) + [known[i] for i in rest]
             if op in _SAME_TYPE and len({a.dtype for a in args}) > 1:
                 continue  # (validation refuses these) never numpy's type promotion
             try:
-                value = np.asarray(_shape_part(args, op, attrs) if part else rule(args, attrs))
+                value = np.asarray(rule(args, attrs) if shape is None else
+                                   _shape_part(args, op, attrs))
             except Exception:  # noqa: BLE001 - left for the runtime to report
                 continue
         if value.dtype.type not in (*_INT.values(), np.bool_) or value.size > _MAX_ELEMENTS:

@@ -143,6 +143,20 @@ def test_tile_of_run_time_extents(shape):
     check_derivatives(m, {"x": rng.standard_normal(shape)})
 
 
+@pytest.mark.parametrize("x_shape", [(2, 3, 2), ("a", 3, "c")])
+@pytest.mark.parametrize("reps", [[2, 1, 3], [1, 1, 1], [0, 2, 1]])
+def test_tile_of_run_time_repeats(x_shape, reps):
+    """Repeats given as an input (ONNX's test_tile): every axis may be tiled,
+    so the cotangent is split to [count, extent] per axis by a target read
+    at run time and summed over the counts (was refused)."""
+    m = model([h.make_node("Tile", ["x", "r"], ["t"]), h.make_node("Sin", ["t"], ["y"]),
+               h.make_node("Mul", ["y", "y"], ["z"])],
+              [("x", D, list(x_shape)), ("r", I, [3])], [("y", D, None), ("z", D, None)])
+    f = {"x": rng.standard_normal((2, 3, 2)), "r": np.asarray(reps, np.int64)}
+    check_derivatives(m, f, inputs=["x"])
+    check_hessian(m, f, output="z", inputs=["x"])
+
+
 @pytest.mark.parametrize("opset", [13, 18])
 def test_tile_of_empty_tensor(opset):
     """Repeating an axis of an empty tensor: its cotangent is empty too, not

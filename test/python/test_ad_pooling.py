@@ -586,3 +586,54 @@ def test_resize_with_scales_for_another_rank_refused(transform):
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
     with pytest.raises(UnsupportedOp, match="node 'rs'.*3 scales for its rank-2 input"):
         transform(m, inputs=["x"], outputs=["y"])
+
+
+AFFINE = [("2d", [2, 1, 3, 4], 0), ("2d-aligned", [2, 1, 3, 4], 1), ("3d", [2, 1, 2, 3, 4], 0)]
+
+
+@pytest.mark.parametrize("size_from", ["constant", "input", "batch of theta"])
+@pytest.mark.parametrize("name,size,align", AFFINE, ids=[c[0] for c in AFFINE])
+def test_affine_grid(name, size, align, size_from):
+    """AffineGrid is linear in theta: forward mode runs the node on the
+    tangent (directions merged into the batch), reverse mode contracts the
+    cotangent with the grid of an identity theta. Its size given as a
+    constant, as an input read at run time (ONNX's test_affine_grid_2d was
+    refused), and as torch exports a dynamic batch: Concat(Shape(theta)[:1],
+    C, H, W)."""
+    s = len(size) - 2
+    theta_dims = ["n" if size_from == "batch of theta" else 2, s, s + 1]
+    nodes = [h.make_node("Tanh", ["theta"], ["t"])]
+    inputs = [("theta", TP.DOUBLE, theta_dims)]
+    if size_from == "constant":
+        nodes.insert(0, const("size", np.asarray(size)))
+    elif size_from == "input":
+        inputs.append(("size", I, [len(size)]))
+    else:
+        nodes[:0] = [const("chw", np.asarray(size[1:])), h.make_node("Shape", ["theta"], ["n"], end=1),
+                     h.make_node("Concat", ["n", "chw"], ["size"], axis=0)]
+    nodes += [h.make_node("AffineGrid", ["t", "size"], ["g"], align_corners=align),
+              h.make_node("Sin", ["g"], ["y"]), h.make_node("Mul", ["y", "y"], ["z"])]
+    m = model(nodes, inputs, [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)], opset=20)
+    feeds = {"theta": np.random.default_rng(4).standard_normal((2, s, s + 1)),
+             "size": np.asarray(size, np.int64)}
+    if size_from != "input":
+        del feeds["size"]
+    check_derivatives(m, feeds, inputs=["theta"])
+    check_hessian(m, feeds, inputs=["theta"], output="z")
+    assert "AffineGrid" in {n.op_type for n in reverse(m, layout="onnx").graph.node}
+
+
+def test_affine_grid_into_grid_sample():
+    """A spatial transformer: GridSample(image, AffineGrid(theta)), with
+    respect to both the image and theta."""
+    nodes = [const("size", np.asarray([2, 1, 4, 5])),
+             h.make_node("AffineGrid", ["theta", "size"], ["g"]),
+             h.make_node("GridSample", ["img", "g"], ["y"], mode="linear"),
+             h.make_node("Tanh", ["y"], ["z"])]
+    m = model(nodes, [("theta", TP.DOUBLE, [2, 2, 3]), ("img", TP.DOUBLE, [2, 1, 6, 7])],
+              [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)], opset=20)
+    rng = np.random.default_rng(8)
+    feeds = {"theta": np.asarray([[0.8, 0.1, 0.05], [-0.1, 0.9, 0.02]]) +
+             0.05 * rng.standard_normal((2, 2, 3)), "img": rng.standard_normal((2, 1, 6, 7))}
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds, output="z")

@@ -16,7 +16,9 @@ with the node's own attributes, applied with MatMul (no dense operator).
 Where a resized extent is known only at run time (no matrix), forward mode
 runs the node itself on the tangent with k merged into the batch; reverse
 mode refuses it (no transpose without the matrix). The same for AveragePool
-windows placed by auto_pad or ceil_mode on run-time extents.
+windows placed by auto_pad or ceil_mode on run-time extents. AffineGrid is
+linear in theta: the node on the tangent, transposed by contracting with the
+grid of an identity theta (its sizes may be known only at run time).
 """
 from __future__ import annotations
 
@@ -878,6 +880,52 @@ def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: 
     if batch < a:
         return b.reshape(res, [n_in, n_out], [n_in, n_out])
     return b.transpose(b.reshape(res, [n_out, n_in], [n_out, n_in]), [1, 0])
+
+
+# ---- AffineGrid ---------------------------------------------------------------------
+
+@jvp("AffineGrid")
+def _affine_grid(b: Builder, op, tangents):
+    """Linear in theta for a fixed size: the node itself on the tangent,
+    k merged into the batch (the size's N with it)."""
+    theta, size = op.operands
+    t = tangents[0]
+    if t is None:
+        return [None]
+    sd = dims(size)
+    if sd is None or sd[0] is None:
+        raise UnsupportedOp("AffineGrid needs the length of its size operand")
+    n = sd[0]
+    return [_on_merged_batch(b, op, t, lambda merged: [b.concat(
+        [b.shape(merged, 0, 1), b.slice(size, [0], [1], [n], tensor_type([n - 1], _i64()))], 0)])]
+
+
+@transpose("AffineGrid")
+def _t_affine_grid(b: Builder, op, cts, linear):
+    """grid[n, p, i] = sum_j theta[n, i, j] base[p, j], base = (coordinates, 1):
+    adj theta[n] = ct[n]^T base, the coordinates read off the node on an
+    identity theta, the constant column a sum of the cotangent."""
+    theta, size, ct = op.operands[0], op.operands[1], cts[0]
+    s = dims(theta)[1]  # spatial rank: theta [N, s, s + 1], grid [N, *spatial, s]
+    spatial = dims(ct)[1:-1]
+    n_points = b.ints([int(np.prod(spatial))]) if None not in spatial else \
+        b.reduce("ReduceProd", b.shape(ct, 1, s + 1), [0], True, out=[1])
+    points = int(np.prod(spatial)) if None not in spatial else None
+    elem = element_type(theta)
+    dtype = np.float64 if isinstance(elem, ir.F64Type) else np.float32
+    eye = b.constant(ir.DenseElementsAttr.get(np.eye(s, s + 1, dtype=dtype)[None]))
+    eye = eye if isinstance(elem, (ir.F64Type, ir.F32Type)) else b.cast_like(eye, theta)
+    one_size = b.concat([b.ints([1, 1]), b.slice(size, [0], [2], [s + 2],
+                                                 tensor_type([s], _i64()))], 0)
+    coords = b.op("AffineGrid", [eye, one_size], tensor_type([1] + spatial + [s], elem),
+                  **_verbatim(op))
+    coords = b.reshape_to(coords, b.concat([n_points, b.ints([s])], 0), [points, s])
+    flat = b.reshape_to(ct, b.concat([b.shape(ct, 0, 1), n_points, b.ints([s])], 0),
+                        [None, points, s])
+    by_coords = matmul(b, b.transpose(coords, [1, 0]), flat)  # [N, s (j), s (i)]
+    by_one = b.reduce("ReduceSum", flat, [1], True)  # [N, 1, s]
+    adj = b.transpose(b.concat([by_coords, by_one], 1), [0, 2, 1])
+    return [adj, None]
 
 
 # ---- RoiAlign (average mode, w.r.t. X) -------------------------------------------------

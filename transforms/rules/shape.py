@@ -1006,9 +1006,11 @@ def _tile(b: Builder, op, tangents):
 @transpose("Tile")
 def _t_tile(b: Builder, op, cts, linear):
     x, reps = op.operands
-    c, d = constant_ints(reps), dims(x)
-    if c is None or d is None:
-        raise UnsupportedOp("transposing Tile needs constant repeats and a known rank")
+    d = dims(x)
+    if d is None:
+        raise UnsupportedOp("transposing Tile needs a known rank")
+    # repeats read at run time: every axis may be tiled, its count a Slice of them
+    c = constant_ints(reps) or [None] * len(d)
     ct = cts[0]
     pieces, out, axes = [b.shape(ct, 0, 1)], [None], []
     for i, (rp, e) in enumerate(zip(c[1:], d[1:]), start=1):
@@ -1017,8 +1019,10 @@ def _t_tile(b: Builder, op, cts, linear):
             out.append(e)
             continue
         axes.append(len(out))
-        pieces.append(b.ints([rp, e]) if e is not None else
-                      b.concat([b.ints([rp]), b.shape(x, i, i + 1)], 0))
+        count = b.ints([rp]) if rp is not None else \
+            b.slice(reps, [0], [i], [i + 1], tensor_type([1], element_type(reps)))
+        pieces.append(b.ints([rp, e]) if rp is not None and e is not None else
+                      b.concat([count, b.shape(x, i, i + 1)], 0))
         out += [rp, e]
     if not axes:
         return [ct, None]

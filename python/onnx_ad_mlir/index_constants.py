@@ -187,11 +187,14 @@ def _shape_part(inputs: list[np.ndarray], op: str, attrs) -> np.ndarray:
     return part.astype(np.int64)
 
 
-def fold(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitRow]
-         ) -> onnx.ModelProto | None:
+def fold(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitRow],
+         constants: dict[str, np.ndarray | None] | None = None) -> onnx.ModelProto | None:
     """A copy of the model with the foldable nodes of its main graph (`rows`,
     `inits`: its node_fields, producers first, and initializer_fields)
-    replaced by Constants; None when there are none (no copy is made)."""
+    replaced by Constants; None when there are none (no copy is made).
+    `constants` keeps the values of Constant nodes (None: not a small
+    integer vector) for the next round of the same model."""
+    constants = {} if constants is None else constants
     known: dict[str, np.ndarray] = {}
     overridable = {vi.name for vi in model.graph.input}  # initializers they name are defaults only
     for tensor, name, data_type, _ in inits:
@@ -206,7 +209,9 @@ def fold(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitRow]
         if domain not in ("", "ai.onnx") or len(outputs) != 1:
             continue
         if op == "Constant":
-            value = _constant(attrs)
+            if outputs[0] not in constants:
+                constants[outputs[0]] = _constant(attrs)
+            value = constants[outputs[0]]
             if value is not None:
                 known[outputs[0]] = value
             continue

@@ -458,6 +458,33 @@ def test_shape_inference_without_big_tensor_bytes(monkeypatch):
     assert_same_outputs(run(session(model), feeds), run(session(exported), feeds), "big")
 
 
+def test_folds_of_a_model_with_big_weights(monkeypatch):
+    # Scaled down as above: the fold rounds run on the copy without the big
+    # weights' bytes, which the imported model then has again.
+    from onnx_ad_mlir import import_prep
+    monkeypatch.setattr(import_prep, "_SKELETON_BYTES", 1000)
+    monkeypatch.setattr(import_prep, "_BIG_TENSOR", 100)
+    model = _weighted_model()
+    one, two = (numpy_helper.from_array(np.array(v, np.int64), n) for v, n in ((1, "one"), (2, "two")))
+    zero, axis = (numpy_helper.from_array(np.array([v], np.int64), n) for v, n in ((0, "zero"), (1, "axis")))
+    model.graph.initializer.extend([one, two, zero, axis])
+    model.graph.ClearField("output")
+    model.graph.output.append(_vi("h", None))
+    model.graph.node.extend([  # torch's x.chunk(2, 1): Slice(y, 0, (Shape(y)[1] + 1) / 2)
+        h.make_node("Shape", ["y"], ["s"]), h.make_node("Gather", ["s", "one"], ["n"]),
+        h.make_node("Add", ["n", "one"], ["n1"]), h.make_node("Div", ["n1", "two"], ["half"]),
+        h.make_node("Unsqueeze", ["half", "zero"], ["end"]),
+        h.make_node("Slice", ["y", "zero", "end", "axis"], ["h"])])
+    given = model.SerializeToString()
+    with ir.Context():
+        module = import_onnx(model)
+        assert "-> tensor<?x100xf32>" in str(module)  # the Slice, its bound folded
+        exported = export_onnx(module)
+    assert model.SerializeToString() == given
+    feeds = {"x": np.linspace(-1, 1, 3000, dtype=F).reshape(3, 1000)}
+    assert_same_outputs(run(session(model), feeds), run(session(exported), feeds), "big")
+
+
 def test_structural_errors_are_import_failures():
     k = numpy_helper.from_array(np.array([1], np.int64), "k")
     _bad(_model([h.make_node("TopK", ["x", "k"], ["v"], name="top")], [_vi("x", [3])],

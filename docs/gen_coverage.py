@@ -13,7 +13,7 @@ import sys
 
 from onnx import defs
 
-from onnx_ad_mlir import _op_table, ml_ops
+from onnx_ad_mlir import _op_table, contrib_ops, ml_ops
 from onnx_ad_mlir.transforms.expand import expansion_kind
 from onnx_ad_mlir.transforms.linearize import REGION_RULES
 from onnx_ad_mlir.transforms.registry import JVP, TRANSPOSE, ZERO, mlir_names
@@ -96,6 +96,18 @@ def generate() -> str:
               "| op | how | detail |",
               "|---|---|---|"]
     lines += [f"| {t} | lowered | {form} |" for t, (_, form) in sorted(ml_ops.LOWERINGS.items())]
+    lines += ["",
+              f"## ONNX Runtime's contrib ops ({contrib_ops.MS_DOMAIN}, and one of the default "
+              "domain)",
+              "",
+              "Fused ops that ONNX Runtime's graph optimizations and transformer optimizer",
+              "write, rewritten at import into the standard ops they fuse (main graph only).",
+              f"Every other {contrib_ops.MS_DOMAIN} op is refused.",
+              "",
+              "| op | how | detail |",
+              "|---|---|---|"]
+    lines += [f"| {t} | lowered | {form} |" for t, (_, form) in
+              sorted({**contrib_ops.LOWERINGS, **contrib_ops.DEFAULT_DOMAIN_LOWERINGS}.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -10,7 +10,7 @@ import onnx
 import onnx.inliner
 from google.protobuf.message import DecodeError
 
-from . import index_constants, ml_ops, validate
+from . import contrib_ops, index_constants, ml_ops, validate
 from .errors import ImportFailure
 from .validate import InitRow, NodeRow
 
@@ -78,36 +78,41 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     lowered = ml_ops.lower(model, lambda m: _infer_again(m, inits))
     if lowered is not None:
         model, rows = lowered, validate.node_fields(lowered.graph)
-    declared = validate.declared_types(model.graph)  # read once for three checks
+    # What follows copies and infers the model, in rounds: with big weights
+    # on the skeleton (the contrib lowerings read types only, folds small
+    # integer tensors, and both leave the initializers as they are), the
+    # weights put back once at the end (swin_t: 7 rounds of folds, 0.6 s of
+    # copying 28 MB of weights; vit_b_16 after ONNX Runtime's transformer
+    # optimizer: 0.7 s in one lowering round).
+    big = _big(inits)
+    start = work = _without_big_data(model) if big else model
+    lowered = contrib_ops.lower(work, lambda m: _infer_again(m, inits))
+    if lowered is not None:
+        work, rows = lowered, validate.node_fields(lowered.graph)
+    declared = validate.declared_types(work.graph)  # read once for three checks
     # the main graph's order needs no outer scope: its own names are all
-    rows = node_rows(model.graph, lambda name: None, _inferred_rows(model.graph, rows), inits)
-    validate.check_dims(model.graph, declared=declared, rows=rows)
-    validate.check_attributes(model.graph, rows=rows, declared=declared, inits=inits)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    rows = node_rows(work.graph, lambda name: None, _inferred_rows(work.graph, rows), inits)
+    validate.check_dims(work.graph, declared=declared, rows=rows)
+    validate.check_attributes(work.graph, rows=rows, declared=declared, inits=inits)
+    opset = next((o.version for o in work.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is not None and opset > 0:
-        validate.check_types(model.graph, opset, rows=rows, declared=declared, inits=inits)
-    # The rounds copy and infer the model: with big weights they work on
-    # the skeleton (folds read small integer tensors only, and leave the
-    # initializers as they are), the weights put back once at the end
-    # (swin_t: 7 rounds, 0.6 s of copying 28 MB of weights).
-    work = _without_big_data(model) if _big(inits) else model
+        validate.check_types(work.graph, opset, rows=rows, declared=declared, inits=inits)
     constants: dict[str, object] = {}  # Constant values, read once for all rounds
-    changed = False
     for _ in range(_FOLD_ROUNDS):
         folded = index_constants.fold(work, rows, inits, constants)
         if folded is None:
             break
-        changed = True
         # inferred again: the folds give it what it could not compute, and
         # the shapes it then knows may fold more (a Pad by folded pads)
         work = _infer_again(folded, inits)
         declared = validate.declared_types(work.graph)
         rows = node_rows(work.graph, lambda name: None, validate.node_fields(work.graph), inits)
-    if changed:
+    if work is start:
+        return model, base_dir, rows, declared, inits
+    if big:
         work.graph.ClearField("initializer")
         work.graph.initializer.extend(model.graph.initializer)
-        model = work
-    return model, base_dir, rows, declared, inits
+    return work, base_dir, rows, declared, inits
 
 
 def _big(inits: list[InitRow]) -> bool:

@@ -26,78 +26,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import UnsupportedOp
+from .node_lowering import (Emitter, GraphFacts, Lowering, NotYet, default_opset,
+                            drop_unused_domain, lower_nodes)
 
 ML_DOMAIN = "ai.onnx.ml"
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
 # the element types ONNX Runtime's numeric ML kernels take
 _NUMERIC_TYPES = _FLOAT_TYPES + (TensorProto.INT64, TensorProto.INT32)
-
-
-class _Graph:
-    """The facts a rewrite reads (element types and ranks of values) and
-    fresh value names."""
-
-    def __init__(self, graph: onnx.GraphProto, opset: int):
-        self.opset = opset  # the default domain's
-        self.types: dict[str, onnx.TypeProto] = {
-            v.name: v.type for v in list(graph.input) + list(graph.value_info) +
-            list(graph.output)}
-        for t in graph.initializer:
-            self.types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
-        self.constants = {t.name: t for t in graph.initializer}
-        for n in graph.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.attribute \
-                    and n.attribute[0].name == "value":
-                self.constants[n.output[0]] = n.attribute[0].t
-        self.names = set(self.types) | {o for n in graph.node for o in n.output}
-        self.names |= {i for n in graph.node for i in n.input}
-
-    def elem_type(self, name: str) -> int:
-        t = self.types.get(name)
-        return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else 0
-
-    def rank(self, name: str) -> int | None:
-        t = self.types.get(name)
-        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
-            return None
-        return len(t.tensor_type.shape.dim)
-
-    def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}_{i}"
-        self.names.add(name)
-        return name
-
-
-class _Emitter:
-    """Default-domain nodes replacing one ML node, named after it."""
-
-    def __init__(self, g: _Graph, node: onnx.NodeProto):
-        self.g, self.node, self.nodes = g, node, []
-        self.prefix = node.name or (node.output[0] if node.output else node.op_type)
-
-    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
-        out = out or self.g.fresh(f"{self.prefix}/{op_type}")
-        self.nodes.append(helper.make_node(op_type, inputs, [out],
-                                           name=self.g.fresh(f"{self.prefix}/{op_type}"), **attrs))
-        return out
-
-    def const(self, value: np.ndarray) -> str:
-        return self.op("Constant", [], value=numpy_helper.from_array(value))
-
-    def unsqueeze(self, x: str, axis: int, out: str | None = None) -> str:
-        """x with a new axis `axis` >= 0 (negative axes only from opset 11)."""
-        if self.g.opset >= 13:  # axes an operand from opset 13
-            return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64))], out)
-        return self.op("Unsqueeze", [x], out, axes=[axis])
-
-    def reduce(self, op_type: str, x: str, axis: int, keepdims: int) -> str:
-        if self.g.opset >= (13 if op_type == "ReduceSum" else 18):  # axes an operand
-            return self.op(op_type, [x, self.const(np.array([axis], np.int64))],
-                           keepdims=keepdims)
-        return self.op(op_type, [x], axes=[axis], keepdims=keepdims)
 
 
 _PIECEWISE_CONSTANT = "a tree ensemble is piecewise constant: its derivative is 0 wherever " \
@@ -181,34 +116,34 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return found
 
 
-def _elem_type(e: _Emitter, x: str) -> int:
+def _elem_type(e: Emitter, x: str) -> int:
     """x's element type; a lowering waits for inference to give it."""
     elem = e.g.elem_type(x)
     if not elem:
-        raise _NotYet("needs the element type of its input")
+        raise NotYet("needs the element type of its input")
     return elem
 
 
-def _features(e: _Emitter) -> int | None:
+def _features(e: Emitter) -> int | None:
     """The features of the op's [N, C] or [C] input: C if static (None if
     computed at run time); other ranks are refused (ONNX Runtime indexes
     the features as C of a 2-D input)."""
     x = e.node.input[0]
     rank = e.g.rank(x)
     if rank is None:
-        raise _NotYet("needs the rank of its input")
+        raise NotYet("needs the rank of its input")
     if rank not in (1, 2):
         raise _refuse(e.node, f"needs an input of rank 1 or 2, not {rank}")
     return _last_extent(e.g, x)
 
 
-def _last_extent(g: _Graph, x: str) -> int | None:
+def _last_extent(g: GraphFacts, x: str) -> int | None:
     """The static extent of x's last axis (x of known rank >= 1), else None."""
     dim = g.types[x].tensor_type.shape.dim[-1]
     return dim.dim_value if dim.HasField("dim_value") else None
 
 
-def _in_float(e: _Emitter, x: str) -> tuple[str, type]:
+def _in_float(e: Emitter, x: str) -> tuple[str, type]:
     """x in the type the lowering computes in: its own if float or double
     (ONNX Runtime's Scaler computes a double input in double; its
     LinearRegressor and SVMRegressor take float only), float for the
@@ -219,14 +154,14 @@ def _in_float(e: _Emitter, x: str) -> tuple[str, type]:
     return e.op("Cast", [x], to=TensorProto.FLOAT), np.float32
 
 
-def _as_rows(e: _Emitter, x: str) -> str:
+def _as_rows(e: Emitter, x: str) -> str:
     """x (the op's input, or its cast) as [N, C]: a 1-D input is one row."""
     if e.g.rank(e.node.input[0]) == 1:
         return e.unsqueeze(x, 0)
     return x
 
 
-def _as_float_output(e: _Emitter, value: str, dtype: type) -> None:
+def _as_float_output(e: Emitter, value: str, dtype: type) -> None:
     """The op's output, which ONNX declares float whatever the input type."""
     if dtype is np.float32:
         e.op("Identity", [value], e.node.output[0])
@@ -234,7 +169,7 @@ def _as_float_output(e: _Emitter, value: str, dtype: type) -> None:
         e.op("Cast", [value], e.node.output[0], to=TensorProto.FLOAT)
 
 
-def _scaler(e: _Emitter) -> None:
+def _scaler(e: Emitter) -> None:
     # Y = (X - offset) * scale over the last axis (lengths 1 or the last
     # extent: ONNX Runtime refuses other pairs)
     a = _attrs(e.node)
@@ -250,7 +185,7 @@ def _scaler(e: _Emitter) -> None:
     _as_float_output(e, y, dtype)
 
 
-def _linear_regressor(e: _Emitter) -> None:
+def _linear_regressor(e: Emitter) -> None:
     # Y[N, targets] = X @ coefficients^T + intercepts; a 1-D X is one row
     a = _attrs(e.node)
     _post_transform(e, a, ("NONE",))
@@ -272,13 +207,13 @@ def _linear_regressor(e: _Emitter) -> None:
     _as_float_output(e, y, dtype)
 
 
-def _array_feature_extractor(e: _Emitter) -> None:
+def _array_feature_extractor(e: Emitter) -> None:
     # the indices, flattened, select along the last axis; a 1-D X gives [1, k]
     _attrs(e.node)
     x, indices = e.node.input[0], e.node.input[1]
     rank = e.g.rank(x)
     if rank is None:
-        raise _NotYet("needs the rank of its input")
+        raise NotYet("needs the rank of its input")
     if rank < 1:
         raise _refuse(e.node, "needs an input of rank 1 or more")
     known = e.g.constants.get(indices)
@@ -295,7 +230,7 @@ def _array_feature_extractor(e: _Emitter) -> None:
         e.op("Gather", [x, flat], e.node.output[0], axis=-1)
 
 
-def _svm_regressor(e: _Emitter) -> None:
+def _svm_regressor(e: Emitter) -> None:
     # Y[N, 1] = sum_j coefficients[j] K(x, support_vector[j]) + rho, with
     # libsvm's kernels (kernel_params: gamma, coef0, degree); no support
     # vectors: a linear model with `coefficients` as its weights
@@ -345,7 +280,7 @@ def _svm_regressor(e: _Emitter) -> None:
     _as_float_output(e, y, dtype)
 
 
-def _post_transform(e: _Emitter, a: dict, allowed: tuple[str, ...]) -> str:
+def _post_transform(e: Emitter, a: dict, allowed: tuple[str, ...]) -> str:
     post = a.get("post_transform", "NONE")
     if post not in allowed:
         raise _refuse(e.node, f"post_transform {post} is not supported (only "
@@ -353,7 +288,7 @@ def _post_transform(e: _Emitter, a: dict, allowed: tuple[str, ...]) -> str:
     return post
 
 
-def _linear_classifier(e: _Emitter) -> None:
+def _linear_classifier(e: Emitter) -> None:
     # ONNX Runtime's kernel: scores = float(X) @ coefficients^T + intercepts,
     # one class per intercept; the label of the first best raw score (of a
     # single score: the second label if > 0); then the post transform.
@@ -412,7 +347,7 @@ def _linear_classifier(e: _Emitter) -> None:
         e.op("Identity", [scores], scores_out)
 
 
-def _normalizer(e: _Emitter) -> None:
+def _normalizer(e: Emitter) -> None:
     # each row over its norm: MAX (the signed maximum), L1 or L2; a row
     # whose norm is 0 is left as it is (ONNX Runtime's kernel)
     a = _attrs(e.node)
@@ -431,7 +366,7 @@ def _normalizer(e: _Emitter) -> None:
     _as_float_output(e, e.op("Div", [x, n]), dtype)
 
 
-def _imputer(e: _Emitter) -> None:
+def _imputer(e: Emitter) -> None:
     # entries equal to the replaced value (NaN: the NaNs) become the imputed
     # value of their column (or the one imputed value); a float input reads
     # the float attributes, an integer one the int64 ones
@@ -456,13 +391,13 @@ def _imputer(e: _Emitter) -> None:
     e.op("Where", [mask, e.const(np.asarray(imputed, dtype)), x], e.node.output[0])
 
 
-def _require_opset(e: _Emitter, version: int, why: str) -> None:
+def _require_opset(e: Emitter, version: int, why: str) -> None:
     if e.g.opset < version:
         raise _refuse(e.node, f"{why} (opset {version}); the model imports opset "
                       f"{e.g.opset}: re-export it at opset {version} or later")
 
 
-def _one_hot_encoder(e: _Emitter) -> None:
+def _one_hot_encoder(e: Emitter) -> None:
     # Y [*X.shape, C]: 1 where X equals the category (a float X truncated to
     # int64 first, as ONNX Runtime casts it); of repeated categories only the
     # last column matches (ONNX Runtime's map keeps the last index). An
@@ -478,7 +413,7 @@ def _one_hot_encoder(e: _Emitter) -> None:
     x = e.node.input[0]
     elem, rank = _elem_type(e, x), e.g.rank(x)
     if rank is None:
-        raise _NotYet("needs the rank of its input")
+        raise NotYet("needs the rank of its input")
     if (elem == TensorProto.STRING) != strings:
         raise _refuse(e.node, "string categories need a string input, int64 ones a numeric "
                       "input (these never match)")
@@ -502,7 +437,7 @@ _NP_ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): Tenso
             np.dtype(object): TensorProto.STRING}
 
 
-def _label_encoder_map(e: _Emitter, a: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _label_encoder_map(e: Emitter, a: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(keys, values, default) of the mapping, whichever opset spelled it:
     `classes_strings` (opset 1: strings <-> their indices), `keys_*` and
     `values_*` (2), `*_tensor` (4). Defaults are ONNX Runtime's: -1, -0.0,
@@ -538,7 +473,7 @@ def _label_encoder_map(e: _Emitter, a: dict) -> tuple[np.ndarray, np.ndarray, np
     return keys, values, np.asarray(a.get("default_int64", -1), values.dtype)
 
 
-def _label_encoder(e: _Emitter) -> None:
+def _label_encoder(e: Emitter) -> None:
     # elementwise lookup: the value of the first key X equals (Equal: NaN
     # matches no key, -0.0 matches 0.0, as ONNX Runtime's map), else the
     # default. ArgMax over [matches..., 1] picks the first match, or the
@@ -547,7 +482,7 @@ def _label_encoder(e: _Emitter) -> None:
     x = e.node.input[0]
     elem, rank = _elem_type(e, x), e.g.rank(x)
     if rank is None:
-        raise _NotYet("needs the rank of its input")
+        raise NotYet("needs the rank of its input")
     keys, values, default = _label_encoder_map(e, a)
     key_elem = _NP_ELEM.get(keys.dtype, TensorProto.UNDEFINED)
     if key_elem != elem:
@@ -566,7 +501,7 @@ def _label_encoder(e: _Emitter) -> None:
     e.op("Gather", [e.const(table), first], e.node.output[0], axis=0)
 
 
-def _binarizer(e: _Emitter) -> None:
+def _binarizer(e: Emitter) -> None:
     # 1 where X > threshold, else 0 (a NaN gives 0; ONNX Runtime stops with
     # an error there); a step: its derivative is 0 wherever it has one
     a = _attrs(e.node)
@@ -583,7 +518,7 @@ def _binarizer(e: _Emitter) -> None:
     e.op("Cast", [above], e.node.output[0], to=elem)
 
 
-def _feature_vectorizer(e: _Emitter) -> None:
+def _feature_vectorizer(e: Emitter) -> None:
     # the inputs as rows ([N, rest] flattened; a 1-D input is one row), cast
     # to float, each cut or zero-padded to its `inputdimensions` entry, side
     # by side (ONNX Runtime's kernel; it takes inputs of one element type)
@@ -595,7 +530,7 @@ def _feature_vectorizer(e: _Emitter) -> None:
     elems = {e.g.elem_type(x) for x in inputs}
     ranks = [e.g.rank(x) for x in inputs]
     if 0 in elems or None in ranks:
-        raise _NotYet("needs the element types and ranks of its inputs")
+        raise NotYet("needs the element types and ranks of its inputs")
     if len(elems) != 1 or elems - set(_NUMERIC_TYPES):
         raise _refuse(e.node, "needs inputs of one element type: float, double, int64 or int32")
     if len({r == 1 for r in ranks}) != 1 or 0 in ranks:
@@ -622,7 +557,7 @@ def _feature_vectorizer(e: _Emitter) -> None:
     e.op("Concat", parts, e.node.output[0], axis=1)
 
 
-def _columns(g: _Graph, x: str, rank: int) -> int | None:
+def _columns(g: GraphFacts, x: str, rank: int) -> int | None:
     """The width of x as rows: its extents past the first multiplied (all of
     them for a 1-D x), None when one is computed at run time."""
     dims = g.types[x].tensor_type.shape.dim
@@ -632,7 +567,7 @@ def _columns(g: _Graph, x: str, rank: int) -> int | None:
 
 
 # op -> (its rewrite, the default-domain form it takes: docs/COVERAGE.md)
-LOWERINGS: dict[str, tuple[Callable[[_Emitter], None], str]] = {
+LOWERINGS: dict[str, tuple[Callable[[Emitter], None], str]] = {
     "Scaler": (_scaler, "Sub, Mul (float32 result)"),
     "LinearRegressor": (_linear_regressor, "MatMul, Add; post_transform NONE"),
     "ArrayFeatureExtractor": (_array_feature_extractor, "Gather on the last axis"),
@@ -656,69 +591,21 @@ def lower(model: onnx.ModelProto,
           infer: Callable[[onnx.ModelProto], onnx.ModelProto]) -> onnx.ModelProto | None:
     """A copy of `model` (inferred by `infer`) whose main-graph ML nodes
     with a default-domain form are replaced by it, or None when there are
-    none. ONNX infers no type past most ML nodes: a node whose input is
-    such a result waits for the next round's inference."""
+    none."""
     other = next((n for n in model.graph.node
                   if n.domain == ML_DOMAIN and n.op_type not in LOWERINGS), None)
     if other is not None:  # before the others wait on its untyped result
         raise unsupported(other)
     first = next((n for n in model.graph.node if n.domain == ML_DOMAIN), None)
-    opset = _default_opset(model)
-    if first is not None and not opset:
+    if first is not None and not default_opset(model):
         raise _refuse(first, "its lowering emits default-domain ops, but the model imports no "
                       "version of the default domain")
-    lowered = None
-    while any(n.domain == ML_DOMAIN and n.op_type in LOWERINGS for n in model.graph.node):
-        model = infer(_lower_ready(model, _Graph(model.graph, opset)))
-        lowered = model
-    if lowered is not None and not _uses_ml(lowered.graph):
-        kept = [o for o in lowered.opset_import if o.domain != ML_DOMAIN]
-        del lowered.opset_import[:]
-        lowered.opset_import.extend(kept)
+    lowered = lower_nodes(model, _lowering, infer, _refuse)
+    if lowered is not None:
+        drop_unused_domain(lowered, ML_DOMAIN)
     return lowered
 
 
-def _default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
-class _NotYet(Exception):
-    """An input's type or rank is not inferred yet."""
-
-
-def _lower_ready(model: onnx.ModelProto, g: _Graph) -> onnx.ModelProto:
-    """The model with the ML nodes whose inputs are typed lowered; when none
-    is, the first one's refusal."""
-    nodes, waiting, progressed = [], None, False
-    for node in model.graph.node:
-        if node.domain != ML_DOMAIN or node.op_type not in LOWERINGS:
-            nodes.append(node)
-            continue
-        e = _Emitter(g, node)
-        try:
-            LOWERINGS[node.op_type][0](e)
-        except _NotYet as reason:
-            waiting = waiting or (node, str(reason))
-            nodes.append(node)
-            continue
-        nodes.extend(e.nodes)
-        progressed = True
-    if not progressed:
-        node, reason = waiting
-        raise _refuse(node, f"{reason}, which shape inference does not give")
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    return out
-
-
-def _uses_ml(graph: onnx.GraphProto) -> bool:
-    for n in graph.node:
-        if n.domain == ML_DOMAIN:
-            return True
-        for a in n.attribute:
-            if any(_uses_ml(sub) for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH
-                                             else a.graphs)):
-                return True
-    return False
+def _lowering(node: onnx.NodeProto) -> Lowering | None:
+    return LOWERINGS[node.op_type][0] if node.domain == ML_DOMAIN and \
+        node.op_type in LOWERINGS else None

@@ -1,0 +1,318 @@
+"""Lowers ONNX Runtime's fused contrib operators to the default domain.
+
+Models saved after ONNX Runtime's graph optimizations, or after its
+transformer optimizer (`onnxruntime.transformers.optimizer`: BERT, GPT-2 and
+ViT exports come back with SkipLayerNormalization, Gelu, FastGelu), carry
+fused operators of the `com.microsoft` domain, and one of the default domain
+that ONNX itself does not define (SimplifiedLayerNormalization). Each is a
+composition of standard operators: it becomes them (the standard fused op
+where the model's opset has it: LayerNormalization from 17, Gelu from 20,
+RMSNormalization from 23), so the derivative model runs on any runtime and
+takes the standard ops' rules. Semantics and attribute defaults are ONNX
+Runtime's (its operator schemas); tests compare each lowering with ONNX
+Runtime's kernel. Other `com.microsoft` operators (Attention, the quantized
+ones) are refused naming the node.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from .errors import UnsupportedOp
+from .node_lowering import Emitter, Lowering, NotYet, default_opset, drop_unused_domain, lower_nodes
+
+MS_DOMAIN = "com.microsoft"
+_FLOATS = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
+           TensorProto.FLOAT16: np.float16}
+_NARROW = (TensorProto.FLOAT16, TensorProto.BFLOAT16)  # statistics in float32 (stash_type 1)
+
+
+def _refuse(node: onnx.NodeProto, reason: str) -> UnsupportedOp:
+    what = f"node '{node.name}' ({node.op_type}" if node.name else f"node ({node.op_type}"
+    return UnsupportedOp(f"{what}, domain {node.domain or 'ai.onnx'}): {reason}")
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _input(node: onnx.NodeProto, i: int) -> str:
+    """The i-th operand's name, '' when absent."""
+    return node.input[i] if i < len(node.input) else ""
+
+
+def _elem(e: Emitter, x: str) -> int:
+    """x's element type; that of the first operand of the contrib node
+    computing x, where ONNX infers no type (every lowered op keeps it), so
+    that chains of them lower in one round."""
+    elem, v = e.g.elem_type(x), x
+    while not elem:
+        node = e.g.producers.get(v)
+        if node is None or _lowering(node) is None:
+            raise NotYet("needs the element type of its input")
+        v = node.input[0]
+        elem = e.g.elem_type(v)
+    if elem not in _FLOATS and elem != TensorProto.BFLOAT16:
+        raise _refuse(e.node, f"lowered for floating-point inputs, not "
+                      f"{TensorProto.DataType.Name(elem)}")
+    return elem
+
+
+def _scalar(e: Emitter, value: float, elem: int | None = None) -> str:
+    """A constant of the node's element type (its first operand's, which
+    every lowered op keeps), or of `elem`; bfloat16 through a float32 Cast."""
+    elem = elem or _elem(e, e.node.input[0])
+    if elem == TensorProto.BFLOAT16:
+        return e.op("Cast", [e.const(np.asarray(value, np.float32))], to=elem)
+    return e.const(np.asarray(value, _FLOATS[elem]))
+
+
+def _outputs(e: Emitter, count: int) -> list[str]:
+    """The node's result names, '' for those absent, padded to `count`."""
+    names = list(e.node.output) + [""] * count
+    return names[:count]
+
+
+# ---- activations -----------------------------------------------------------------------
+
+def _erf_gelu(e: Emitter, x: str, out: str) -> None:
+    """0.5 x (1 + erf(x / sqrt 2)), the Gelu op from opset 20."""
+    if e.g.opset >= 20:
+        e.op("Gelu", [x], out)
+        return
+    half = e.op("Mul", [x, _scalar(e, 0.5)])
+    erf = e.op("Erf", [e.op("Mul", [x, _scalar(e, 1 / np.sqrt(2.0))])])
+    e.op("Mul", [half, e.op("Add", [erf, _scalar(e, 1.0)])], out)
+
+
+def _gelu(e: Emitter) -> None:
+    _erf_gelu(e, e.node.input[0], e.node.output[0])
+
+
+def _bias_gelu(e: Emitter) -> None:
+    a, b = e.node.input[:2]
+    _erf_gelu(e, e.op("Add", [a, b]), e.node.output[0])
+
+
+def _fast_gelu(e: Emitter) -> None:
+    """0.5 y (1 + tanh(sqrt(2 / pi) (y + 0.044715 y^3))), y = X (+ bias)."""
+    x, bias = e.node.input[0], _input(e.node, 1)
+    y = e.op("Add", [x, bias]) if bias else x
+    out = e.node.output[0]
+    if e.g.opset >= 20:
+        e.op("Gelu", [y], out, approximate="tanh")
+        return
+    cube = e.op("Mul", [e.op("Mul", [y, y]), y])
+    inner = e.op("Add", [y, e.op("Mul", [cube, _scalar(e, 0.044715)])])
+    t = e.op("Tanh", [e.op("Mul", [inner, _scalar(e, np.sqrt(2 / np.pi))])])
+    half = e.op("Mul", [y, _scalar(e, 0.5)])
+    e.op("Mul", [half, e.op("Add", [t, _scalar(e, 1.0)])], out)
+
+
+def _quick_gelu(e: Emitter) -> None:
+    """x sigmoid(alpha x)."""
+    x = e.node.input[0]
+    alpha = _attrs(e.node).get("alpha", 1.702)
+    e.op("Mul", [x, e.op("Sigmoid", [e.op("Mul", [x, _scalar(e, alpha)])])],
+         e.node.output[0])
+
+
+def _activation(e: Emitter, x: str, name: str, params: list[float], out: str) -> None:
+    """The activation ONNX Runtime's FusedConv/FusedGemm apply to their result."""
+    if name == "Relu" or name in ("Tanh", "Sigmoid"):
+        e.op(name, [x], out)
+    elif name == "LeakyRelu":
+        e.op("LeakyRelu", [x], out, alpha=params[0] if params else 0.01)
+    elif name == "HardSigmoid":
+        alpha, beta = (params + [0.2, 0.5][len(params):])[:2]
+        e.op("HardSigmoid", [x], out, alpha=alpha, beta=beta)
+    elif name == "Clip" and len(params) == 2 and e.g.opset >= 11:
+        e.op("Clip", [x, _scalar(e, params[0]), _scalar(e, params[1])], out)
+    else:
+        raise _refuse(e.node, f"activation '{name}' with parameters {params} is not lowered "
+                      "(Relu, Tanh, Sigmoid, LeakyRelu, HardSigmoid, and Clip from opset 11 are)")
+
+
+# ---- fused linear ops ----------------------------------------------------------------
+
+def _fused_conv(e: Emitter) -> None:
+    """activation(Conv(X, W, B) + Z)."""
+    a = _attrs(e.node)
+    name = a.pop("activation", b"").decode()
+    params = list(a.pop("activation_params", []))
+    x, w, b, z = (_input(e.node, i) for i in range(4))
+    out = e.node.output[0]
+    conv = e.op("Conv", [x, w] + ([b] if b else []), **a)
+    if z:
+        conv = e.op("Add", [conv, z])
+    if name:
+        _activation(e, conv, name, params, out)
+    else:
+        e.op("Identity", [conv], out)
+
+
+def _fused_gemm(e: Emitter) -> None:
+    """activation(Gemm(A, B, C))."""
+    a = _attrs(e.node)
+    name = a.pop("activation", b"").decode()
+    params = [a.pop(k) for k in ("activation_alpha", "activation_beta", "activation_gamma")
+              if k in a]
+    _elem(e, e.node.input[0])
+    gemm = e.op("Gemm", [i for i in e.node.input if i], **a)
+    if name:
+        _activation(e, gemm, name, params, e.node.output[0])
+    else:
+        e.op("Identity", [gemm], e.node.output[0])
+
+
+def _fused_matmul(e: Emitter) -> None:
+    """alpha * op(A) @ op(B), op swapping the last two axes where trans*."""
+    a = _attrs(e.node)
+    if a.get("transBatchA", 0) or a.get("transBatchB", 0):
+        raise _refuse(e.node, "transBatchA/transBatchB are not lowered")
+    operands = []
+    for x, trans in zip(e.node.input[:2], (a.get("transA", 0), a.get("transB", 0))):
+        if trans:
+            r = e.g.rank(x)
+            if r is None:
+                raise NotYet("needs the ranks of its operands")
+            if r >= 2:  # (a vector is the same transposed)
+                x = e.op("Transpose", [x], perm=list(range(r - 2)) + [r - 1, r - 2])
+        operands.append(x)
+    alpha = a.get("alpha", 1.0)
+    if alpha == 1.0:
+        e.op("MatMul", operands, e.node.output[0])
+    else:
+        product = e.op("MatMul", operands)
+        e.op("Mul", [product, _scalar(e, alpha)], e.node.output[0])
+
+
+# ---- normalizations -------------------------------------------------------------------
+
+def _skip_sum(e: Emitter, bias: str, summed: str) -> str:
+    """input + skip (+ bias): the value normalized, also the op's last result."""
+    s = e.op("Add", e.node.input[:2])
+    if bias:
+        s = e.op("Add", [s, bias])
+    return e.op("Identity", [s], summed) if summed else s
+
+
+def _no_statistics(e: Emitter, mean: str, inv_std_var: str) -> None:
+    if mean or inv_std_var:
+        raise _refuse(e.node, "its mean and inv_std_var results (training only) are not lowered")
+
+
+def _skip_layer_normalization(e: Emitter) -> None:
+    """LayerNormalization over the last axis of input + skip (+ bias)."""
+    node = e.node
+    eps = _attrs(node).get("epsilon", 1e-12)
+    out, mean, inv_std_var, summed = _outputs(e, 4)
+    _no_statistics(e, mean, inv_std_var)
+    gamma, beta, bias = node.input[2], _input(node, 3), _input(node, 4)
+    s = _skip_sum(e, bias, summed)
+    if e.g.opset >= 17:
+        e.op("LayerNormalization", [s, gamma] + ([beta] if beta else []), out, axis=-1,
+             epsilon=eps)
+        return
+    centred = e.op("Sub", [s, e.reduce("ReduceMean", s, -1, 1)])
+    var = e.reduce("ReduceMean", e.op("Mul", [centred, centred]), -1, 1)
+    std = e.op("Sqrt", [e.op("Add", [var, _scalar(e, eps)])])
+    scaled = e.op("Mul", [e.op("Div", [centred, std]), gamma])
+    e.op("Add", [scaled, beta], out) if beta else e.op("Identity", [scaled], out)
+
+
+def _rms_normalization(e: Emitter, x: str, scale: str, axis: int, eps: float,
+                       narrow_in_float: bool, out: str) -> None:
+    """x / sqrt(mean(x^2 over axis..) + eps) * scale."""
+    elem = _elem(e, x)
+    if e.g.opset >= 23:
+        e.op("RMSNormalization", [x, scale], out, axis=axis, epsilon=eps,
+             stash_type=TensorProto.FLOAT if narrow_in_float and elem in _NARROW else elem)
+        return
+    r = e.g.rank(x)
+    if axis != -1 and r is None:
+        raise NotYet("needs the rank of its input")
+    axes = [-1] if axis == -1 else list(range(axis % r, r))
+    v = e.op("Cast", [x], to=TensorProto.FLOAT) if narrow_in_float and elem in _NARROW else x
+    square_mean = e.op("ReduceMean", [e.op("Mul", [v, v]), e.const(np.asarray(axes, np.int64))],
+                       keepdims=1) if e.g.opset >= 18 else \
+        e.op("ReduceMean", [e.op("Mul", [v, v])], axes=axes, keepdims=1)
+    std = e.op("Sqrt", [e.op("Add", [square_mean,
+                                      _scalar(e, eps, TensorProto.FLOAT if v != x else None)])])
+    normed = e.op("Div", [v, std])
+    if v is not x:
+        normed = e.op("Cast", [normed], to=elem)
+    e.op("Mul", [normed, scale], out)
+
+
+def _skip_simplified_layer_normalization(e: Emitter) -> None:
+    """RMS normalization over the last axis of input + skip (+ bias)."""
+    node = e.node
+    eps = _attrs(node).get("epsilon", 1e-12)
+    out, mean, inv_std_var, summed = _outputs(e, 4)
+    _no_statistics(e, mean, inv_std_var)
+    s = _skip_sum(e, _input(node, 3), summed)
+    _rms_normalization(e, s, node.input[2], -1, eps, True, out)
+
+
+def _simplified_layer_normalization(e: Emitter) -> None:
+    """RMS normalization over axes axis.. (ONNX Runtime's, of the default domain)."""
+    a = _attrs(e.node)
+    out, inv_std_var = _outputs(e, 2)
+    _no_statistics(e, "", inv_std_var)
+    _rms_normalization(e, e.node.input[0], e.node.input[1], a.get("axis", -1),
+                       a.get("epsilon", 1e-5), a.get("stash_type", 1) == TensorProto.FLOAT, out)
+
+
+# op -> (its rewrite, the default-domain form it takes)
+LOWERINGS: dict[str, tuple[Lowering, str]] = {
+    "Gelu": (_gelu, "Gelu (opset 20), else Erf, Mul, Add"),
+    "BiasGelu": (_bias_gelu, "Add, then as Gelu"),
+    "FastGelu": (_fast_gelu, "Add of the bias, Gelu approximate='tanh' (opset 20), else Tanh, "
+                 "Mul, Add"),
+    "QuickGelu": (_quick_gelu, "Mul, Sigmoid"),
+    "FusedMatMul": (_fused_matmul, "Transpose, MatMul, Mul by alpha"),
+    "FusedGemm": (_fused_gemm, "Gemm, then its activation"),
+    "FusedConv": (_fused_conv, "Conv, Add of Z, then its activation"),
+    "SkipLayerNormalization": (_skip_layer_normalization, "Add, LayerNormalization (opset 17), "
+                               "else ReduceMean, Sub, Mul, Sqrt, Div"),
+    "SkipSimplifiedLayerNormalization": (_skip_simplified_layer_normalization,
+                                         "Add, RMSNormalization (opset 23), else ReduceMean, "
+                                         "Mul, Sqrt, Div"),
+}
+# ONNX Runtime's contrib op of the default domain, which ONNX does not define
+DEFAULT_DOMAIN_LOWERINGS: dict[str, tuple[Lowering, str]] = {
+    "SimplifiedLayerNormalization": (_simplified_layer_normalization,
+                                     "RMSNormalization (opset 23), else ReduceMean, Mul, Sqrt, "
+                                     "Div"),
+}
+
+
+def _lowering(node: onnx.NodeProto) -> Lowering | None:
+    if node.domain == MS_DOMAIN and node.op_type in LOWERINGS:
+        return LOWERINGS[node.op_type][0]
+    if node.domain in ("", "ai.onnx") and node.op_type in DEFAULT_DOMAIN_LOWERINGS:
+        return DEFAULT_DOMAIN_LOWERINGS[node.op_type][0]
+    return None
+
+
+def lower(model: onnx.ModelProto, infer) -> onnx.ModelProto | None:
+    """A copy of `model` (inferred by `infer`) whose main-graph contrib
+    nodes are replaced by their default-domain form, or None when there
+    are none."""
+    other = next((n for n in model.graph.node
+                  if n.domain == MS_DOMAIN and n.op_type not in LOWERINGS), None)
+    if other is not None:
+        raise _refuse(other, f"op '{other.op_type}' of domain '{MS_DOMAIN}' is not supported "
+                      f"(of {MS_DOMAIN}, {', '.join(LOWERINGS)} are lowered to the default "
+                      "domain)")
+    first = next((n for n in model.graph.node if _lowering(n) is not None), None)
+    if first is None:
+        return None
+    if not default_opset(model):
+        raise _refuse(first, "its lowering emits default-domain ops, but the model imports no "
+                      "version of the default domain")
+    lowered = lower_nodes(model, _lowering, infer, _refuse)
+    drop_unused_domain(lowered, MS_DOMAIN)
+    return lowered

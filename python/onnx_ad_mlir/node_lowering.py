@@ -1,0 +1,169 @@
+"""Replaces nodes of other domains by default-domain nodes before import.
+
+The dialect holds only the default ONNX domain. Operators of other domains
+with an exact default-domain form (ml_ops: ai.onnx.ml; contrib_ops: ONNX
+Runtime's fused operators) are rewritten on the inferred ONNX model, each
+node of the main graph into the nodes that compute what ONNX Runtime's
+kernel computes, so that the derivative model runs on any runtime. ONNX
+infers no type past most such nodes: a node whose input is such a result
+waits for the next round's inference (`NotYet`).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .errors import UnsupportedOp
+
+
+class NotYet(Exception):
+    """An input's type or rank is not inferred yet."""
+
+
+class GraphFacts:
+    """The facts a rewrite reads (element types and ranks of values, small
+    constants) and fresh value names."""
+
+    def __init__(self, graph: onnx.GraphProto, opset: int):
+        self.opset = opset  # the default domain's
+        self.types: dict[str, onnx.TypeProto] = {
+            v.name: v.type for v in list(graph.input) + list(graph.value_info) +
+            list(graph.output)}
+        for t in graph.initializer:
+            self.types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
+        self.constants = {t.name: t for t in graph.initializer}
+        for n in graph.node:
+            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.attribute \
+                    and n.attribute[0].name == "value":
+                self.constants[n.output[0]] = n.attribute[0].t
+        self.producers = {o: n for n in graph.node for o in n.output if o}
+        self.names = set(self.types) | set(self.producers)
+        self.names |= {i for n in graph.node for i in n.input}
+
+    def elem_type(self, name: str) -> int:
+        t = self.types.get(name)
+        return t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else 0
+
+    def rank(self, name: str) -> int | None:
+        t = self.types.get(name)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        return len(t.tensor_type.shape.dim)
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.names:
+            i += 1
+            name = f"{base}_{i}"
+        self.names.add(name)
+        return name
+
+
+class Emitter:
+    """Default-domain nodes replacing one node, named after it."""
+
+    def __init__(self, g: GraphFacts, node: onnx.NodeProto):
+        self.g, self.node, self.nodes = g, node, []
+        self.prefix = node.name or (node.output[0] if node.output else node.op_type)
+
+    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
+        out = out or self.g.fresh(f"{self.prefix}/{op_type}")
+        self.nodes.append(helper.make_node(op_type, inputs, [out],
+                                           name=self.g.fresh(f"{self.prefix}/{op_type}"), **attrs))
+        return out
+
+    def ops(self, op_type: str, inputs: list[str], outputs: list[str], **attrs) -> list[str]:
+        """A node of several results (an empty name: a result not asked for)."""
+        self.nodes.append(helper.make_node(op_type, inputs, outputs,
+                                           name=self.g.fresh(f"{self.prefix}/{op_type}"), **attrs))
+        return outputs
+
+    def const(self, value: np.ndarray) -> str:
+        return self.op("Constant", [], value=numpy_helper.from_array(value))
+
+    def unsqueeze(self, x: str, axis: int, out: str | None = None) -> str:
+        """x with a new axis `axis` >= 0 (negative axes only from opset 11)."""
+        if self.g.opset >= 13:  # axes an operand from opset 13
+            return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64))], out)
+        return self.op("Unsqueeze", [x], out, axes=[axis])
+
+    def reduce(self, op_type: str, x: str, axis: int, keepdims: int) -> str:
+        if self.g.opset >= (13 if op_type == "ReduceSum" else 18):  # axes an operand
+            return self.op(op_type, [x, self.const(np.array([axis], np.int64))],
+                           keepdims=keepdims)
+        return self.op(op_type, [x], axes=[axis], keepdims=keepdims)
+
+
+Lowering = Callable[[Emitter], None]
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def lower_nodes(model: onnx.ModelProto, lowering: Callable[[onnx.NodeProto], Lowering | None],
+                infer: Callable[[onnx.ModelProto], onnx.ModelProto],
+                refuse: Callable[[onnx.NodeProto, str], UnsupportedOp]) -> onnx.ModelProto | None:
+    """A copy of `model` whose main-graph nodes with a `lowering` are
+    replaced by what it emits, inferred again (`infer`) after each round,
+    or None when there are none. A node that waits on types inference never
+    gives is refused (`refuse`)."""
+    lowered = None
+    while any(lowering(n) is not None for n in model.graph.node):
+        model = infer(_lower_ready(model, GraphFacts(model.graph, default_opset(model)),
+                                   lowering, refuse))
+        lowered = model
+    return lowered
+
+
+def _lower_ready(model: onnx.ModelProto, g: GraphFacts,
+                 lowering: Callable[[onnx.NodeProto], Lowering | None],
+                 refuse: Callable[[onnx.NodeProto, str], UnsupportedOp]) -> onnx.ModelProto:
+    """The model with the nodes whose inputs are typed lowered; when none
+    is, the first one's refusal."""
+    nodes, waiting, progressed = [], None, False
+    for node in model.graph.node:
+        rewrite = lowering(node)
+        if rewrite is None:
+            nodes.append(node)
+            continue
+        e = Emitter(g, node)
+        try:
+            rewrite(e)
+        except NotYet as reason:
+            waiting = waiting or (node, str(reason))
+            nodes.append(node)
+            continue
+        nodes.extend(e.nodes)
+        progressed = True
+    if not progressed:
+        node, reason = waiting
+        raise refuse(node, f"{reason}, which shape inference does not give")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
+    """Whether a node of the graph or of its subgraphs is of `domain`."""
+    for n in graph.node:
+        if n.domain == domain:
+            return True
+        for a in n.attribute:
+            if any(uses_domain(sub, domain) for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH
+                                                        else a.graphs)):
+                return True
+    return False
+
+
+def drop_unused_domain(model: onnx.ModelProto, domain: str) -> None:
+    """Removes the opset import of `domain` (in place) when no node uses it."""
+    if not uses_domain(model.graph, domain):
+        kept = [o for o in model.opset_import if o.domain != domain]
+        del model.opset_import[:]
+        model.opset_import.extend(kept)

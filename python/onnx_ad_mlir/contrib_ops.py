@@ -225,7 +225,7 @@ def _skip_layer_normalization(e: Emitter) -> None:
 def _rms_normalization(e: Emitter, x: str, scale: str, axis: int, eps: float,
                        narrow_in_float: bool, out: str) -> None:
     """x / sqrt(mean(x^2 over axis..) + eps) * scale."""
-    elem = _elem(e, x)
+    elem = _elem(e, e.node.input[0])  # (x may be a sum just emitted, not typed)
     if e.g.opset >= 23:
         e.op("RMSNormalization", [x, scale], out, axis=axis, epsilon=eps,
              stash_type=TensorProto.FLOAT if narrow_in_float and elem in _NARROW else elem)

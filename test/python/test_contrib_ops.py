@@ -94,13 +94,14 @@ def test_skip_layer_normalization(beta, bias, summed, opset):
 
 
 @pytest.mark.parametrize("opset", [17, 23])  # primitives; RMSNormalization
-@pytest.mark.parametrize("bias", [False, True])
-def test_skip_simplified_layer_normalization(bias, opset):
+@pytest.mark.parametrize("bias,summed", [(False, True), (True, True), (False, False)])
+def test_skip_simplified_layer_normalization(bias, summed, opset):
     ins = ["x", "skip", "gamma"] + (["bias"] if bias else [])
+    outs = ["y", "", "", "sum"] if summed else ["y"]
     shapes = {"x": [2, 3, 8], "skip": [2, 3, 8], "gamma": [8], "bias": [8]}
-    m = model([h.make_node("SkipSimplifiedLayerNormalization", ins, ["y", "", "", "sum"],
-                           domain=MS, epsilon=1e-5)],
-              [(i, shapes[i]) for i in ins], ["y", "sum"], opset)
+    m = model([h.make_node("SkipSimplifiedLayerNormalization", ins, outs, domain=MS,
+                           epsilon=1e-5)],
+              [(i, shapes[i]) for i in ins], [o for o in outs if o], opset)
     check(m, {i: x(*shapes[i]) for i in ins})
 
 

@@ -167,19 +167,26 @@ def _fused_gemm(e: Emitter) -> None:
 
 
 def _fused_matmul(e: Emitter) -> None:
-    """alpha * op(A) @ op(B), op swapping the last two axes where trans*."""
+    """alpha * op(A) @ op(B), op the Transpose ONNX Runtime fused away:
+    trans swaps the last two axes; transBatch moves the first axis to
+    second-to-last ([M, b.., K] -> [b.., M, K]; with trans, [K, b.., M])."""
     a = _attrs(e.node)
-    if a.get("transBatchA", 0) or a.get("transBatchB", 0):
-        raise _refuse(e.node, "transBatchA/transBatchB are not lowered")
     operands = []
-    for x, trans in zip(e.node.input[:2], (a.get("transA", 0), a.get("transB", 0))):
-        if trans:
-            r = e.g.rank(x)
-            if r is None:
-                raise NotYet("needs the ranks of its operands")
-            if r >= 2:  # (a vector is the same transposed)
-                x = e.op("Transpose", [x], perm=list(range(r - 2)) + [r - 1, r - 2])
-        operands.append(x)
+    for x, tag in zip(e.node.input[:2], "AB"):
+        trans, batch = a.get(f"trans{tag}", 0), a.get(f"transBatch{tag}", 0)
+        if not (trans or batch):
+            operands.append(x)
+            continue
+        r = e.g.rank(x)
+        if r is None:
+            raise NotYet("needs the ranks of its operands")
+        if batch and r < 3:
+            raise _refuse(e.node, f"transBatch{tag} needs an operand of rank 3 or more")
+        if batch:
+            perm = list(range(1, r - 1)) + ([r - 1, 0] if trans else [0, r - 1])
+        else:
+            perm = list(range(r - 2)) + [r - 1, r - 2] if r >= 2 else [0]
+        operands.append(e.op("Transpose", [x], perm=perm) if perm != list(range(r)) else x)
     alpha = a.get("alpha", 1.0)
     if alpha == 1.0:
         e.op("MatMul", operands, e.node.output[0])
@@ -272,7 +279,7 @@ LOWERINGS: dict[str, tuple[Lowering, str]] = {
     "FastGelu": (_fast_gelu, "Add of the bias, Gelu approximate='tanh' (opset 20), else Tanh, "
                  "Mul, Add"),
     "QuickGelu": (_quick_gelu, "Mul, Sigmoid"),
-    "FusedMatMul": (_fused_matmul, "Transpose, MatMul, Mul by alpha"),
+    "FusedMatMul": (_fused_matmul, "Transpose (trans, transBatch), MatMul, Mul by alpha"),
     "FusedGemm": (_fused_gemm, "Gemm, then its activation"),
     "FusedConv": (_fused_conv, "Conv, Add of Z, then its activation"),
     "SkipLayerNormalization": (_skip_layer_normalization, "Add, LayerNormalization (opset 17), "

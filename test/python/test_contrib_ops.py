@@ -115,11 +115,20 @@ def test_simplified_layer_normalization(axis, opset):
     check(m, {"x": x(2, 3, 4), "s": x(3, 4) if axis == 1 else x(4)})
 
 
-@pytest.mark.parametrize("trans_a,trans_b,alpha", [(0, 1, 0.5), (1, 0, 1.0), (1, 1, 2.0)])
-def test_fused_matmul(trans_a, trans_b, alpha):
-    a_shape, b_shape = ([2, 5, 3] if trans_a else [2, 3, 5]), ([4, 5] if trans_b else [5, 4])
-    m = model([h.make_node("FusedMatMul", ["a", "b"], ["p"], domain=MS, transA=trans_a,
-                           transB=trans_b, alpha=alpha), h.make_node("Tanh", ["p"], ["y"])],
+# (trans, transBatch) -> an operand whose effective matrix is [2, 3, 5] (A) or [2, 5, 4] (B)
+_OPERAND = {"A": {(0, 0): [2, 3, 5], (1, 0): [2, 5, 3], (0, 1): [3, 2, 5], (1, 1): [5, 2, 3]},
+            "B": {(0, 0): [2, 5, 4], (1, 0): [2, 4, 5], (0, 1): [5, 2, 4], (1, 1): [4, 2, 5]}}
+
+
+@pytest.mark.parametrize("flags_a,flags_b,alpha", [((0, 0), (1, 0), 0.5), ((1, 0), (0, 0), 1.0),
+                                                   ((1, 0), (1, 0), 2.0), ((0, 1), (0, 0), 1.0),
+                                                   ((1, 1), (0, 1), 0.7), ((0, 0), (1, 1), 1.0)])
+def test_fused_matmul(flags_a, flags_b, alpha):
+    """transBatch too (ONNX Runtime fuses an attention's head Transposes so)."""
+    a_shape, b_shape = _OPERAND["A"][flags_a], _OPERAND["B"][flags_b]
+    m = model([h.make_node("FusedMatMul", ["a", "b"], ["p"], domain=MS, transA=flags_a[0],
+                           transBatchA=flags_a[1], transB=flags_b[0], transBatchB=flags_b[1],
+                           alpha=alpha), h.make_node("Tanh", ["p"], ["y"])],
               [("a", a_shape), ("b", b_shape)], ["y"])
     check(m, {"a": x(*a_shape), "b": x(*b_shape)})
 
@@ -208,7 +217,7 @@ def test_defaults_are_onnx_runtimes():
      "node 'attn' \\(Attention, domain com.microsoft\\): op 'Attention' of domain "
      "'com.microsoft' is not supported \\(of com.microsoft, Gelu, .* are lowered"),
     (h.make_node("FusedMatMul", ["x", "w"], ["y"], domain=MS, transBatchA=1, name="fm"),
-     "node 'fm' \\(FusedMatMul, domain com.microsoft\\): transBatchA/transBatchB"),
+     "node 'fm' \\(FusedMatMul, domain com.microsoft\\): transBatchA needs an operand of rank 3"),
     (h.make_node("SkipLayerNormalization", ["x", "x", "w"], ["y", "mean"], domain=MS,
                  name="sln"), "node 'sln' .*mean and inv_std_var results \\(training only\\)"),
     (h.make_node("FusedGemm", ["x", "w"], ["y"], domain=MS, activation="Elu", name="fg"),

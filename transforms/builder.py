@@ -397,6 +397,11 @@ class Builder:
             part = d[start:end]
             if all(e is not None for e in part):
                 return self.ints(part)
+            # extents symdims proves (the linear program's one direction
+            # behind a Reshape typed '?', a Where-made expand target)
+            proved = [symdims.claimed(e) for e in symdims.dims(x)[start:end]]
+            if all(isinstance(e, (int, np.integer)) for e in proved):
+                return self.ints(proved)
         if start is not None and start >= 1:
             # A derivative's extents past the direction axis are its primal's:
             # read them there (the linear forward program need not stay alive).

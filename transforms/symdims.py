@@ -420,8 +420,11 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
             return None
         start, end = _attr(op, "start", 0), _attr(op, "end", None)
         return d[start:end]
-    if ot in ("Unsqueeze", "Squeeze", "Cast", "Identity", "CastLike"):
+    if ot in ("Unsqueeze", "Squeeze", "Cast", "Identity", "CastLike") or \
+            ot == "Reshape" and _rank(op.operands[0]) == 1 and _rank(v) == 1:
         return shape_value(op.operands[0], dims_of)  # 0-D and 1-D pieces alike
+    if ot == "Where":
+        return _where_value(op, dims_of)
     if ot == "Gather":
         src, idx = shape_value(op.operands[0], dims_of), _ints(op.operands[1])
         if src is None or idx is None or _attr(op, "axis", 0) != 0:
@@ -449,6 +452,41 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
              "Add": lambda x, y: x + y, "Sub": lambda x, y: x - y}[ot]
         return [f(x, y) for x, y in zip(a, b)]
     return None
+
+
+def _rank(v: ir.Value) -> int | None:
+    t = v.type
+    return t.rank if isinstance(t, ir.RankedTensorType) else None
+
+
+def _where_value(op, dims_of) -> list | None:
+    """Where(Equal(s, c), a, b) over shape vectors, decided entry by entry:
+    torch's expand targets, Where(Equal(s, -1), 1, s). An extent is never
+    negative, so a symbolic one never equals a negative constant."""
+    cond = op.operands[0].owner
+    cond = cond.operation if isinstance(cond, ir.OpView) else cond
+    if isinstance(cond, ir.Block) or \
+            _op_table.OPS.get(cond.name.removeprefix("onnx."), {}).get("op_type") != "Equal":
+        return None
+    s, c = shape_value(cond.operands[0], dims_of), _ints(cond.operands[1])
+    a, b = shape_value(op.operands[1], dims_of), shape_value(op.operands[2], dims_of)
+    if s is None or c is None or a is None or b is None:
+        return None
+    n = max(len(s), len(c), len(a), len(b))
+    if any(len(p) not in (1, n) for p in (s, c, a, b)):
+        return None
+    at = lambda p, i: p[0] if len(p) == 1 else p[i]  # noqa: E731 - broadcast of length 1
+    out = []
+    for i in range(n):
+        e, k = claimed(at(s, i)), at(c, i)
+        if isinstance(e, (int, np.integer)):
+            equal = e == k
+        elif k < 0:
+            equal = False
+        else:
+            return None
+        out.append(at(a, i) if equal else at(b, i))
+    return out
 
 
 def _shape_parts(v: ir.Value) -> list | None:
@@ -488,7 +526,11 @@ def _compute(v: ir.Value, op, ins, sig) -> list:
         if ld is not None and len(ld) == len(v.type.shape):
             if hit[2]:
                 return _fill(ld, v)
-            return _fill([v.type.shape[0] if v.type.shape[0] != DYN else fresh()] + ld[1:], v)
+            # axis 0 as the op gives it (a merged batch keeps its operand's)
+            own = _own(v, op, ins) if v.type.shape[0] == DYN else None
+            first = v.type.shape[0] if v.type.shape[0] != DYN else \
+                own[0] if own is not None and own[0] is not None else fresh()
+            return _fill([first] + ld[1:], v)
     if op is None:
         return _arg_dims(v)
     name = op.name
@@ -496,14 +538,39 @@ def _compute(v: ir.Value, op, ins, sig) -> list:
         return _fill(_scan_result_dims(op, ir.OpResult(v).result_number, len(v.type.shape)), v)
     if name == "onnx.Loop":
         return _fill(_loop_result_dims(op, ir.OpResult(v).result_number, len(v.type.shape)), v)
-    if not name.startswith("onnx."):
-        return _fill(None, v)
-    ot = _op_table.OPS.get(name[5:], {}).get("op_type")
+    return _fill(_own(v, op, ins), v)
+
+
+def _own(v: ir.Value, op, ins) -> list | None:
+    """v's extents by its onnx op's rule, None where unknown."""
+    if op is None or not op.name.startswith("onnx."):
+        return None
+    ot = _op_table.OPS.get(op.name[5:], {}).get("op_type")
     try:
-        out = _rule(ot, op, ir.OpResult(v).result_number, ins)
+        return _rule(ot, op, ir.OpResult(v).result_number, ins)
     except Exception:  # noqa: BLE001 - unknown: fresh symbols
-        out = None
-    return _fill(out, v)
+        return None
+
+
+def _einsum(op, ins) -> list | None:
+    """An explicit equation's output letters take their operands' extents
+    (equal for a letter wherever it appears); ellipses are not followed."""
+    eq = ir.StringAttr(op.attributes["equation"]).value.replace(" ", "")
+    if "->" not in eq or "." in eq:
+        return None
+    terms, out = eq.split("->")
+    parts = [_of(i) for i in ins]
+    terms = terms.split(",")
+    if len(terms) != len(parts) or any(p is None or len(p) != len(t)
+                                       for t, p in zip(terms, parts)):
+        return None
+    extents: dict = {}
+    for t, p in zip(terms, parts):
+        for letter, e in zip(t, p):
+            extents.setdefault(letter, []).append(e)
+    if any(letter not in extents for letter in out):
+        return None
+    return [_earliest(extents[letter]) for letter in out]
 
 
 def _rule(ot, op, idx, ins) -> list | None:
@@ -517,6 +584,8 @@ def _rule(ot, op, idx, ins) -> list | None:
         return a[:ax] + [1] * (len(a) - ax)
     if ot in BROADCAST:
         return broadcast(*[_of(i) for i in ins if not isinstance(i.type, ir.NoneType)])
+    if ot == "Einsum":
+        return _einsum(op, ins)
     if ot == "MatMul":
         a, b = _of(ins[0]), _of(ins[1])
         if a is None or b is None or len(a) < 2 or len(b) < 2:
@@ -602,7 +671,7 @@ def _rule(ot, op, idx, ins) -> list | None:
         # the other extents agree at run time: any part's symbol names them;
         # the earliest one (an argument's, usually) keeps chains comparable
         out = [_earliest([p[i] for p in parts]) for i in range(len(parts[0]))]
-        ext = [p[ax] for p in parts]
+        ext = [claimed(p[ax]) for p in parts]  # (a class token's proved 1 beside 4 patches)
         out[ax] = sum(ext) if all(isinstance(e, (int, np.integer)) for e in ext) else None
         return out
     if ot in ("RNN", "GRU", "LSTM"):
@@ -660,7 +729,14 @@ def _rule(ot, op, idx, ins) -> list | None:
             return None  # the batch axis may be resized
     if ot in BATCH_FIRST and idx == 0:
         a = _of(ins[0])
-        return None if a is None else [a[0]] + _tail(op, idx)
+        if a is None:
+            return None
+        out = [a[0]] + _tail(op, idx)
+        if ot in ("Conv", "MaxPool", "AveragePool", "LpPool"):
+            for i in range(2, len(out)):
+                if out[i] is None and _window_keeps(op, ins, i - 2, len(a) - 2):
+                    out[i] = a[i]  # ('same' windows: a 1x1 lateral Conv, a 3x3 padded by 1)
+        return out
     if ot == "Flatten":
         a = _of(ins[0])
         ax = _attr(op, "axis", 1)
@@ -678,6 +754,26 @@ def _rule(ot, op, idx, ins) -> list | None:
         out[ax] = None
         return out
     return None
+
+
+def _window_keeps(op, ins, i: int, n: int) -> bool:
+    """Whether a Conv/pool window leaves spatial axis i's extent as it is:
+    stride 1 and pads (explicit, or SAME) that add back what the window takes."""
+    if (_attr(op, "strides") or [1] * n)[i] != 1:
+        return False
+    kernel = _attr(op, "kernel_shape")
+    if kernel is None and len(ins) > 1:  # a Conv's from its weight
+        w = _static(ins[1].type)
+        kernel = None if w is None or None in w[2:] else w[2:]
+    if kernel is None or len(kernel) != n:
+        return False
+    auto = ir.StringAttr(op.attributes["auto_pad"]).value if "auto_pad" in op.attributes \
+        else "NOTSET"
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        return True
+    dil = (_attr(op, "dilations") or [1] * n)[i]
+    pads = [0] * (2 * n) if auto == "VALID" else (_attr(op, "pads") or [0] * (2 * n))
+    return pads[i] + pads[n + i] == dil * (kernel[i] - 1)
 
 
 def claimed(e):

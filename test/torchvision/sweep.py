@@ -10,6 +10,10 @@ the importer or the rules:
     python test/torchvision/sweep.py export OUT [model,...]
     # 2. in the project's environment:
     python test/torchvision/sweep.py check OUT
+    # 3. optionally, the same models as ONNX Runtime's graph optimizations
+    #    save them (fused contrib ops: FusedConv, Gelu, SkipLayerNormalization):
+    python test/torchvision/sweep.py optimize OUT OPT && \
+        python test/torchvision/sweep.py check OPT
 
 `export` writes OUT/<model>_{ts,ts_batch,dyn}.onnx (TorchScript exporter at
 opset 17, static and with a dynamic batch axis; dynamo exporter) with random
@@ -215,6 +219,25 @@ def check_one(path: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def optimize(out: str, opt: str) -> None:
+    """OPT/<model>.onnx: each model of OUT saved after ONNX Runtime's
+    extended graph optimizations, beside a copy of its .npz."""
+    import shutil
+
+    import onnxruntime as ort
+
+    os.makedirs(opt, exist_ok=True)
+    for f in sorted(os.listdir(out)):
+        if not f.endswith(".onnx"):
+            continue
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = os.path.join(opt, f)
+        ort.InferenceSession(os.path.join(out, f), options, providers=["CPUExecutionProvider"])
+        shutil.copy(os.path.join(out, f[:-5] + ".npz"), opt)
+        print(f"{f[:-5]}: optimized", flush=True)
+
+
 def check(out: str) -> int:
     print("| model | nodes | torch f32 | fwd nodes | fwd s | fwd err | rev nodes | rev s "
           "| rev err | hvp err |\n|---|---|---|---|---|---|---|---|---|---|")
@@ -239,5 +262,7 @@ if __name__ == "__main__":
         export(target, sys.argv[3].split(",") if len(sys.argv) > 3 else None)
     elif command == "row":
         print(check_one(target))
+    elif command == "optimize":
+        optimize(target, sys.argv[3])
     else:
         sys.exit(check(target))

@@ -8,6 +8,7 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from .. import symdims
 from ..builder import (Builder, attribute, broadcast_dims, defining_op, dims, element_type,
                        is_float, op_type, operand_or_none, producer, rank, tensor_type)
 from ..registry import jvp, transpose
@@ -257,6 +258,7 @@ def _conv_on_batch(b: Builder, kind: str, t: ir.Value, w: ir.Value, y: ir.Value,
     yd = dims(y)
     conv = b.op(kind, [merged, w, None], tensor_type(None if yd is None else [None] + yd[1:],
                                                       element_type(t)), **attrs)
+    symdims.alike(conv, y)  # (so transposes read its extents off y, a primal value)
     return b.reshape_k(conv, t, y, None if yd is None else [None] + yd)
 
 

@@ -63,6 +63,7 @@ def _on_merged_batch(b: Builder, op: ir.Operation, t: ir.Value,
                               operands=[merged] + others,
                               attributes=_verbatim(op),
                               loc=b.location).results[0]
+    symdims.alike(res, y)  # (so transposes read its extents off y, a primal value)
     return b.reshape_k(res, t, y, [None] + dims(y))
 
 
@@ -294,15 +295,23 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
         return None  # the Mul's transpose would reduce over run-time axes
     lowest = float(np.finfo(np_elem).min)
     xs = taps(b.reshape(x, [-1, 1] + sp, [m, 1] + sp), lowest, lift=n == 2)
-    hit = b.cast_like(_at_max(b, xs, b.reshape(y, [-1, 1] + od, [m, 1] + od)), x)
+    # With a run-time N*C, y and pos are reshaped to xs's, not -1: one
+    # symbolic extent for all of them (symdims), which the transposes then
+    # read off xs, a primal value, not off the linear program, which can
+    # die (googlenet with a dynamic batch: 1,576 -> 1,064 reverse nodes)
+    merged = [-1, 1] + od if m is not None else b.concat([b.shape(xs, 0, 1),
+                                                          b.ints([1] + od)], 0)
+    hit = b.cast_like(_at_max(b, xs, b.reshape(y, merged, [m, 1] + od)), x)
     count = b.reduce("ReduceSum", hit, [1], True)                           # [N*C, 1, *O]
     if pos is None:
         weight = b.div(hit, count)
     else:
-        weight = b.mul(hit, b.div(b.reshape(pos, [-1, 1] + od, [m, 1] + od), count))
+        weight = b.mul(hit, b.div(b.reshape(pos, merged, [m, 1] + od), count))
     ts = taps(b.reshape(t, [-1, 1] + sp, [None, 1] + sp), None)             # [k*N*C, K, *O]
-    tv = b.reshape(ts, b.concat([b.shape(t, 0, 1), b.ints([-1, kk] + od)], 0),
-                   [td[0], m, kk] + od)                                  # [k, N*C, K, *O]
+    k = b.shape(t, 0, 1)
+    tail = [b.ints([-1, kk] + od)] if m is not None else \
+        [b.shape(hit, 0, 1), b.ints([kk] + od)]  # (N*C as above)
+    tv = b.reshape(ts, b.concat([k] + tail, 0), [td[0], m, kk] + od)   # [k, N*C, K, *O]
     summed = b.reduce("ReduceSum", b.mul(tv, weight), [2], False)            # [k, N*C, *O]
     return b.reshape(summed, b.concat([b.shape(t, 0, 1), b.shape(y)], 0), [td[0]] + yd)
 
@@ -738,7 +747,7 @@ def _resized_axes(op: ir.Operation) -> list[int]:
         return [a for a, f in enumerate(scales) if f != 1.0]
     sx, sy = symdims.dims(x), symdims.dims(y)
     return [a for a in range(rank(x)) if sx is None or sy is None or sx[a] is None or
-            sx[a] != sy[a]]
+            symdims.claimed(sx[a]) != symdims.claimed(sy[a])]
 
 
 @jvp("Resize", "Upsample")
@@ -836,10 +845,27 @@ def _run_time_interpolation_matrix(b: Builder, op, x: ir.Value, a: int) -> ir.Va
         res = _resample(b, e, sv, result, attrs)
     else:  # sizes (scales computed at run time leave the batch unproved: refused)
         sz = list(layout)
-        sz[a] = b.slice(sizes, [0], [a], [a + 1], tensor_type([1], _i64()))
+        sz[a] = _shape_entry(b, sizes, a)
         empty = None if b.opset >= 13 else _empty_floats(b)
         res = b.op("Resize", [e, empty, empty, b.concat(sz, 0)], result, **attrs)
     return b.reshape(res, b.concat([n, b.shape(res, a, a + 1)], 0), [None, None])
+
+
+def _shape_entry(b: Builder, v: ir.Value, i: int) -> ir.Value:
+    """Entry i of a 1-D i64 vector, out of the Concat piece that holds it:
+    the JVP's sizes read k*N off the linear program, which a Slice of the
+    whole Concat would keep alive."""
+    concat = producer(v, "Concat")
+    if concat is not None:
+        first = 0
+        for piece in concat.operands:
+            d = dims(piece)
+            if d is None or len(d) != 1 or d[0] is None:
+                break
+            if i < first + d[0]:
+                return _shape_entry(b, piece, i - first)
+            first += d[0]
+    return b.slice(v, [0], [i], [i + 1], tensor_type([1], _i64()))
 
 
 def _permute(b: Builder, v: ir.Value, perm: list[int]) -> ir.Value:

@@ -734,6 +734,20 @@ class Builder:
         allow = {"allowzero": 1} if self.opset >= 14 and zero else {}
         return self.op("Reshape", [x, shape], tensor_type(out, element_type(x)), **allow)
 
+    def merge_directions(self, t: ir.Value) -> ir.Value:
+        """A derivative t [k, N, ...] as [k*N, ...], for an op that runs the
+        directions as a batch. With one direction (k static 1: the linear
+        program reverse mode transposes) and extents known at run time only,
+        the target is t's extents past k, which symdims reads off the
+        primal: the transposes' shape reads then keep no linear op alive."""
+        td = dims(t)
+        out = None if td is None else [None] + td[2:]
+        if td is not None and None in td[2:] and self.opset >= 14 and \
+                symdims.claimed(symdims.dims(t)[0]) == 1:
+            return self.op("Reshape", [t, self.shape(t, 1)], tensor_type(out, element_type(t)),
+                           allowzero=1)
+        return self.reshape(t, self.concat([self.ints([-1]), self.shape(t, 2)], 0), out)
+
     def reshape_k(self, x: ir.Value, k_of: ir.Value, like: ir.Value, out: Dims | None) -> ir.Value:
         """x reshaped to [k] + shape(like), k read from axis 0 of `k_of`. The
         target reads like's run-time extents (symdims follows them), so it

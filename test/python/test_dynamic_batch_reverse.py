@@ -118,3 +118,20 @@ def test_class_token_concat():
              h.make_node("Add", ["c", "pos"], ["y"])]
     check(nodes, (2, 4, 3), [weight("token", 1, 1, 3), weight("pos", 1, 5, 3)],
           counted=("Tanh",))
+
+
+def test_upsample_of_run_time_extents():
+    """A feature pyramid's nearest upsample by scales, spatial extents
+    known at run time only: the merged directions' Reshape took -1 for k*N,
+    and reshaping the cotangent back read k*N off the linear Resize."""
+    scales = h.make_node("Constant", [], ["sc"],
+                         value=nh.from_array(np.asarray([1, 1, 2, 2], np.float32)))
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]), scales,
+             h.make_node("Resize", ["c", "", "sc"], ["u"], mode="nearest"),
+             h.make_node("ReduceMean", ["u"], ["m"], keepdims=0),
+             h.make_node("Conv", ["x", "w2"], ["l"]), h.make_node("Tanh", ["l"], ["t"]),
+             h.make_node("Mul", ["t", "m"], ["y"])]
+    m = model(nodes, ["n", 2, "h", "w"], [weight("w", 3, 2, 3, 3), weight("w2", 3, 2, 1, 1)])
+    rev = reverse(m, layout="onnx")
+    assert not [n for n in rev.graph.node if n.op_type == "Unsqueeze" and n.input[0] == "x"]
+    check_derivatives(m, {"x": rng.standard_normal((1, 2, 4, 6)).astype(np.float32)})

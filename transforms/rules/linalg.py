@@ -252,9 +252,7 @@ def _scale_into_weight(b: Builder, op: ir.Operation, t: ir.Value) -> tuple[ir.Va
 def _conv_on_batch(b: Builder, kind: str, t: ir.Value, w: ir.Value, y: ir.Value,
                    attrs: dict) -> ir.Value:
     """kind(t, w) for a tangent t = [k, N, C, ...] of the data operand."""
-    td = dims(t)
-    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0),
-                       None if td is None else [None] + td[2:])
+    merged = b.merge_directions(t)
     yd = dims(y)
     conv = b.op(kind, [merged, w, None], tensor_type(None if yd is None else [None] + yd[1:],
                                                       element_type(t)), **attrs)

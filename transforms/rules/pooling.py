@@ -56,8 +56,8 @@ def _on_merged_batch(b: Builder, op: ir.Operation, t: ir.Value,
     `rest` makes for the merged operand) on its data operand's derivative
     t [k, N, ...], k merged into the batch: for ops linear in that operand
     whose windows or scales need no static extents."""
-    y, td = op.results[0], dims(t)
-    merged = b.reshape(t, b.concat([b.ints([-1]), b.shape(t, 2)], 0), [None] + td[2:])
+    y = op.results[0]
+    merged = b.merge_directions(t)
     others = list(op.operands[1:]) if rest is None else rest(merged)
     res = ir.Operation.create(op.name, results=[tensor_type([None] + dims(y)[1:], element_type(t))],
                               operands=[merged] + others,

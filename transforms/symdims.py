@@ -734,8 +734,8 @@ def _rule(ot, op, idx, ins) -> list | None:
         out = [a[0]] + _tail(op, idx)
         if ot in ("Conv", "MaxPool", "AveragePool", "LpPool"):
             for i in range(2, len(out)):
-                if out[i] is None and _window_keeps(op, ins, i - 2, len(a) - 2):
-                    out[i] = a[i]  # ('same' windows: a 1x1 lateral Conv, a 3x3 padded by 1)
+                if out[i] is None:
+                    out[i] = _window_extent(op, ins, i - 2, len(a) - 2, a[i])
         return out
     if ot == "Flatten":
         a = _of(ins[0])
@@ -756,24 +756,30 @@ def _rule(ot, op, idx, ins) -> list | None:
     return None
 
 
-def _window_keeps(op, ins, i: int, n: int) -> bool:
-    """Whether a Conv/pool window leaves spatial axis i's extent as it is:
-    stride 1 and pads (explicit, or SAME) that add back what the window takes."""
-    if (_attr(op, "strides") or [1] * n)[i] != 1:
-        return False
+def _window_extent(op, ins, i: int, n: int, e):
+    """The output extent on spatial axis i of a Conv/pool whose input there
+    is `e` (a symbol): `e` itself where the window keeps it (stride 1 and
+    pads, explicit or SAME, that add back what the window takes: a 1x1
+    lateral Conv, a 3x3 padded by 1), else a symbol made of `e` and the
+    window's numbers, the same for every window op with them (a pool and
+    the window sums of its derivative), None when they are unknown."""
+    stride = (_attr(op, "strides") or [1] * n)[i]
     kernel = _attr(op, "kernel_shape")
     if kernel is None and len(ins) > 1:  # a Conv's from its weight
         w = _static(ins[1].type)
         kernel = None if w is None or None in w[2:] else w[2:]
-    if kernel is None or len(kernel) != n:
-        return False
     auto = ir.StringAttr(op.attributes["auto_pad"]).value if "auto_pad" in op.attributes \
         else "NOTSET"
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        return True
+        return e if stride == 1 else ("same", claimed(e), stride)
+    if kernel is None or len(kernel) != n:
+        return None
     dil = (_attr(op, "dilations") or [1] * n)[i]
     pads = [0] * (2 * n) if auto == "VALID" else (_attr(op, "pads") or [0] * (2 * n))
-    return pads[i] + pads[n + i] == dil * (kernel[i] - 1)
+    total = pads[i] + pads[n + i]
+    if stride == 1 and total == dil * (kernel[i] - 1):
+        return e
+    return ("win", claimed(e), kernel[i], stride, dil, total, _attr(op, "ceil_mode", 0))
 
 
 def claimed(e):

@@ -135,3 +135,18 @@ def test_upsample_of_run_time_extents():
     rev = reverse(m, layout="onnx")
     assert not [n for n in rev.graph.node if n.op_type == "Unsqueeze" and n.input[0] == "x"]
     check_derivatives(m, {"x": rng.standard_normal((1, 2, 4, 6)).astype(np.float32)})
+
+
+def test_windows_of_run_time_extents_agree():
+    """A pool's window over run-time extents gives the same extents as the
+    window sums of its derivative (one symbol made of the input's and the
+    window's numbers): multiplying the derivative by the pool's divisor map
+    needs no run-time unbroadcasting. (One remains, and the stand-in with
+    it: the window sum runs on [k*N*C, 1, H, W], an extent no primal value
+    has.)"""
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("AveragePool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    m = model(nodes, ["n", 3, "h", "w"], [weight("w", 4, 3, 3, 3)])
+    ops = Counter(n.op_type for n in reverse(m, layout="onnx").graph.node)
+    assert ops["NonZero"] == 1 and ops["Conv"] == 3, ops  # (were 2 and 4)
+    check_derivatives(m, {"x": rng.standard_normal((2, 3, 4, 6)).astype(np.float32)})

@@ -295,12 +295,13 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
         return None  # the Mul's transpose would reduce over run-time axes
     lowest = float(np.finfo(np_elem).min)
     xs = taps(b.reshape(x, [-1, 1] + sp, [m, 1] + sp), lowest, lift=n == 2)
-    # With a run-time N*C, y and pos are reshaped to xs's, not -1: one
-    # symbolic extent for all of them (symdims), which the transposes then
-    # read off xs, a primal value, not off the linear program, which can
-    # die (googlenet with a dynamic batch: 1,576 -> 1,064 reverse nodes)
-    merged = [-1, 1] + od if m is not None else b.concat([b.shape(xs, 0, 1),
-                                                          b.ints([1] + od)], 0)
+    # With a run-time N*C in the linear program of reverse mode (one
+    # direction), y and pos are reshaped to xs's, not -1: one symbolic
+    # extent for all of them (symdims), which the transposes then read off
+    # xs, a primal value, not off the linear program, which can die
+    # (googlenet with a dynamic batch: 1,576 -> 1,064 reverse nodes)
+    by_xs = m is None and symdims.claimed(symdims.dims(t)[0]) == 1
+    merged = b.concat([b.shape(xs, 0, 1), b.ints([1] + od)], 0) if by_xs else [-1, 1] + od
     hit = b.cast_like(_at_max(b, xs, b.reshape(y, merged, [m, 1] + od)), x)
     count = b.reduce("ReduceSum", hit, [1], True)                           # [N*C, 1, *O]
     if pos is None:
@@ -309,8 +310,7 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
         weight = b.mul(hit, b.div(b.reshape(pos, merged, [m, 1] + od), count))
     ts = taps(b.reshape(t, [-1, 1] + sp, [None, 1] + sp), None)             # [k*N*C, K, *O]
     k = b.shape(t, 0, 1)
-    tail = [b.ints([-1, kk] + od)] if m is not None else \
-        [b.shape(hit, 0, 1), b.ints([kk] + od)]  # (N*C as above)
+    tail = [b.shape(hit, 0, 1), b.ints([kk] + od)] if by_xs else [b.ints([-1, kk] + od)]
     tv = b.reshape(ts, b.concat([k] + tail, 0), [td[0], m, kk] + od)   # [k, N*C, K, *O]
     summed = b.reduce("ReduceSum", b.mul(tv, weight), [2], False)            # [k, N*C, *O]
     return b.reshape(summed, b.concat([b.shape(t, 0, 1), b.shape(y)], 0), [td[0]] + yd)

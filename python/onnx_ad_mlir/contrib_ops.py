@@ -15,6 +15,8 @@ ones) are refused naming the node.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -120,7 +122,7 @@ def _quick_gelu(e: Emitter) -> None:
 
 def _activation(e: Emitter, x: str, name: str, params: list[float], out: str) -> None:
     """The activation ONNX Runtime's FusedConv/FusedGemm apply to their result."""
-    if name == "Relu" or name in ("Tanh", "Sigmoid"):
+    if name in ("Relu", "Tanh", "Sigmoid"):
         e.op(name, [x], out)
     elif name == "LeakyRelu":
         e.op("LeakyRelu", [x], out, alpha=params[0] if params else 0.01)
@@ -156,9 +158,14 @@ def _fused_gemm(e: Emitter) -> None:
     """activation(Gemm(A, B, C))."""
     a = _attrs(e.node)
     name = a.pop("activation", b"").decode()
-    params = [a.pop(k) for k in ("activation_alpha", "activation_beta", "activation_gamma")
-              if k in a]
-    _elem(e, e.node.input[0])
+    params = []  # alpha, beta, gamma: the leading ones given
+    for k in ("activation_alpha", "activation_beta", "activation_gamma"):
+        if k not in a:
+            break
+        params.append(a.pop(k))
+    for k in ("activation_alpha", "activation_beta", "activation_gamma"):
+        a.pop(k, None)
+    _elem(e, e.node.input[0])  # (FusedGemm also takes integers: refused, as its derivative)
     gemm = e.op("Gemm", [i for i in e.node.input if i], **a)
     if name:
         _activation(e, gemm, name, params, e.node.output[0])
@@ -197,12 +204,30 @@ def _fused_matmul(e: Emitter) -> None:
 
 # ---- normalizations -------------------------------------------------------------------
 
-def _skip_sum(e: Emitter, bias: str, summed: str) -> str:
-    """input + skip (+ bias): the value normalized, also the op's last result."""
-    s = e.op("Add", e.node.input[:2])
+def _widened(e: Emitter, v: str, wide: bool) -> str:
+    return e.op("Cast", [v], to=TensorProto.FLOAT) if wide else v
+
+
+def _skip_sum(e: Emitter, bias: str, summed: str, wide: bool) -> str:
+    """input + skip (+ bias), in float32 for narrow types as ONNX Runtime
+    sums them: the value normalized, also the op's last result."""
+    s = e.op("Add", [_widened(e, v, wide) for v in e.node.input[:2]])
     if bias:
-        s = e.op("Add", [s, bias])
-    return e.op("Identity", [s], summed) if summed else s
+        s = e.op("Add", [s, _widened(e, bias, wide)])
+    if summed:
+        if wide:
+            e.op("Cast", [s], summed, to=_elem(e, e.node.input[0]))
+        else:
+            e.op("Identity", [s], summed)
+    return s
+
+
+def _narrowed(e: Emitter, v: str, wide: bool, out: str) -> None:
+    """The op's result `out`: v, cast back to the node's type when widened."""
+    if wide:
+        e.op("Cast", [v], out, to=_elem(e, e.node.input[0]))
+    else:
+        e.op("Identity", [v], out)
 
 
 def _no_statistics(e: Emitter, mean: str, inv_std_var: str) -> None:
@@ -211,65 +236,73 @@ def _no_statistics(e: Emitter, mean: str, inv_std_var: str) -> None:
 
 
 def _skip_layer_normalization(e: Emitter) -> None:
-    """LayerNormalization over the last axis of input + skip (+ bias)."""
+    """LayerNormalization over the last axis of input + skip (+ bias), in
+    float32 for narrow types (as ONNX Runtime's kernel)."""
     node = e.node
     eps = _attrs(node).get("epsilon", 1e-12)
     out, mean, inv_std_var, summed = _outputs(e, 4)
     _no_statistics(e, mean, inv_std_var)
+    wide = _elem(e, node.input[0]) in _NARROW
     gamma, beta, bias = node.input[2], _input(node, 3), _input(node, 4)
-    s = _skip_sum(e, bias, summed)
+    s = _skip_sum(e, bias, summed, wide)
+    gamma, beta = _widened(e, gamma, wide), beta and _widened(e, beta, wide)
     if e.g.opset >= 17:
-        e.op("LayerNormalization", [s, gamma] + ([beta] if beta else []), out, axis=-1,
-             epsilon=eps)
-        return
-    centred = e.op("Sub", [s, e.reduce("ReduceMean", s, -1, 1)])
-    var = e.reduce("ReduceMean", e.op("Mul", [centred, centred]), -1, 1)
-    std = e.op("Sqrt", [e.op("Add", [var, _scalar(e, eps)])])
-    scaled = e.op("Mul", [e.op("Div", [centred, std]), gamma])
-    e.op("Add", [scaled, beta], out) if beta else e.op("Identity", [scaled], out)
+        normed = e.op("LayerNormalization", [s, gamma] + ([beta] if beta else []), axis=-1,
+                      epsilon=eps)
+    else:
+        centred = e.op("Sub", [s, e.reduce("ReduceMean", s, -1, 1)])
+        var = e.reduce("ReduceMean", e.op("Mul", [centred, centred]), -1, 1)
+        std = e.op("Sqrt", [e.op("Add", [var, _scalar(e, eps, TensorProto.FLOAT if wide
+                                                      else None)])])
+        normed = e.op("Mul", [e.op("Div", [centred, std]), gamma])
+        if beta:
+            normed = e.op("Add", [normed, beta])
+    _narrowed(e, normed, wide, out)
 
 
 def _rms_normalization(e: Emitter, x: str, scale: str, axis: int, eps: float,
-                       narrow_in_float: bool, out: str) -> None:
-    """x / sqrt(mean(x^2 over axis..) + eps) * scale."""
-    elem = _elem(e, e.node.input[0])  # (x may be a sum just emitted, not typed)
+                       wide: bool) -> str:
+    """x / sqrt(mean(x^2 over axis..) + eps) * scale, x (and scale) already
+    float32 when `wide`."""
+    elem = TensorProto.FLOAT if wide else _elem(e, e.node.input[0])
     if e.g.opset >= 23:
-        e.op("RMSNormalization", [x, scale], out, axis=axis, epsilon=eps,
-             stash_type=TensorProto.FLOAT if narrow_in_float and elem in _NARROW else elem)
-        return
-    r = e.g.rank(x)
+        return e.op("RMSNormalization", [x, scale], axis=axis, epsilon=eps, stash_type=elem)
+    r = e.g.rank(e.node.input[0])
     if axis != -1 and r is None:
         raise NotYet("needs the rank of its input")
     axes = [-1] if axis == -1 else list(range(axis % r, r))
-    v = e.op("Cast", [x], to=TensorProto.FLOAT) if narrow_in_float and elem in _NARROW else x
-    square_mean = e.op("ReduceMean", [e.op("Mul", [v, v]), e.const(np.asarray(axes, np.int64))],
+    square = e.op("Mul", [x, x])
+    square_mean = e.op("ReduceMean", [square, e.const(np.asarray(axes, np.int64))],
                        keepdims=1) if e.g.opset >= 18 else \
-        e.op("ReduceMean", [e.op("Mul", [v, v])], axes=axes, keepdims=1)
-    std = e.op("Sqrt", [e.op("Add", [square_mean,
-                                      _scalar(e, eps, TensorProto.FLOAT if v != x else None)])])
-    normed = e.op("Div", [v, std])
-    if v is not x:
-        normed = e.op("Cast", [normed], to=elem)
-    e.op("Mul", [normed, scale], out)
+        e.op("ReduceMean", [square], axes=axes, keepdims=1)
+    std = e.op("Sqrt", [e.op("Add", [square_mean, _scalar(e, eps, elem)])])
+    return e.op("Mul", [e.op("Div", [x, std]), scale])
 
 
 def _skip_simplified_layer_normalization(e: Emitter) -> None:
-    """RMS normalization over the last axis of input + skip (+ bias)."""
+    """RMS normalization over the last axis of input + skip (+ bias), in
+    float32 for narrow types."""
     node = e.node
     eps = _attrs(node).get("epsilon", 1e-12)
     out, mean, inv_std_var, summed = _outputs(e, 4)
     _no_statistics(e, mean, inv_std_var)
-    s = _skip_sum(e, _input(node, 3), summed)
-    _rms_normalization(e, s, node.input[2], -1, eps, True, out)
+    wide = _elem(e, node.input[0]) in _NARROW
+    s = _skip_sum(e, _input(node, 3), summed, wide)
+    normed = _rms_normalization(e, s, _widened(e, node.input[2], wide), -1, eps, wide)
+    _narrowed(e, normed, wide, out)
 
 
 def _simplified_layer_normalization(e: Emitter) -> None:
-    """RMS normalization over axes axis.. (ONNX Runtime's, of the default domain)."""
+    """RMS normalization over axes axis.. (ONNX Runtime's, of the default
+    domain), in float32 for narrow types unless stash_type says otherwise."""
     a = _attrs(e.node)
     out, inv_std_var = _outputs(e, 2)
     _no_statistics(e, "", inv_std_var)
-    _rms_normalization(e, e.node.input[0], e.node.input[1], a.get("axis", -1),
-                       a.get("epsilon", 1e-5), a.get("stash_type", 1) == TensorProto.FLOAT, out)
+    x, scale = e.node.input[:2]
+    wide = _elem(e, x) in _NARROW and a.get("stash_type", 1) == TensorProto.FLOAT
+    normed = _rms_normalization(e, _widened(e, x, wide), _widened(e, scale, wide),
+                                a.get("axis", -1), a.get("epsilon", 1e-5), wide)
+    _narrowed(e, normed, wide, out)
 
 
 # op -> (its rewrite, the default-domain form it takes)
@@ -304,7 +337,8 @@ def _lowering(node: onnx.NodeProto) -> Lowering | None:
     return None
 
 
-def lower(model: onnx.ModelProto, infer) -> onnx.ModelProto | None:
+def lower(model: onnx.ModelProto,
+          infer: Callable[[onnx.ModelProto], onnx.ModelProto]) -> onnx.ModelProto | None:
     """A copy of `model` (inferred by `infer`) whose main-graph contrib
     nodes are replaced by their default-domain form, or None when there
     are none."""

@@ -567,7 +567,7 @@ def _columns(g: GraphFacts, x: str, rank: int) -> int | None:
 
 
 # op -> (its rewrite, the default-domain form it takes: docs/COVERAGE.md)
-LOWERINGS: dict[str, tuple[Callable[[Emitter], None], str]] = {
+LOWERINGS: dict[str, tuple[Lowering, str]] = {
     "Scaler": (_scaler, "Sub, Mul (float32 result)"),
     "LinearRegressor": (_linear_regressor, "MatMul, Add; post_transform NONE"),
     "ArrayFeatureExtractor": (_array_feature_extractor, "Gather on the last axis"),

@@ -637,3 +637,13 @@ def test_affine_grid_into_grid_sample():
              0.05 * rng.standard_normal((2, 2, 3)), "img": rng.standard_normal((2, 1, 6, 7))}
     check_derivatives(m, feeds)
     check_hessian(m, feeds, output="z")
+
+
+def test_affine_grid_of_unknown_spatial_rank_refused():
+    """theta [N, ?, ?]: no rank for its grid's spatial axes, refused naming
+    the node (not a crash in the transpose)."""
+    m = model([h.make_node("AffineGrid", ["theta", "size"], ["y"], name="grid")],
+              [("theta", TP.DOUBLE, ["n", "s", "t"]), ("size", I, [4])],
+              [("y", TP.DOUBLE, None)], opset=20)
+    with pytest.raises(UnsupportedOp, match="grid.*spatial rank"):
+        reverse(m)

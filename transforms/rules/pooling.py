@@ -918,9 +918,10 @@ def _affine_grid(b: Builder, op, tangents):
     t = tangents[0]
     if t is None:
         return [None]
-    sd = dims(size)
-    if sd is None or sd[0] is None:
-        raise UnsupportedOp("AffineGrid needs the length of its size operand")
+    sd, thd = dims(size), dims(theta)
+    if sd is None or sd[0] is None or thd is None or thd[1] is None:
+        raise UnsupportedOp("AffineGrid needs the length of its size operand and theta's "
+                            "spatial rank")
     n = sd[0]
     return [_on_merged_batch(b, op, t, lambda merged: [b.concat(
         [b.shape(merged, 0, 1), b.slice(size, [0], [1], [n], tensor_type([n - 1], _i64()))], 0)])]

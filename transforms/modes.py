@@ -26,7 +26,7 @@ from onnx_ad_mlir.errors import UnsupportedOp
 
 from . import signature as sig
 from . import symdims
-from .builder import Builder, dims, is_float, nested_ops
+from .builder import Builder, dims, is_float, nested_ops, rank
 from .checkpoint import segment_loops
 from .legalize import bool_where, expand_zero_extents, scan_axes_zero
 from .merge_scans import merge_scans
@@ -228,6 +228,10 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
     with ip:
         seeded = []
         for y, seed in seeds:
+            # a seed is [k] + shape(y) (an output's, whatever names its
+            # declaration gives those extents: ONNX inference's unk__2)
+            if rank(y) is not None and rank(seed) == rank(y) + 1:
+                symdims.register(seed, y)
             t = state.get(y)
             if t is not None:
                 cotangents[t].append(seed)

@@ -153,3 +153,17 @@ def test_windows_of_run_time_extents_agree():
     assert ops["NonZero"] == 0 and ops["Conv"] == 2, ops  # (the primal's, the divisor map's)
     assert not [n for n in rev.graph.node if n.op_type == "Unsqueeze" and n.input[0] == "x"]
     check_derivatives(m, {"x": rng.standard_normal((2, 3, 4, 6)).astype(np.float32)})
+
+
+def test_max_pool_over_run_time_image_extents():
+    """A ResNet stem (3x3 stride-2 MaxPool, padded) over run-time image
+    extents: the tangent gathered at the argmax from a flat view whose
+    extent was read off the linear program; it is now read off x."""
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["r"]),
+             h.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1])]
+    m = model(nodes, ["n", 3, "h", "w"], [weight("w", 4, 3, 3, 3)])
+    rev = reverse(m, layout="onnx")
+    assert not [n for n in rev.graph.node if n.op_type == "Unsqueeze" and n.input[0] == "x"]
+    check_derivatives(m, {"x": rng.standard_normal((2, 3, 5, 6)).astype(np.float32)})

@@ -149,7 +149,15 @@ def _max_pool(b: Builder, op, tangents):
         made = b.create("MaxPool", [x], [y.type, tensor_type(dims(y), _i64())],
                         **_verbatim(op, ("storage_order",)))
         idx = made[1]
-    flat = b.reshape(tangents[0], [0, -1], [None, None])
+    t = tangents[0]
+    if None in dims(x) and symdims.claimed(symdims.dims(t)[0]) == 1:
+        # reverse mode's linear program, run-time extents: the flat extent
+        # read off x flattened (a primal value), so the transpose's shape
+        # read keeps no linear op alive
+        x_flat = b.reshape(x, [-1], [None])
+        flat = b.reshape(t, b.concat([b.shape(t, 0, 1), b.shape(x_flat)], 0), [None, None])
+    else:
+        flat = b.reshape(t, [0, -1], [None, None])
     return [b.op("Gather", [flat, idx], b.derivative_type(y), axis=1)] + [None] * (len(op.results) - 1)
 
 

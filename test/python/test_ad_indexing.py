@@ -155,6 +155,12 @@ def test_tile_of_run_time_repeats(x_shape, reps):
     f = {"x": rng.standard_normal((2, 3, 2)), "r": np.asarray(reps, np.int64)}
     check_derivatives(m, f, inputs=["x"])
     check_hessian(m, f, output="z", inputs=["x"])
+    # the tangent's Tile has exactly [k] + the primal's extents: no run-time
+    # unbroadcasting, and no part of the linear program kept for a shape read
+    from onnx_ad_mlir.api import reverse
+    rev = reverse(m, inputs=["x"], outputs=["y"], layout="onnx")
+    assert not [n for n in rev.graph.node if n.op_type == "NonZero" or
+                n.op_type == "Unsqueeze" and n.input[0] == "x"]
 
 
 @pytest.mark.parametrize("opset", [13, 18])

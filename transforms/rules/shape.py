@@ -1000,7 +1000,11 @@ def _tile(b: Builder, op, tangents):
         raise UnsupportedOp(f"repeats {c} do not fit an input of rank {rank(x)} (one count "
                             ">= 0 per axis)")
     rv = b.ints([1] + c) if c is not None else b.concat([b.ints([1]), reps], 0)
-    return [b.op("Tile", [tangents[0], rv], b.derivative_type(op.results[0])), None]
+    tiled = b.op("Tile", [tangents[0], rv], b.derivative_type(op.results[0]))
+    # exactly [k] + shape(y), which symdims cannot tell for run-time repeats:
+    # said here, no Expand fits it and no transpose reads its shape at run time
+    symdims.register(tiled, op.results[0])
+    return [tiled, None]
 
 
 @transpose("Tile")

@@ -1116,6 +1116,7 @@ def _pad(b: Builder, op, tangents):
             if out_t is None:
                 out_t = b.pad(t, [0] + pads[:r] + [0] + pads[r:], b.derivative_type(y)) \
                     if b.opset < 11 else b.op("Pad", [t, pv], b.derivative_type(y))
+                symdims.register(out_t, y)  # (exactly [k] + shape(y), as Tile's)
         else:
             d = dims(x)
             if pads is None or d is None:
@@ -1124,8 +1125,10 @@ def _pad(b: Builder, op, tangents):
             if b.opset >= 11 and any(d[a] is None and (pads[a] or pads[r + a]) for a in range(r)):
                 # no source indices without the extents: the op itself (linear),
                 # which reverse mode refuses (_t_pad)
-                return [b.op("Pad", [t, b.ints([0] + pads[:r] + [0] + pads[r:])],
-                             b.derivative_type(y), mode=mode)] + _tail(op, 1)
+                padded = b.op("Pad", [t, b.ints([0] + pads[:r] + [0] + pads[r:])],
+                              b.derivative_type(y), mode=mode)
+                symdims.register(padded, y)
+                return [padded] + _tail(op, 1)
             for a in range(r):
                 if pads[a] == 0 and pads[r + a] == 0:
                     continue

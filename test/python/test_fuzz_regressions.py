@@ -347,3 +347,38 @@ module attributes {onnx.ir_version = 10 : i64, onnx.opset_import = [["", 19]], o
   }
 }
 """
+
+
+def test_expand_shared_by_two_cotangents():
+    """Second order crashed ("the operation has been invalidated", fuzz seed
+    141 case 181): an unused Expand dropped from one cotangent's sum was
+    erased while it was still a contribution to another. A y - y of a sum
+    through an If and LogSoftmax; its reverse model against finite
+    differences in both modes."""
+    import numpy as np
+    from onnx import TensorProto as TP
+    from onnx import helper as h
+
+    from adcheck import check_derivatives
+    from onnx_ad_mlir.api import reverse
+    D = TP.DOUBLE
+    then_g = h.make_graph([h.make_node("Add", ["x1", "x1"], ["add8"])], "then", [],
+                          [h.make_tensor_value_info("add8", D, [1, 2])])
+    else_g = h.make_graph([h.make_node("Softmax", ["x1"], ["sm"], axis=-2)], "else", [],
+                          [h.make_tensor_value_info("sm", D, [1, 2])])
+    nodes = [h.make_node("ReduceSum", ["x1"], ["r2"], keepdims=0),
+             h.make_node("Constant", [], ["c4"], value=h.make_tensor("c4", D, [], [0.0])),
+             h.make_node("Greater", ["r2", "c4"], ["g"]),
+             h.make_node("If", ["g"], ["if14"], then_branch=then_g, else_branch=else_g),
+             h.make_node("LogSoftmax", ["if14"], ["ls"], axis=0),
+             h.make_node("Add", ["ls", "x1"], ["a18"]),
+             h.make_node("Constant", [], ["ax"], value=h.make_tensor("ax", TP.INT64, [2], [0, 1])),
+             h.make_node("ReduceSum", ["a18", "ax"], ["r22"], keepdims=1),
+             h.make_node("Sub", ["r22", "r22"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x1", D, [1, 2])],
+                     [h.make_tensor_value_info("y", D, [1, 1])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    adj = reverse(m, layout="onnx")
+    for x in ([[0.3, 0.5]], [[-0.3, -0.5]]):  # both branches
+        # the reverse model differentiated in both modes, as the fuzzer does
+        check_derivatives(adj, {"x1": np.asarray(x), "adj_y": np.asarray([[[0.7]]])})

@@ -22,7 +22,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from .errors import UnsupportedOp
-from .node_lowering import Emitter, Lowering, NotYet, default_opset, drop_unused_domain, lower_nodes
+from .node_lowering import Emitter, Lowering, NotYet, lower_nodes
 
 MS_DOMAIN = "com.microsoft"
 _FLOATS = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64,
@@ -348,12 +348,4 @@ def lower(model: onnx.ModelProto,
         raise _refuse(other, f"op '{other.op_type}' of domain '{MS_DOMAIN}' is not supported "
                       f"(of {MS_DOMAIN}, {', '.join(LOWERINGS)} are lowered to the default "
                       "domain)")
-    first = next((n for n in model.graph.node if _lowering(n) is not None), None)
-    if first is None:
-        return None
-    if not default_opset(model):
-        raise _refuse(first, "its lowering emits default-domain ops, but the model imports no "
-                      "version of the default domain")
-    lowered = lower_nodes(model, _lowering, infer, _refuse)
-    drop_unused_domain(lowered, MS_DOMAIN)
-    return lowered
+    return lower_nodes(model, _lowering, infer, _refuse, MS_DOMAIN)

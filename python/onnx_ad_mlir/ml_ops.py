@@ -26,8 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .errors import UnsupportedOp
-from .node_lowering import (Emitter, GraphFacts, Lowering, NotYet, default_opset,
-                            drop_unused_domain, lower_nodes)
+from .node_lowering import Emitter, GraphFacts, Lowering, NotYet, lower_nodes
 
 ML_DOMAIN = "ai.onnx.ml"
 _FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE)
@@ -596,14 +595,7 @@ def lower(model: onnx.ModelProto,
                   if n.domain == ML_DOMAIN and n.op_type not in LOWERINGS), None)
     if other is not None:  # before the others wait on its untyped result
         raise unsupported(other)
-    first = next((n for n in model.graph.node if n.domain == ML_DOMAIN), None)
-    if first is not None and not default_opset(model):
-        raise _refuse(first, "its lowering emits default-domain ops, but the model imports no "
-                      "version of the default domain")
-    lowered = lower_nodes(model, _lowering, infer, _refuse)
-    if lowered is not None:
-        drop_unused_domain(lowered, ML_DOMAIN)
-    return lowered
+    return lower_nodes(model, _lowering, infer, _refuse, ML_DOMAIN)
 
 
 def _lowering(node: onnx.NodeProto) -> Lowering | None:

@@ -75,12 +75,6 @@ class Emitter:
                                            name=self.g.fresh(f"{self.prefix}/{op_type}"), **attrs))
         return out
 
-    def ops(self, op_type: str, inputs: list[str], outputs: list[str], **attrs) -> list[str]:
-        """A node of several results (an empty name: a result not asked for)."""
-        self.nodes.append(helper.make_node(op_type, inputs, outputs,
-                                           name=self.g.fresh(f"{self.prefix}/{op_type}"), **attrs))
-        return outputs
-
     def const(self, value: np.ndarray) -> str:
         return self.op("Constant", [], value=numpy_helper.from_array(value))
 
@@ -100,23 +94,31 @@ class Emitter:
 Lowering = Callable[[Emitter], None]
 
 
-def default_opset(model: onnx.ModelProto) -> int:
+def _default_opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def lower_nodes(model: onnx.ModelProto, lowering: Callable[[onnx.NodeProto], Lowering | None],
                 infer: Callable[[onnx.ModelProto], onnx.ModelProto],
-                refuse: Callable[[onnx.NodeProto, str], UnsupportedOp]) -> onnx.ModelProto | None:
+                refuse: Callable[[onnx.NodeProto, str], UnsupportedOp],
+                domain: str) -> onnx.ModelProto | None:
     """A copy of `model` whose main-graph nodes with a `lowering` are
     replaced by what it emits, inferred again (`infer`) after each round,
-    or None when there are none. A node that waits on types inference never
-    gives is refused (`refuse`)."""
-    lowered = None
+    without the opset import of `domain` when no node uses it any more; or
+    None when there are none. A node that waits on types inference never
+    gives is refused (`refuse`), as is one of a model that imports no
+    default domain for the lowering to emit."""
+    first = next((n for n in model.graph.node if lowering(n) is not None), None)
+    if first is None:
+        return None
+    opset = _default_opset(model)
+    if not opset:
+        raise refuse(first, "its lowering emits default-domain ops, but the model imports no "
+                     "version of the default domain")
     while any(lowering(n) is not None for n in model.graph.node):
-        model = infer(_lower_ready(model, GraphFacts(model.graph, default_opset(model)),
-                                   lowering, refuse))
-        lowered = model
-    return lowered
+        model = infer(_lower_ready(model, GraphFacts(model.graph, opset), lowering, refuse))
+    _drop_unused_domain(model, domain)
+    return model
 
 
 def _lower_ready(model: onnx.ModelProto, g: GraphFacts,
@@ -149,21 +151,21 @@ def _lower_ready(model: onnx.ModelProto, g: GraphFacts,
     return out
 
 
-def uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
+def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
     """Whether a node of the graph or of its subgraphs is of `domain`."""
     for n in graph.node:
         if n.domain == domain:
             return True
         for a in n.attribute:
-            if any(uses_domain(sub, domain) for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH
-                                                        else a.graphs)):
+            if any(_uses_domain(sub, domain) for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH
+                                                         else a.graphs)):
                 return True
     return False
 
 
-def drop_unused_domain(model: onnx.ModelProto, domain: str) -> None:
+def _drop_unused_domain(model: onnx.ModelProto, domain: str) -> None:
     """Removes the opset import of `domain` (in place) when no node uses it."""
-    if not uses_domain(model.graph, domain):
+    if not _uses_domain(model.graph, domain):
         kept = [o for o in model.opset_import if o.domain != domain]
         del model.opset_import[:]
         model.opset_import.extend(kept)

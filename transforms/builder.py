@@ -742,8 +742,7 @@ class Builder:
         primal: the transposes' shape reads then keep no linear op alive."""
         td = dims(t)
         out = None if td is None else [None] + td[2:]
-        if td is not None and None in td[2:] and self.opset >= 14 and \
-                symdims.claimed(symdims.dims(t)[0]) == 1:
+        if td is not None and None in td[2:] and self.opset >= 14 and symdims.one_direction(t):
             return self.op("Reshape", [t, self.shape(t, 1)], tensor_type(out, element_type(t)),
                            allowzero=1)
         return self.reshape(t, self.concat([self.ints([-1]), self.shape(t, 2)], 0), out)

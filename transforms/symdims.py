@@ -787,6 +787,15 @@ def claimed(e):
     return e[1] if isinstance(e, tuple) and e[0] == "=" else e
 
 
+def one_direction(t: ir.Value) -> bool:
+    """Whether derivative t's direction axis is proved to be 1: a value of
+    the linear program reverse mode transposes (its stand-ins carry one
+    direction), whose run-time shapes must be read off primal values for
+    it to be erased."""
+    d = dims(t)
+    return d is not None and claimed(d[0]) == 1
+
+
 def _earliest(syms: list):
     """One of several extents known to be equal: a static one, else the
     oldest symbol (parameters first)."""

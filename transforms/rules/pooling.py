@@ -149,8 +149,8 @@ def _max_pool(b: Builder, op, tangents):
         made = b.create("MaxPool", [x], [y.type, tensor_type(dims(y), _i64())],
                         **_verbatim(op, ("storage_order",)))
         idx = made[1]
-    t = tangents[0]
-    if None in dims(x) and symdims.claimed(symdims.dims(t)[0]) == 1:
+    t, xd = tangents[0], dims(x)
+    if xd is not None and None in xd and symdims.one_direction(t):
         # reverse mode's linear program, run-time extents: the flat extent
         # read off x flattened (a primal value), so the transpose's shape
         # read keeps no linear op alive
@@ -308,7 +308,7 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
     # extent for all of them (symdims), which the transposes then read off
     # xs, a primal value, not off the linear program, which can die
     # (googlenet with a dynamic batch: 1,576 -> 1,064 reverse nodes)
-    by_xs = m is None and symdims.claimed(symdims.dims(t)[0]) == 1
+    by_xs = m is None and symdims.one_direction(t)
     merged = b.concat([b.shape(xs, 0, 1), b.ints([1] + od)], 0) if by_xs else [-1, 1] + od
     hit = b.cast_like(_at_max(b, xs, b.reshape(y, merged, [m, 1] + od)), x)
     count = b.reduce("ReduceSum", hit, [1], True)                           # [N*C, 1, *O]

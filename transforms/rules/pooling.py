@@ -321,7 +321,7 @@ def _max_pool_conv_patches(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value
     tail = [b.shape(hit, 0, 1), b.ints([kk] + od)] if by_xs else [b.ints([-1, kk] + od)]
     tv = b.reshape(ts, b.concat([k] + tail, 0), [td[0], m, kk] + od)   # [k, N*C, K, *O]
     summed = b.reduce("ReduceSum", b.mul(tv, weight), [2], False)            # [k, N*C, *O]
-    return b.reshape(summed, b.concat([b.shape(t, 0, 1), b.shape(y)], 0), [td[0]] + yd)
+    return b.reshape(summed, b.concat([k, b.shape(y)], 0), [td[0]] + yd)
 
 
 def _through_relu(b: Builder, t: ir.Value, x: ir.Value, y: ir.Value
@@ -943,9 +943,9 @@ def _t_affine_grid(b: Builder, op, cts, linear):
     theta, size, ct = op.operands[0], op.operands[1], cts[0]
     s = dims(theta)[1]  # spatial rank: theta [N, s, s + 1], grid [N, *spatial, s]
     spatial = dims(ct)[1:-1]
-    n_points = b.ints([int(np.prod(spatial))]) if None not in spatial else \
-        b.reduce("ReduceProd", b.shape(ct, 1, s + 1), [0], True, out=[1])
     points = int(np.prod(spatial)) if None not in spatial else None
+    n_points = b.ints([points]) if points is not None else \
+        b.reduce("ReduceProd", b.shape(ct, 1, s + 1), [0], True, out=[1])
     elem = element_type(theta)
     dtype = np.float64 if isinstance(elem, ir.F64Type) else np.float32
     eye = b.constant(ir.DenseElementsAttr.get(np.eye(s, s + 1, dtype=dtype)[None]))

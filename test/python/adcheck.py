@@ -62,6 +62,13 @@ class NoReference(Exception):
     any entry."""
 
 
+def stand_ins(m: onnx.ModelProto, x: str = "x") -> list[onnx.NodeProto]:
+    """Unsqueezes of input x in a reverse model: the linear program's
+    stand-in for x, alive when a shape read keeps part of the forward
+    tangent computation (which reverse mode should have erased)."""
+    return [n for n in m.graph.node if n.op_type == "Unsqueeze" and n.input[0] == x]
+
+
 def assert_unique_node_names(m: onnx.ModelProto) -> None:
     """Non-empty node names are unique across the graph and its subgraphs."""
     names: list[str] = []

@@ -191,8 +191,8 @@ def test_defaults_are_onnx_runtimes():
     from onnxruntime.capi import onnxruntime_pybind11_state as C
     defaults = {}
     for s in C.get_all_operator_schema():
-        if s.domain in (MS, "") and s.name in contrib_ops.LOWERINGS or \
-                s.name in contrib_ops.DEFAULT_DOMAIN_LOWERINGS:
+        if s.domain == MS and s.name in contrib_ops.LOWERINGS or \
+                s.domain == "" and s.name in contrib_ops.DEFAULT_DOMAIN_LOWERINGS:
             for a in s.attributes.values():
                 d = onnx.AttributeProto()
                 d.ParseFromString(a._default_value)

@@ -1225,3 +1225,29 @@ def test_maps_of_tangent_stacks_run_on_whole_stacks():
     errors = check_derivatives(m, feeds, outputs=["hT", "Y"])
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-9
     check_hessian(m, feeds, output="hT")
+
+
+@pytest.mark.parametrize("layout", ["onnx", "casadi"])
+def test_stacked_output_of_a_run_time_trip_count_needs_no_unbroadcasting(layout):
+    """A Loop's scan output stacks a run-time number of steps, read through
+    a Transpose: the seed's extents and those of the Loop's result in
+    reverse mode's linear program are one (its stand-in's results are
+    registered as [k] + the result's extents), so no run-time check of
+    which axes to sum (Shape, Equal, NonZero, ReduceSum: 41 -> 25 reverse
+    nodes in the casadi layout)."""
+    body = h.make_graph([h.make_node("Sin", ["v"], ["sv"], name="s_sin"),
+                         h.make_node("Mul", ["sv", "w"], ["ws"], name="s_mul"),
+                         h.make_node("Add", ["v", "ws"], ["vn"], name="s_add"),
+                         h.make_node("Identity", ["vn"], ["out"], name="s_out"),
+                         h.make_node("Identity", ["cin"], ["cout"], name="s_cond")],
+                        "body", [vi("i", I64, []), vi("cin", B, []), vi("v", D, [2, 3])],
+                        [vi("cout", B, []), vi("vn", D, [2, 3]), vi("out", D, [2, 3])])
+    m = model([h.make_node("Loop", ["M", "", "v0"], ["vT", "stack"], body=body, name="s_loop"),
+               h.make_node("Transpose", ["stack"], ["y"], perm=[1, 0, 2], name="s_t")],
+              [("M", I64, []), ("v0", D, [2, 3]), ("w", D, [2, 3])], [("y", D, [2, "T", 3])])
+    kinds = [n.op_type for n in reverse(m, inputs=["v0", "w"], layout=layout).graph.node]
+    assert not {"NonZero", "ReduceSum", "Equal"} & set(kinds), kinds
+    rng = np.random.default_rng(6)
+    feeds = {"M": np.array(3, np.int64), "v0": rng.uniform(-1, 1, (2, 3)),
+             "w": rng.uniform(-1, 1, (2, 3))}
+    check_derivatives(m, feeds, inputs=["v0", "w"])

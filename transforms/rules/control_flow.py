@@ -438,6 +438,7 @@ def _linear_standin(op: ir.Operation, rewriter, state: Tangents) -> bool:
     _REGIONS[ident] = (op, inputs)
     for r, t in zip(floats, ph.results):
         state.of[r] = t
+        symdims.register(t, r)
     return False  # the region op itself is untouched
 
 

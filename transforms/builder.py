@@ -8,6 +8,7 @@ shape S has derivatives of shape [k] + S, with k the number of seeds.
 """
 from __future__ import annotations
 
+import re
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -102,6 +103,23 @@ def is_float(value: ir.Value) -> bool:
     t = value.type
     return isinstance(t, (ir.RankedTensorType, ir.UnrankedTensorType)) and \
         isinstance(t.element_type, ir.FloatType)
+
+
+_FLOAT_ELEMENTS = re.compile(r"[<x]b?f\d\w*>")
+
+
+def carries_float(value: ir.Value) -> bool:
+    """Whether a derivative can flow through `value`: a float tensor, or a
+    sequence or optional of float tensors (which get no tangents, so an
+    active one must be refused, not read as a constant)."""
+    if is_float(value):
+        return True
+    t = value.type
+    if isinstance(t, (ir.RankedTensorType, ir.UnrankedTensorType)):
+        return False
+    text = str(t)
+    return text.startswith(("!onnx.Seq<", "!onnx.Opt<")) and \
+        _FLOAT_ELEMENTS.search(text) is not None
 
 
 def broadcast_dims(*shapes: Dims | None) -> Dims | None:

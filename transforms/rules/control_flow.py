@@ -63,8 +63,9 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from .. import symdims
-from ..builder import Builder, attribute, constant_ints, constant_value, defining_op, dims, \
-    element_type, ints_attr, is_constant_op, is_float, nested_ops, op_type, rank, tensor_type
+from ..builder import Builder, attribute, carries_float, constant_ints, constant_value, \
+    defining_op, dims, element_type, ints_attr, is_constant_op, is_float, nested_ops, op_type, \
+    rank, tensor_type
 from ..linearize import REGION_RULES, STANDS_FOR, Tangents
 from ..registry import JVP, TRANSPOSE, mlir_names
 
@@ -192,9 +193,10 @@ def _active_block(block: ir.Block, active: set) -> None:
 
 
 def mark_active(op: ir.Operation, active: set) -> None:
-    """Adds op's float results that depend on a value in `active` to it:
-    through operands, and for If/Loop/Scan through captures and carried
-    states (to a fixed point), result by result."""
+    """Adds op's results that depend on a value in `active` and can carry
+    a derivative (`carries_float`) to it: through operands, and for
+    If/Loop/Scan through captures and carried states (to a fixed point),
+    result by result."""
     name = _kind(op)
     if name in ("Loop", "Scan"):
         _active_loop(op, name, active)
@@ -203,10 +205,10 @@ def mark_active(op: ir.Operation, active: set) -> None:
             _active_block(r.blocks[0], active)
         for r, a, c in zip(op.results, _terminator(op.regions[0].blocks[0]).operands,
                            _terminator(op.regions[1].blocks[0]).operands):
-            if is_float(r) and (a in active or c in active):
+            if carries_float(r) and (a in active or c in active):
                 active.add(r)
     elif any(v in active for v in op.operands):
-        active.update(r for r in op.results if is_float(r))
+        active.update(r for r in op.results if carries_float(r))
 
 
 def _loop_layout(op: ir.Operation, name: str):
@@ -227,16 +229,16 @@ def _active_loop(op: ir.Operation, name: str, active: set) -> None:
     inits, cargs, cys, scans, sargs, outs = _loop_layout(op, name)
     body = op.regions[0].blocks[0]
     for x, a in zip(scans, sargs):
-        if x in active and is_float(a):
+        if x in active and carries_float(a):
             active.add(a)
     for x, a in zip(inits, cargs):
-        if x in active and is_float(a):
+        if x in active and carries_float(a):
             active.add(a)
     while True:
         _active_block(body, active)
         grew = False
         for a, y in zip(cargs, cys):
-            if y in active and a not in active and is_float(a):
+            if y in active and a not in active and carries_float(a):
                 active.add(a)
                 grew = True
         if not grew:
@@ -244,7 +246,7 @@ def _active_loop(op: ir.Operation, name: str, active: set) -> None:
     n = len(cargs)
     for i, r in enumerate(op.results):
         src = cargs[i] if i < n else outs[i - n]
-        if is_float(r) and src in active:
+        if carries_float(r) and src in active:
             active.add(r)
 
 
@@ -265,7 +267,7 @@ def prepare_loops(f: ir.Operation, state: Tangents) -> None:
                 _, cargs, _, _, sargs, _ = _loop_layout(op, name)
                 body = op.regions[0].blocks[0]
                 for a in cargs + sargs:
-                    if a in active and state.get(a) is None:
+                    if a in active and is_float(a) and state.get(a) is None:
                         state.of[a] = body.add_argument(Builder(state.opset).derivative_type(a),
                                                         op.location)
             for r in op.regions:
@@ -425,6 +427,7 @@ def _linear_standin(op: ir.Operation, rewriter, state: Tangents) -> bool:
             inputs.append(v)
     if not inputs:
         return False
+    _refuse_active_containers(op, inputs)
     floats = [r for r in op.results if is_float(r)]
     b = Builder(state.opset, op.location)
     ident = next(_ids)
@@ -440,6 +443,19 @@ def _linear_standin(op: ir.Operation, rewriter, state: Tangents) -> bool:
         state.of[r] = t
         symdims.register(t, r)
     return False  # the region op itself is untouched
+
+
+def _refuse_active_containers(op: ir.Operation, inputs: list[ir.Value]) -> None:
+    """The stand-in differentiates only float results: a used sequence or
+    optional result that depends on a differentiated input would read as
+    a constant (a silent zero)."""
+    active = set(inputs)
+    mark_active(op, active)
+    for i, r in enumerate(op.results):
+        if r in active and not is_float(r) and _used(r):
+            raise UnsupportedOp(
+                f"its result {i} ({r.type}) depends on a differentiated value, and sequence "
+                f"and optional values carry no derivatives")
 
 
 def _region_rule(op: ir.Operation, rewriter, state: Tangents) -> bool:

@@ -13,7 +13,7 @@ import sys
 
 from onnx import defs
 
-from onnx_ad_mlir import _op_table, contrib_ops, ml_ops
+from onnx_ad_mlir import _op_table, contrib_ops, ml_ops, sequence_ops
 from onnx_ad_mlir.transforms.expand import expansion_kind
 from onnx_ad_mlir.transforms.linearize import REGION_RULES
 from onnx_ad_mlir.transforms.registry import JVP, TRANSPOSE, ZERO, mlir_names
@@ -27,14 +27,7 @@ REFUSED = {
     "SequenceMap": "sequence types carry no derivatives",
     "Optional": "optional types carry no derivatives",
     "OptionalGetElement": "optional types carry no derivatives",
-    "SequenceAt": "sequence types carry no derivatives",
-    "SequenceConstruct": "sequence types carry no derivatives",
-    "SequenceInsert": "sequence types carry no derivatives",
     "SequenceErase": "sequence types carry no derivatives",
-    "SplitToSequence": "sequence types carry no derivatives",
-    "ConcatFromSequence": "sequence types carry no derivatives",
-    "SequenceEmpty": "sequence types carry no derivatives",
-    "SequenceLength": "sequence types carry no derivatives",
 }
 
 
@@ -62,6 +55,10 @@ def coverage(op_type: str) -> tuple[str, str]:
         return "expanded", kind
     if op_type in REFUSED:
         return "refused", REFUSED[op_type]
+    if op_type in sequence_ops.LOWERED:
+        return "lowered", (f"where every read of the sequence has a tensor form: "
+                           f"{sequence_ops.LOWERED[op_type]}; otherwise refused (sequences "
+                           f"carry no derivatives)")
     schema = defs.get_schema(op_type, _op_table.MAX_OPSET, "")
     if not _float_flow(schema):
         return "no derivative", "no floating-point value flows from an input to an output"

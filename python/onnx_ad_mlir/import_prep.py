@@ -10,7 +10,7 @@ import onnx
 import onnx.inliner
 from google.protobuf.message import DecodeError
 
-from . import contrib_ops, index_constants, ml_ops, validate
+from . import contrib_ops, index_constants, ml_ops, sequence_ops, validate
 from .errors import ImportFailure
 from .validate import InitRow, NodeRow
 
@@ -78,6 +78,10 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     lowered = ml_ops.lower(model, lambda m: _infer_again(m, inits))
     if lowered is not None:
         model, rows = lowered, validate.node_fields(lowered.graph)
+    lowered = sequence_ops.lower(model)
+    if lowered is not None:
+        model = _infer_again(lowered, inits)
+        rows = validate.node_fields(model.graph)
     # What follows copies and infers the model, in rounds: with big weights
     # on the skeleton (the contrib lowerings read types only, folds small
     # integer tensors, and both leave the initializers as they are), the

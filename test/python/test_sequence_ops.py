@@ -1,15 +1,23 @@
-"""Sequences: the refusal of a derivative that would flow through one."""
+"""Sequences: the export idioms lowered to tensors (sequence_ops) against
+central finite differences and the original model run by ONNX Runtime, and
+the refusal of a derivative that would flow through a sequence otherwise.
+TorchScript's own exports of these idioms are torch fixtures (euler_list,
+split_list in test_torch_fixtures.py)."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper as h
 
+from adcheck import check_derivatives, run
 from onnx_ad_mlir.api import forward, reverse
 from onnx_ad_mlir.errors import UnsupportedOp
 
 D, I64, B = TP.DOUBLE, TP.INT64, TP.BOOL
+SEQUENCE_OPS = {"SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceAt",
+                "SequenceLength", "SplitToSequence", "ConcatFromSequence"}
 
 
 def vi(name, t, shape):
@@ -25,6 +33,146 @@ def const(name, value, t=I64):
 def model(nodes, inputs, outputs, opset=18):
     g = h.make_graph(nodes, "g", [vi(*i) for i in inputs], [vi(*o) for o in outputs])
     return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+
+
+def ops(m: onnx.ModelProto) -> set[str]:
+    found = set()
+
+    def visit(g):
+        for n in g.node:
+            found.add(n.op_type)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    visit(a.g)
+    visit(m.graph)
+    return found
+
+
+def check(m, feeds, inputs=("x",)):
+    """Derivatives against finite differences, no sequence op left in them,
+    and the forward model's primal outputs those of the original model."""
+    produced = []
+    check_derivatives(m, feeds, inputs=list(inputs), k=2, produced=produced)
+    for d in produced:
+        assert not ops(d) & SEQUENCE_OPS, sorted(ops(d) & SEQUENCE_OPS)
+    seeds = {f"fwd_{x}": np.zeros(feeds[x].shape + (1,)) for x in inputs}
+    got, want = run(produced[0], {**feeds, **seeds}), run(m, feeds)
+    for y, value in want.items():
+        np.testing.assert_allclose(got[y], value, rtol=1e-12, atol=1e-12)
+    return produced
+
+
+def euler_append(start_construct: bool, read: str):
+    """Explicit Euler steps of tanh(x*w), n of them (run time), each state
+    appended to a list (started empty or holding x), then read."""
+    body = h.make_graph([
+        h.make_node("Mul", ["s", "w"], ["sw"], name="b_mul"),
+        h.make_node("Tanh", ["sw"], ["f"], name="b_tanh"),
+        h.make_node("Mul", ["f", "dt"], ["step"], name="b_step"),
+        h.make_node("Add", ["s", "step"], ["s_next"], name="b_add"),
+        h.make_node("SequenceInsert", ["seq", "s_next"], ["seq_next"], name="b_append"),
+        h.make_node("Identity", ["cond"], ["cond_out"], name="b_cond")],
+        "body", [vi("i", I64, []), vi("cond", B, []), vi("s", D, [2, 3]),
+                 h.make_tensor_sequence_value_info("seq", D, None)],
+        [vi("cond_out", B, []), vi("s_next", D, [2, 3]),
+         h.make_tensor_sequence_value_info("seq_next", D, None)])
+    start = h.make_node("SequenceConstruct", ["x"], ["seq0"], name="start") if start_construct \
+        else h.make_node("SequenceEmpty", [], ["seq0"], name="start", dtype=D)
+    reads = {
+        "cat_last": [h.make_node("ConcatFromSequence", ["ys"], ["y"], name="cat", axis=-1)],
+        "stack_last": [h.make_node("ConcatFromSequence", ["ys"], ["y"], name="stack", axis=-1,
+                                   new_axis=1)],
+        # an axis before the pieces' last: element-major, then their trailing extents
+        "cat_first": [h.make_node("ConcatFromSequence", ["ys"], ["y"], name="cat", axis=0)],
+        "at_and_length": [h.make_node("SequenceAt", ["ys", "minus2"], ["at"], name="at"),
+                          h.make_node("SequenceLength", ["ys"], ["len"], name="len"),
+                          h.make_node("Cast", ["len"], ["lenf"], name="cast", to=D),
+                          h.make_node("Mul", ["at", "lenf"], ["y"], name="scale")],
+    }[read]
+    nodes = [const("dt", 0.3, D), const("true", True, B), const("minus2", -2), start,
+             h.make_node("Loop", ["n", "true", "x", "seq0"], ["last", "ys"], name="loop",
+                         body=body)] + reads
+    return model(nodes, [("x", D, [2, 3]), ("w", D, [2, 3]), ("n", I64, [])],
+                 [("y", D, None)])
+
+
+@pytest.mark.parametrize("start_construct", [False, True])
+@pytest.mark.parametrize("read", ["cat_last", "stack_last", "cat_first", "at_and_length"])
+def test_loop_append_becomes_a_scan_output(start_construct, read):
+    m = euler_append(start_construct, read)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 3)), "w": rng.standard_normal((2, 3)),
+             "n": np.array(3)}
+    check(m, feeds, inputs=("x", "w"))
+    if read != "at_and_length":  # (SequenceAt(-2) needs two elements)
+        check(m, {**feeds, "n": np.array(1 if start_construct else 2)}, inputs=("x", "w"))
+
+
+def split_model(split, keepdims, positions, opset=18, in_loop=False):
+    """Pieces of x (split along axis 1) read at `positions`, or by a Loop over
+    all of them (run-time positions), each through Sin and summed."""
+    ins = ["x"] + (["split"] if split is not None else [])
+    nodes = ([const("split", split)] if split is not None else []) + [
+        h.make_node("SplitToSequence", ins, ["parts"], name="split", axis=1,
+                    keepdims=keepdims)]
+    if in_loop:
+        body = h.make_graph([
+            h.make_node("SequenceAt", ["parts", "i"], ["p"], name="b_at"),
+            h.make_node("Sin", ["p"], ["sp"], name="b_sin"),
+            h.make_node("ReduceSum", ["sp"], ["r"], name="b_sum", keepdims=0),
+            h.make_node("Mul", ["acc", "r"], ["acc_next"], name="b_mul"),
+            h.make_node("Add", ["acc_next", "r"], ["acc_out"], name="b_add"),
+            h.make_node("Identity", ["cond"], ["cond_out"], name="b_cond")],
+            "body", [vi("i", I64, []), vi("cond", B, []), vi("acc", D, [])],
+            [vi("cond_out", B, []), vi("acc_out", D, [])])
+        nodes += [const("true", True, B), const("one", 1.0, D),
+                  h.make_node("SequenceLength", ["parts"], ["n"], name="len"),
+                  h.make_node("Loop", ["n", "true", "one"], ["y"], name="loop", body=body)]
+        return model(nodes, [("x", D, [2, 5])], [("y", D, [])], opset)
+    outs = []
+    for j, p in enumerate(positions):
+        nodes += [const(f"pos{j}", p), h.make_node("SequenceAt", ["parts", f"pos{j}"], [f"p{j}"],
+                                                   name=f"at{j}"),
+                  h.make_node("Sin", [f"p{j}"], [f"s{j}"], name=f"sin{j}"),
+                  h.make_node("ReduceSum", [f"s{j}"], [f"r{j}"], name=f"sum{j}", keepdims=0)]
+        outs.append(f"r{j}")
+    nodes.append(h.make_node("Sum", outs, ["y"], name="total"))
+    return model(nodes, [("x", D, [2, 5])], [("y", D, [])], opset)
+
+
+@pytest.mark.parametrize("opset", [12, 18])
+@pytest.mark.parametrize("split,keepdims", [([2, 3], 1), (None, 0), (None, 1), (2, 1), (1, 0)])
+def test_split_read_at_constant_positions_is_one_split(opset, split, keepdims):
+    m = split_model(split, keepdims, [0, -1, 1], opset)
+    fwd, adj = check(m, {"x": np.random.default_rng(1).standard_normal((2, 5))})
+    assert "Split" in ops(fwd) and "Split" in ops(adj)
+
+
+@pytest.mark.parametrize("split,keepdims", [([2, 3], 1), (None, 0), (None, 1), (2, 1), (1, 0)])
+def test_split_read_by_a_loop(split, keepdims):
+    """torch's `for piece in torch.split(x, ...)` / `torch.unbind(x)`: the
+    pieces are read at the Loop's iteration number."""
+    m = split_model(split, keepdims, [], in_loop=True)
+    check(m, {"x": np.random.default_rng(2).standard_normal((2, 5))})
+
+
+def test_construct_read_at_constant_positions_and_concatenated():
+    nodes = [h.make_node("Sin", ["x"], ["a"], name="sin"),
+             h.make_node("Mul", ["x", "x"], ["b"], name="sq"),
+             h.make_node("SequenceConstruct", ["a", "b", "x"], ["s"], name="list"),
+             const("one", 1),
+             h.make_node("SequenceAt", ["s", "one"], ["second"], name="at"),
+             h.make_node("ConcatFromSequence", ["s"], ["stacked"], name="stack", axis=-1,
+                         new_axis=1),
+             h.make_node("ReduceSum", ["stacked", "last"], ["red"], name="red", keepdims=0),
+             const("last", [-1]),
+             h.make_node("SequenceLength", ["s"], ["n"], name="len"),
+             h.make_node("Cast", ["n"], ["nf"], name="cast", to=D),
+             h.make_node("Mul", ["second", "nf"], ["scaled"], name="scale"),
+             h.make_node("Add", ["scaled", "red"], ["y"], name="y")]
+    nodes.insert(4, nodes.pop(7))  # the axes constant before its reader
+    m = model(nodes, [("x", D, [2, 3])], [("y", D, [2, 3])])
+    check(m, {"x": np.random.default_rng(3).standard_normal((2, 3))})
 
 
 # ---- what stays a sequence is refused, never differentiated as a constant ------------
@@ -72,3 +220,27 @@ def test_loop_prepending_to_a_sequence_is_refused():
         reverse(m, inputs=["x"], outputs=["y"])
     with pytest.raises(UnsupportedOp, match=r"SequenceInsert \(node 'b_prepend'\)"):
         forward(m, inputs=["x"], outputs=["y"])
+
+
+def _onnx_model_case(name: str):
+    from onnx.backend.test.case.model import collect_testcases
+    case = next(c for c in collect_testcases() if c.name == name)
+    return case.name, case.model, {i.name: np.asarray(v) for i, v in
+                                   zip(case.model.graph.input, case.data_sets[0][0])}
+
+
+@pytest.mark.parametrize("name,status", [
+    ("test_sequence_model4", "pass"),  # SequenceConstruct, ConcatFromSequence
+    ("test_sequence_model5", "pass"),  # the same, new_axis
+    ("test_sequence_model7", "pass"),  # SplitToSequence read at an input position
+    ("test_sequence_model1", "refused"),  # inserts at positions given as inputs
+    ("test_sequence_model2", "refused"),  # SequenceErase
+    ("test_sequence_model3", "refused")])
+def test_onnx_sequence_models(name, status):
+    """ONNX's own sequence model cases: differentiated (finite differences,
+    <J v, w> = <v, J^T w>) where lowered, else refused naming a sequence op."""
+    from node_case_sweep import classify
+    outcome = classify(*_onnx_model_case(name))
+    assert outcome.status == status, outcome
+    if status == "refused":
+        assert "Sequence" in outcome.detail, outcome

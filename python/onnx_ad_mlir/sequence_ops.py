@@ -1,0 +1,510 @@
+"""Sequences replaced by tensors where every read has a tensor form, before
+import.
+
+Sequence values carry no derivatives: the differentiation refuses one that
+a derivative reaches. Three export idioms build sequences whose reads all
+have tensor forms; they are rewritten on the inferred ONNX model, in every
+graph (reads inside Loop/If/Scan bodies included):
+
+  append in a Loop   a loop-carried sequence started by SequenceEmpty or
+      SequenceConstruct, appended once an iteration (SequenceInsert without
+      a position) and read only after the loop becomes a scan output of
+      the Loop: TorchScript's `ys.append(y)` in a loop, then
+      `torch.stack(ys)` or `torch.cat(ys)`.
+  SplitToSequence   read at constant positions in its own graph: one Split;
+      otherwise each read is a Slice or Gather of the split tensor (a Loop
+      over `torch.split`'s pieces reads them at run-time positions).
+  SequenceConstruct   read at constant positions: the tensors themselves.
+
+Reads are SequenceAt, SequenceLength and ConcatFromSequence. A sequence with
+any other use, or a read without a tensor form, stays a sequence.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+# What each op becomes where its sequence has a tensor form (docs/COVERAGE.md).
+LOWERED = {
+    "SequenceEmpty": "the start of a list a Loop appends to: dropped",
+    "SequenceConstruct": "read at constant positions: its tensors; a Loop's list's start: "
+                         "stacked ahead of the Loop's scan output",
+    "SequenceInsert": "appending (no position) once a Loop iteration: a scan output of the Loop",
+    "SplitToSequence": "read at constant positions: Split; at run-time positions: Slice or Gather",
+    "SequenceAt": "the piece, or Gather/Slice of what holds the elements",
+    "SequenceLength": "a constant, or an extent of what holds the elements",
+    "ConcatFromSequence": "Concat of the pieces, or the stacked elements transposed (and "
+                          "reshaped)",
+}
+_BUILDERS = {"SequenceEmpty", "SequenceConstruct", "SplitToSequence"}
+_READS = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}
+_GRAPH = onnx.AttributeProto.GRAPH
+_GRAPHS = onnx.AttributeProto.GRAPHS
+
+
+@dataclasses.dataclass
+class _Stacked:
+    """Element i is stack[i]; `rank` is the elements' (None: unknown)."""
+    stack: str
+    rank: int | None
+
+
+@dataclasses.dataclass
+class _Pieces:
+    """The elements are these tensors."""
+    parts: list[str]
+
+
+@dataclasses.dataclass
+class _Slices:
+    """SplitToSequence's pieces of x along axis: of these extents, or of
+    extent 1 (kept when keepdims, else squeezed) when `sizes` is None."""
+    x: str
+    axis: int
+    sizes: list[int] | None
+    keepdims: bool
+
+
+_Plan = _Stacked | _Pieces | _Slices
+
+
+def lower(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """A copy of `model` with the sequences described above as tensors, or
+    None when it has none of them."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 11 or not any(n.op_type in _BUILDERS and n.domain in ("", "ai.onnx")
+                             for _, n in _nodes(model.graph)):
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    if not _Rewrite(out, opset).run():
+        return None
+    return out
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto, onnx.NodeProto]]:
+    """(graph, node) for the nodes of graph and of its subgraphs."""
+    for n in graph.node:
+        yield graph, n
+        for sub in _subgraphs(n):
+            yield from _nodes(sub)
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for a in node.attribute:
+        if a.type == _GRAPH:
+            yield a.g
+        elif a.type == _GRAPHS:
+            yield from a.graphs
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for n in graph.node:
+        for sub in _subgraphs(n):
+            yield from _graphs(sub)
+
+
+class _Rewrite:
+    def __init__(self, model: onnx.ModelProto, opset: int):
+        self.model, self.opset = model, opset
+        self.types: dict[str, onnx.TypeProto] = {}
+        self.consts: dict[str, np.ndarray] = {}
+        self.names: set[str] = set()
+        self.input_symbols = {d.dim_param for v in model.graph.input
+                              for d in v.type.tensor_type.shape.dim if d.dim_param}
+        for g in _graphs(model.graph):
+            for v in list(g.input) + list(g.output) + list(g.value_info):
+                self.types[v.name] = v.type
+                self.names.add(v.name)
+            for t in g.initializer:
+                self.consts[t.name] = numpy_helper.to_array(t)
+                self.names.add(t.name)
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.uses: dict[str, list[tuple[onnx.NodeProto, onnx.GraphProto]]] = {}
+        self.escapes: set[str] = set()  # names some graph outputs
+        for g, n in _nodes(model.graph):
+            self.names.update(n.output)
+            self.names.update(n.input)
+            for o in n.output:
+                self.producer[o] = n
+            for i in n.input:
+                self.uses.setdefault(i, []).append((n, g))
+            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+                self.consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        for g in _graphs(model.graph):
+            self.escapes.update(v.name for v in g.output)
+        # output[0] of a read -> the nodes computing it; a lowered builder's
+        # output[0] -> the nodes replacing it ([] drops it)
+        self.replace: dict[str, list[onnx.NodeProto]] = {}
+        self.after: dict[str, list[onnx.NodeProto]] = {}  # output name -> nodes to place after it
+        self.runtime_ranks = False  # whether a read now has a rank ONNX's inference did not give
+
+    # ---- names, constants, shapes
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.names:
+            i += 1
+            name = f"{base}_{i}"
+        self.names.add(name)
+        return name
+
+    def node(self, out: list, op_type: str, inputs: list[str], name: str | None = None,
+             **attrs) -> str:
+        name = name or self.fresh(f"seq/{op_type}")
+        out.append(helper.make_node(op_type, inputs, [name], name=self.fresh(name), **attrs))
+        return name
+
+    def const(self, out: list, value: np.ndarray, name: str | None = None) -> str:
+        return self.node(out, "Constant", [], name, value=numpy_helper.from_array(value))
+
+    def unsqueeze(self, out: list, x: str, axis: int, name: str | None = None) -> str:
+        if self.opset >= 13:
+            return self.node(out, "Unsqueeze", [x, self.const(out, np.array([axis], np.int64))],
+                             name)
+        return self.node(out, "Unsqueeze", [x], name, axes=[axis])
+
+    def int_const(self, name: str) -> int | None:
+        v = self.consts.get(name)
+        if v is None or v.size != 1 or v.dtype.kind not in "iu":
+            return None
+        return int(v.reshape(()))
+
+    def dims(self, name: str) -> list | None:
+        """Extents of a tensor (int, input symbol, or None), None if its rank
+        is unknown."""
+        t = self.types.get(name)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        return [d.dim_value if d.HasField("dim_value") else
+                (d.dim_param if d.dim_param in self.input_symbols else None)
+                for d in t.tensor_type.shape.dim]
+
+    # ---- the rewrite
+
+    def run(self) -> bool:
+        for g, n in list(_nodes(self.model.graph)):
+            if n.op_type == "Loop" and n.domain in ("", "ai.onnx"):
+                self._appends(n)
+            elif n.op_type == "SplitToSequence" and n.domain in ("", "ai.onnx"):
+                self._split(n, g)
+            elif n.op_type == "SequenceConstruct" and n.domain in ("", "ai.onnx") and \
+                    n.output[0] not in self.replace:
+                self._construct(n)
+        if not self.replace and not self.after:
+            return False
+        for g in reversed(list(_graphs(self.model.graph))):  # bodies before their graphs
+            self._rebuild(g)
+        self._drop_dead_builders()
+        self._drop_stale_types()
+        return True
+
+    def _reads_of(self, seq: str, plan: _Plan) -> dict[str, list[onnx.NodeProto]] | None:
+        """The replacement of every read of `seq`, or None when a use is not
+        a read with a tensor form."""
+        if seq in self.escapes:
+            return None
+        done = {}
+        for user, _ in self.uses.get(seq, []):
+            if user.op_type not in _READS or user.domain not in ("", "ai.onnx") or \
+                    user.input[0] != seq:
+                return None
+            nodes: list = []
+            if not self._read(user, plan, nodes):
+                return None
+            done[user.output[0]] = nodes
+        return done
+
+    def _read(self, user: onnx.NodeProto, plan: _Plan, out: list) -> bool:
+        y = user.output[0]
+        attrs = {a.name: helper.get_attribute_value(a) for a in user.attribute}
+        if user.op_type == "SequenceLength":
+            return self._length(plan, y, out)
+        if user.op_type == "SequenceAt":
+            return self._at(plan, user.input[1], y, out)
+        return self._concat(plan, int(attrs.get("axis", 0)), int(attrs.get("new_axis", 0)),
+                            y, out)
+
+    def _length(self, plan: _Plan, y: str, out: list) -> bool:
+        if isinstance(plan, _Pieces):
+            self.const(out, np.array(len(plan.parts), np.int64), y)
+        elif isinstance(plan, _Slices) and plan.sizes is not None:
+            self.const(out, np.array(len(plan.sizes), np.int64), y)
+        else:
+            x, axis = (plan.stack, 0) if isinstance(plan, _Stacked) else (plan.x, plan.axis)
+            shape = self.node(out, "Shape", [x])
+            self.node(out, "Gather", [shape, self.const(out, np.array(axis, np.int64))], y)
+        return True
+
+    def _at(self, plan: _Plan, position: str, y: str, out: list) -> bool:
+        p = self.int_const(position)
+        if isinstance(plan, _Stacked):
+            self.node(out, "Gather", [plan.stack, position], y, axis=0)
+            return True
+        if isinstance(plan, _Pieces):
+            n = len(plan.parts)
+            if p is None or not -n <= p < n:
+                return False
+            self.node(out, "Identity", [plan.parts[p]], y)
+            return True
+        if plan.sizes is None:
+            index = self.unsqueeze(out, position, 0) if plan.keepdims else position
+            self.node(out, "Gather", [plan.x, index], y, axis=plan.axis)
+            return True
+        ends = np.cumsum(plan.sizes, dtype=np.int64)
+        starts = ends - np.asarray(plan.sizes, np.int64)
+        axes = self.const(out, np.array([plan.axis], np.int64))
+        if p is not None:
+            if not -len(ends) <= p < len(ends):
+                return False
+            bounds = [self.const(out, starts[[p]]), self.const(out, ends[[p]])]
+        else:  # Gather takes negative positions as SequenceAt does
+            index = self.unsqueeze(out, position, 0)
+            bounds = [self.node(out, "Gather", [self.const(out, v), index]) for v in (starts, ends)]
+        self.node(out, "Slice", [plan.x, *bounds, axes], y)
+        return True
+
+    def _concat(self, plan: _Plan, axis: int, new_axis: int, y: str, out: list) -> bool:
+        if isinstance(plan, _Pieces):
+            parts = [self.unsqueeze(out, p, axis) for p in plan.parts] if new_axis \
+                else plan.parts
+            self.node(out, "Concat", parts, y, axis=axis)
+            return True
+        if not isinstance(plan, _Stacked) or plan.rank is None:
+            return False
+        r = plan.rank
+        a = axis + (r + 1 if new_axis else r) if axis < 0 else axis
+        if not 0 <= a <= (r if new_axis else r - 1):
+            return False
+        perm = list(range(1, a + 1)) + [0] + list(range(a + 1, r + 1))
+        if new_axis:
+            self.node(out, "Transpose", [plan.stack], y, perm=perm)
+            return True
+        # [.., T, d_a, ..] with T before d_a: concatenation along a is
+        # element-major
+        moved = self.node(out, "Transpose", [plan.stack], perm=perm)
+        head = self.const(out, np.array([0] * a + [-1], np.int64))
+        if a == r - 1:
+            self.node(out, "Reshape", [moved, head], y)
+            return True
+        shape = self.node(out, "Shape", [plan.stack])
+        tail = self.node(out, "Slice", [shape, self.const(out, np.array([a + 2], np.int64)),
+                                        self.const(out, np.array([2 ** 62], np.int64))])
+        target = self.node(out, "Concat", [head, tail], axis=0)
+        self.node(out, "Reshape", [moved, target], y)
+        return True
+
+    # ---- builders
+
+    def _construct(self, n: onnx.NodeProto) -> None:
+        reads = self._reads_of(n.output[0], _Pieces(list(n.input)))
+        if reads is not None:
+            self.replace.update(reads)
+            self.replace[n.output[0]] = []
+
+    def _split(self, n: onnx.NodeProto, g: onnx.GraphProto) -> None:
+        x, seq = n.input[0], n.output[0]
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        axis, keepdims = int(attrs.get("axis", 0)), bool(attrs.get("keepdims", 1))
+        dims = self.dims(x)
+        extent = None
+        if dims is not None and -len(dims) <= axis < len(dims) and isinstance(dims[axis], int):
+            extent = dims[axis]
+        unit, sizes = True, None  # unit: pieces of extent 1, `keepdims` applies
+        scalar_one = False
+        if len(n.input) > 1 and n.input[1]:
+            split = self.consts.get(n.input[1])
+            if split is None or split.dtype.kind not in "iu" or split.ndim > 1 or \
+                    (split <= 0).any():
+                return
+            if split.ndim == 1:
+                unit, sizes, keepdims = False, [int(s) for s in split], True
+            elif int(split) == 1:
+                scalar_one = True
+            else:  # (keepdims=0 fails in ONNX Runtime unless the chunks are 1)
+                c = int(split)
+                if extent is None or not keepdims:
+                    return
+                unit, sizes = False, [c] * (extent // c) + ([extent % c] if extent % c else [])
+        if unit and extent is not None:
+            sizes = [1] * extent
+        if sizes == []:
+            return
+        done = self._split_node(n, g, x, axis, sizes, keepdims)
+        if not done:
+            reads = self._reads_of(seq, _Slices(x, axis, None if unit else sizes, keepdims))
+            if reads is not None:
+                self.replace.update(reads)
+                self.replace[seq] = []
+                done = True
+        # ONNX Runtime applies keepdims to a scalar split of 1 too (torch
+        # exports unbind so), where ONNX ignores it: ONNX's inference, and the
+        # exporter's declarations, keep the axis in what reads the pieces
+        self.runtime_ranks |= done and scalar_one and not keepdims
+
+    def _split_node(self, n: onnx.NodeProto, g: onnx.GraphProto, x: str, axis: int,
+                    sizes: list[int] | None, keepdims: bool) -> bool:
+        """One Split when every read is SequenceAt at a constant position,
+        in n's graph; False when not."""
+        seq = n.output[0]
+        users = self.uses.get(seq, [])
+        if sizes is None or seq in self.escapes or not users or any(
+                u.op_type != "SequenceAt" or u.input[0] != seq or h is not g or
+                self.int_const(u.input[1]) is None or
+                not -len(sizes) <= self.int_const(u.input[1]) < len(sizes)
+                for u, h in users):
+            return False
+        nodes: list = []
+        pieces = [self.fresh(f"{seq}/piece{i}") for i in range(len(sizes))]
+        split = np.array(sizes, np.int64)
+        if self.opset >= 13:
+            ins = [x, self.const(nodes, split)]
+            nodes.append(helper.make_node("Split", ins, pieces, name=self.fresh(f"{seq}/Split"),
+                                          axis=axis))
+        else:
+            nodes.append(helper.make_node("Split", [x], pieces, name=self.fresh(f"{seq}/Split"),
+                                          axis=axis, split=sizes))
+        self.replace[seq] = nodes
+        for u, _ in users:
+            piece = pieces[self.int_const(u.input[1])]
+            read: list = []
+            if keepdims:
+                self.node(read, "Identity", [piece], u.output[0])
+            elif self.opset >= 13:
+                axes = self.const(read, np.array([axis], np.int64))
+                self.node(read, "Squeeze", [piece, axes], u.output[0])
+            else:
+                self.node(read, "Squeeze", [piece], u.output[0], axes=[axis])
+            self.replace[u.output[0]] = read
+        return True
+
+    def _appends(self, loop: onnx.NodeProto) -> None:
+        """Loop-carried sequences appended once an iteration, read after the
+        loop: scan outputs (highest state first: indices below stay valid)."""
+        body = next((a.g for a in loop.attribute if a.name == "body"), None)
+        if body is None:
+            return
+        n_states = len(loop.input) - 2
+        for j in reversed(range(n_states)):
+            self._append(loop, body, j)
+
+    def _append(self, loop: onnx.NodeProto, body: onnx.GraphProto, j: int) -> None:
+        start = self.producer.get(loop.input[2 + j])
+        if start is None or start.op_type not in ("SequenceEmpty", "SequenceConstruct") or \
+                len(body.input) != len(loop.input) or len(body.output) < 1 + len(loop.input) - 2:
+            return
+        arg = body.input[2 + j].name
+        users = self.uses.get(arg, [])
+        if len(users) != 1 or arg in self.escapes:
+            return
+        insert, g = users[0]
+        if insert.op_type != "SequenceInsert" or g is not body or insert.input[0] != arg or \
+                (len(insert.input) > 2 and insert.input[2]):
+            return
+        appended = insert.output[0]
+        if body.output[1 + j].name != appended or self.uses.get(appended) or \
+                sum(o.name == appended for o in body.output) != 1:
+            return
+        # A scan output has one shape in every iteration, as ONNX's inference
+        # of a Loop body assumes of its states; appending tensors of other
+        # shapes fails at run time, in the Loop, naming it.
+        x = insert.input[1]
+        dims = self.dims(x)
+        if dims is None or start.op_type == "SequenceConstruct" and any(
+                self.dims(e) is None or len(self.dims(e)) != len(dims) for e in start.input):
+            return
+        final = loop.output[j] if j < len(loop.output) else ""
+        stacked = self.fresh(f"{final or appended}/stacked")
+        stack = stacked
+        before: list = []
+        if start.op_type == "SequenceConstruct":
+            stack = self.fresh(f"{final or appended}/all")
+            firsts = [self.unsqueeze(before, e, 0) for e in start.input]
+            self.node(before, "Concat", firsts + [stacked], stack, axis=0)
+        reads = {}
+        if final:
+            reads = self._reads_of(final, _Stacked(stack, len(dims)))
+            if reads is None:
+                return
+        self.replace.update(reads)
+        if before:
+            self.after[stacked] = before
+        # the Loop: state j out, a scan output of x's copy in (x may be a
+        # body output already, and a graph yields a name once)
+        scan_out = self.fresh(f"{x}/appended")
+        self.replace[appended] = [helper.make_node(
+            "Identity", [x], [scan_out], name=self.fresh(f"{scan_out}/Identity"))]
+        del body.input[2 + j]
+        del body.output[1 + j]
+        body.output.append(helper.make_tensor_value_info(
+            scan_out, self.types[x].tensor_type.elem_type, dims))
+        del loop.input[2 + j]
+        outs = [v for k, v in enumerate(loop.output) if k != j] + [stacked]
+        del loop.output[:]
+        loop.output.extend(outs)
+
+    # ---- applying
+
+    def _rebuild(self, g: onnx.GraphProto) -> None:
+        nodes = []
+        changed = False
+        for n in g.node:
+            key = n.output[0] if n.output else None
+            if key in self.replace:
+                nodes.extend(self.replace[key])
+                changed = True
+                continue
+            copy = onnx.NodeProto()
+            copy.CopyFrom(n)
+            nodes.append(copy)
+            for o in n.output:
+                if o in self.after:
+                    nodes.extend(self.after[o])
+                    changed = True
+        if changed:
+            g.ClearField("node")
+            g.node.extend(nodes)
+
+    def _drop_dead_builders(self) -> None:
+        """Sequence builders nothing reads any more (a lowered Loop's start)."""
+        while True:
+            used = {i for _, n in _nodes(self.model.graph) for i in n.input}
+            for g in _graphs(self.model.graph):
+                used.update(v.name for v in g.output)
+            dropped = False
+            for g in list(_graphs(self.model.graph)):
+                dead = [k for k, n in enumerate(g.node) if n.op_type in _BUILDERS and
+                        not any(o in used for o in n.output)]
+                for k in reversed(dead):
+                    del g.node[k]
+                dropped = dropped or bool(dead)
+            if not dropped:
+                return
+
+    def _drop_stale_types(self) -> None:
+        """Drops the types of the sequences gone, and inferred types with
+        extents named after a sequence's elements: one name for extents its
+        elements need not share (two pieces of a split), wrong for the
+        tensors now read. After a read of another rank (runtime_ranks),
+        every shape but those of graph inputs (a body's iteration number
+        and states: ONNX's inference of a Loop reads their declarations).
+        Inference gives them again."""
+        for g in _graphs(self.model.graph):
+            defined = {v.name for v in g.input} | {o for n in g.node for o in n.output}
+            kept = [v for v in g.value_info
+                    if (v.name in defined or not v.type.HasField("sequence_type")) and
+                    not any(d.dim_param and d.dim_param not in self.input_symbols
+                            for d in v.type.tensor_type.shape.dim) and not self.runtime_ranks]
+            if len(kept) < len(g.value_info):
+                kept = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in kept]
+                g.ClearField("value_info")
+                g.value_info.extend(kept)
+            if self.runtime_ranks:
+                for v in g.output:
+                    if v.type.HasField("tensor_type"):
+                        v.type.tensor_type.ClearField("shape")

@@ -22,6 +22,7 @@ any other use, or a read without a tensor form, stays a sequence.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Iterator
 
 import numpy as np
@@ -41,6 +42,8 @@ LOWERED = {
                           "reshaped)",
 }
 _BUILDERS = {"SequenceEmpty", "SequenceConstruct", "SplitToSequence"}
+_INT_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
+_SMALL = 4096  # elements of a constant read for positions or sizes
 _READS = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}
 _GRAPH = onnx.AttributeProto.GRAPH
 _GRAPHS = onnx.AttributeProto.GRAPHS
@@ -61,12 +64,14 @@ class _Pieces:
 
 @dataclasses.dataclass
 class _Slices:
-    """SplitToSequence's pieces of x along axis: of these extents, or of
-    extent 1 (kept when keepdims, else squeezed) when `sizes` is None."""
+    """SplitToSequence's pieces of x along axis: of these extents; when
+    `sizes` is None (x's extent known at run time only), of extent `chunk`
+    but the last, and for chunks of 1 without the axis unless keepdims."""
     x: str
     axis: int
     sizes: list[int] | None
     keepdims: bool
+    chunk: int = 1
 
 
 _Plan = _Stacked | _Pieces | _Slices
@@ -81,9 +86,12 @@ def lower(model: onnx.ModelProto) -> onnx.ModelProto | None:
         return None
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    if not _Rewrite(out, opset).run():
+    try:
+        return out if _Rewrite(out, opset).run() else None
+    except (IndexError, KeyError, TypeError, ValueError):
+        # a malformed node (a read without its operands, an attribute of
+        # another type): left as it is, for import's checks to name
         return None
-    return out
 
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto, onnx.NodeProto]]:
@@ -113,7 +121,7 @@ class _Rewrite:
     def __init__(self, model: onnx.ModelProto, opset: int):
         self.model, self.opset = model, opset
         self.types: dict[str, onnx.TypeProto] = {}
-        self.consts: dict[str, np.ndarray] = {}
+        self.consts: dict[str, onnx.TensorProto] = {}  # read when asked (constant)
         self.names: set[str] = set()
         self.input_symbols = {d.dim_param for v in model.graph.input
                               for d in v.type.tensor_type.shape.dim if d.dim_param}
@@ -122,7 +130,7 @@ class _Rewrite:
                 self.types[v.name] = v.type
                 self.names.add(v.name)
             for t in g.initializer:
-                self.consts[t.name] = numpy_helper.to_array(t)
+                self.consts[t.name] = t
                 self.names.add(t.name)
         self.producer: dict[str, onnx.NodeProto] = {}
         self.uses: dict[str, list[tuple[onnx.NodeProto, onnx.GraphProto]]] = {}
@@ -134,8 +142,9 @@ class _Rewrite:
                 self.producer[o] = n
             for i in n.input:
                 self.uses.setdefault(i, []).append((n, g))
-            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
-                self.consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+            if n.op_type == "Constant" and n.output and n.attribute and \
+                    n.attribute[0].name == "value":
+                self.consts[n.output[0]] = n.attribute[0].t
         for g in _graphs(model.graph):
             self.escapes.update(v.name for v in g.output)
         # output[0] of a read -> the nodes computing it; a lowered builder's
@@ -169,9 +178,21 @@ class _Rewrite:
                              name)
         return self.node(out, "Unsqueeze", [x], name, axes=[axis])
 
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of a small integer constant (positions, split sizes), or
+        None: not a constant, too big to be one, or malformed (import's
+        checks report those)."""
+        t = self.consts.get(name)
+        if t is None or t.data_type not in _INT_TYPES or math.prod(t.dims) > _SMALL:
+            return None
+        try:
+            return numpy_helper.to_array(t)
+        except Exception:  # noqa: BLE001 - any malformed tensor
+            return None
+
     def int_const(self, name: str) -> int | None:
-        v = self.consts.get(name)
-        if v is None or v.size != 1 or v.dtype.kind not in "iu":
+        v = self.constant(name)
+        if v is None or v.size != 1:
             return None
         return int(v.reshape(()))
 
@@ -235,11 +256,21 @@ class _Rewrite:
             self.const(out, np.array(len(plan.parts), np.int64), y)
         elif isinstance(plan, _Slices) and plan.sizes is not None:
             self.const(out, np.array(len(plan.sizes), np.int64), y)
+        elif isinstance(plan, _Slices) and plan.chunk > 1:
+            self._chunk_count(plan, out, y)
         else:
             x, axis = (plan.stack, 0) if isinstance(plan, _Stacked) else (plan.x, plan.axis)
             shape = self.node(out, "Shape", [x])
             self.node(out, "Gather", [shape, self.const(out, np.array(axis, np.int64))], y)
         return True
+
+    def _chunk_count(self, plan: _Slices, out: list, y: str | None = None) -> str:
+        """ceil(extent / chunk), 0-D int64, of a split whose extent is known at run time."""
+        shape = self.node(out, "Shape", [plan.x])
+        extent = self.node(out, "Gather", [shape, self.const(out, np.array(plan.axis, np.int64))])
+        c = np.array(plan.chunk, np.int64)
+        return self.node(out, "Div", [self.node(out, "Add", [extent, self.const(out, c - 1)]),
+                                      self.const(out, c)], y)
 
     def _at(self, plan: _Plan, position: str, y: str, out: list) -> bool:
         p = self.int_const(position)
@@ -252,13 +283,27 @@ class _Rewrite:
                 return False
             self.node(out, "Identity", [plan.parts[p]], y)
             return True
-        if plan.sizes is None:
+        if plan.sizes is None and plan.chunk == 1:
             index = self.unsqueeze(out, position, 0) if plan.keepdims else position
             self.node(out, "Gather", [plan.x, index], y, axis=plan.axis)
             return True
+        axes = self.const(out, np.array([plan.axis], np.int64))
+        if plan.sizes is None:  # chunk p: [p c, p c + c), the last one clipped by Slice
+            c = self.const(out, np.array([plan.chunk], np.int64))
+            if p is not None and p >= 0:
+                start = self.const(out, np.array([p * plan.chunk], np.int64))
+            else:  # a position that may count from the back
+                index = self.unsqueeze(out, self.node(out, "Cast", [position],
+                                                      to=onnx.TensorProto.INT64), 0)
+                count = self.unsqueeze(out, self._chunk_count(plan, out), 0)
+                negative = self.node(out, "Less", [index, self.const(out, np.zeros(1, np.int64))])
+                index = self.node(out, "Where", [negative, self.node(out, "Add", [index, count]),
+                                                 index])
+                start = self.node(out, "Mul", [index, c])
+            self.node(out, "Slice", [plan.x, start, self.node(out, "Add", [start, c]), axes], y)
+            return True
         ends = np.cumsum(plan.sizes, dtype=np.int64)
         starts = ends - np.asarray(plan.sizes, np.int64)
-        axes = self.const(out, np.array([plan.axis], np.int64))
         if p is not None:
             if not -len(ends) <= p < len(ends):
                 return False
@@ -316,10 +361,10 @@ class _Rewrite:
         if dims is not None and -len(dims) <= axis < len(dims) and isinstance(dims[axis], int):
             extent = dims[axis]
         unit, sizes = True, None  # unit: pieces of extent 1, `keepdims` applies
-        scalar_one = False
+        scalar_one, chunk = False, 1
         if len(n.input) > 1 and n.input[1]:
-            split = self.consts.get(n.input[1])
-            if split is None or split.dtype.kind not in "iu" or split.ndim > 1 or \
+            split = self.constant(n.input[1])
+            if split is None or split.ndim > 1 or \
                     (split <= 0).any():
                 return
             if split.ndim == 1:
@@ -327,17 +372,20 @@ class _Rewrite:
             elif int(split) == 1:
                 scalar_one = True
             else:  # (keepdims=0 fails in ONNX Runtime unless the chunks are 1)
-                c = int(split)
-                if extent is None or not keepdims:
+                if not keepdims:
                     return
-                unit, sizes = False, [c] * (extent // c) + ([extent % c] if extent % c else [])
+                unit, chunk = False, int(split)
+                if extent is not None:
+                    sizes = [chunk] * (extent // chunk) + \
+                        ([extent % chunk] if extent % chunk else [])
         if unit and extent is not None:
             sizes = [1] * extent
         if sizes == []:
             return
         done = self._split_node(n, g, x, axis, sizes, keepdims)
         if not done:
-            reads = self._reads_of(seq, _Slices(x, axis, None if unit else sizes, keepdims))
+            reads = self._reads_of(seq, _Slices(x, axis, None if unit else sizes, keepdims,
+                                                chunk))
             if reads is not None:
                 self.replace.update(reads)
                 self.replace[seq] = []

@@ -244,3 +244,16 @@ def test_onnx_sequence_models(name, status):
     assert outcome.status == status, outcome
     if status == "refused":
         assert "Sequence" in outcome.detail, outcome
+
+
+@pytest.mark.parametrize("position", [0, 2, -1, -3, "loop"])
+def test_chunks_of_a_run_time_extent(position):
+    """A scalar split of a run-time extent (5 = 2 + 2 + 1 here): each read
+    is a Slice of chunk p, p counted from the back through the chunk count."""
+    if position == "loop":
+        m = split_model(2, 1, [], in_loop=True)
+    else:
+        m = split_model(2, 1, [position])
+    m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "w"
+    fwd, adj = check(m, {"x": np.random.default_rng(4).standard_normal((2, 5))})
+    assert "Slice" in ops(fwd)

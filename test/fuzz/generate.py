@@ -5,9 +5,12 @@ Slice/Gather, Softmax/LayerNormalization/RMSNormalization, Attention, Conv, MaxP
 Expand/Tile/Split/Where/CumSum/Clip/Einsum/Flatten/Unsqueeze, image ops
 (Batch/InstanceNormalization, ConvTranspose, Resize, DepthToSpace/
 SpaceToDepth, LRN), and nested If/Scan/Loop whose bodies capture outer
-values; float32 or float64; random shapes.
+values; float32 or float64; random shapes. With `sequences`, also the
+sequence idioms exporters write: a list a Loop appends to, read after it
+(ConcatFromSequence, SequenceAt, SequenceLength), SplitToSequence read at
+constant positions or by a Loop over its pieces, SequenceConstruct.
 
-    generate(seed) -> (model, feeds)
+    generate(seed, sequences=False) -> (model, feeds)
 
 The same seed always gives the same model. Every model is checked with
 `onnx.checker.check_model(full_check=True)` and run once in ONNX Runtime
@@ -621,7 +624,10 @@ class Graph:
             self.add(ys, (steps,) + s)
             return self.add(hf, s)
         # Loop with a constant trip count, cond always true, one scan output
+        # (or a list it appends to)
         trip = r.choice([0, 1, 2, 3]) if r.random() < 0.2 else r.choice([1, 2, 3])
+        if self.gen.sequences and r.random() < 0.5:
+            return self._appending_loop(x, trip, depth)
         it, cin, v = self.name("it"), self.name("cond"), self.name("v")
         sub = Graph(self.gen, self.pool)
         sub.pool[v] = s
@@ -644,6 +650,123 @@ class Graph:
         return self.add(vf, s)
 
 
+    # ---- sequences ----------------------------------------------------------------------
+    def _appending_loop(self, x: str, trip: int, depth: int) -> str:
+        """A Loop whose body appends its new state to a list (started empty or
+        holding x), the list read after the loop."""
+        r, s, T = self.gen.r, self.pool[x], self.gen.npdtype_proto
+        construct = trip == 0 or r.random() < 0.4  # (an empty list cannot be concatenated)
+        it, cin, v, seq = self.name("it"), self.name("cond"), self.name("v"), self.name("seq")
+        sub = Graph(self.gen, self.pool)
+        sub.pool[v] = s
+        vn = self.body_chain(sub, v, depth, r.randint(1, 3))
+        if vn == v:
+            vn = sub.node("Identity", [v])[0]
+        cout = sub.node("Identity", [cin])[0]
+        seq_next = sub.node("SequenceInsert", [seq, vn])[0]
+        body = h.make_graph(sub.nodes, self.name("loop_body"),
+                            [h.make_tensor_value_info(it, TP.INT64, []),
+                             h.make_tensor_value_info(cin, TP.BOOL, []),
+                             h.make_tensor_value_info(v, T, list(s)),
+                             h.make_tensor_sequence_value_info(seq, T, None)],
+                            [h.make_tensor_value_info(cout, TP.BOOL, []),
+                             h.make_tensor_value_info(vn, T, list(s)),
+                             h.make_tensor_sequence_value_info(seq_next, T, None)])
+        start = self.node("SequenceConstruct", [x])[0] if construct else \
+            self.node("SequenceEmpty", [], dtype=T)[0]
+        vf, items = self.node("Loop", [self.i64(trip), self.const(np.asarray(True)), x, start],
+                              n_out=2, body=body)
+        read, shape, axis = self._read_list(items, s, trip + construct)
+        if axis is not None:  # back to s (body chains preserve shapes): sum the list's axis
+            if shape != s and len(shape) == len(s):  # concatenated: [.., n, s[axis], ..]
+                split = s[:axis] + (trip + construct, s[axis]) + s[axis + 1:]
+                read = self.node("Reshape", [read, self.i64(split)])[0]
+            read = self.node("ReduceSum", [read, self.i64([axis])], keepdims=0)[0]
+        return self.add(self.node("Add", [vf, read])[0], s)
+
+    def _read_list(self, items: str, s: Shape, n: int) -> tuple[str, Shape, int | None]:
+        """A read of a list of n tensors of shape s: (value, its shape, the
+        list's axis in it or None)."""
+        r = self.gen.r
+        pick = r.random()
+        position = lambda: self.i64(r.randint(-n, n - 1))
+        if pick < 0.3 or n == 0:
+            length = self.node("Cast", [self.node("SequenceLength", [items])[0]],
+                               to=self.gen.npdtype_proto)[0]
+            if not n:
+                return length, (), None
+            return self.node("Mul", [self.node("SequenceAt", [items, position()])[0], length])[0], \
+                s, None
+        if pick < 0.5:
+            return self.node("SequenceAt", [items, position()])[0], s, None
+        if s and r.random() < 0.5:  # concatenated along an existing axis
+            a = r.randint(0, len(s) - 1)
+            out = self.node("ConcatFromSequence", [items],
+                            axis=a - len(s) if r.random() < 0.5 else a)[0]
+            return out, s[:a] + (s[a] * n,) + s[a + 1:], a
+        a = r.randint(0, len(s))
+        out = self.node("ConcatFromSequence", [items], new_axis=1,
+                        axis=a - len(s) - 1 if r.random() < 0.5 else a)[0]
+        return out, s[:a] + (n,) + s[a:], a
+
+    def split_list(self, x):
+        """SplitToSequence of x (sizes, a scalar chunk, or unit pieces), read
+        at constant positions or summed by a Loop over its pieces; or
+        SequenceConstruct of x and a map of it."""
+        r, s = self.gen.r, self.pool[x]
+        if not s or r.random() < 0.25:
+            y = self.unary(x) or x
+            read, shape, _ = self._read_list(self.node("SequenceConstruct", [x, y])[0], s, 2)
+            return self.add(read, shape)
+        a = r.randint(0, len(s) - 1)
+        d = s[a]
+        if d == 0:
+            return None
+        form = r.choice(["sizes", "chunk", "unit"])
+        keepdims = 1
+        if form == "sizes":
+            cut = sorted(r.sample(range(1, d), r.randint(0, min(2, d - 1)))) if d > 1 else []
+            sizes = [b - e for e, b in zip([0] + cut, cut + [d])]
+            pieces = [s[:a] + (k,) + s[a + 1:] for k in sizes]
+            ins = [x, self.i64(sizes)]
+        elif form == "chunk":
+            c = r.randint(1, d)
+            sizes = [c] * (d // c) + ([d % c] if d % c else [])
+            pieces = [s[:a] + (k,) + s[a + 1:] for k in sizes]
+            ins = [x, self.i64(c)]
+            keepdims = 1 if c > 1 else r.choice([0, 1])  # ONNX Runtime's unbind
+            if not keepdims:
+                pieces = [s[:a] + s[a + 1:]] * d
+        else:
+            keepdims = r.choice([0, 1])
+            pieces = [s[:a] + ((1,) if keepdims else ()) + s[a + 1:]] * d
+            ins = [x]
+        items = self.node("SplitToSequence", ins, axis=a - len(s) if r.random() < 0.5 else a,
+                          keepdims=keepdims)[0]
+        if r.random() < 0.5:  # pieces read at constant positions
+            k = r.randint(-len(pieces), len(pieces) - 1)
+            return self.add(self.node("SequenceAt", [items, self.i64(k)])[0], pieces[k])
+        # a Loop over the pieces: acc <- acc * tanh(sum(piece)) + sum(piece)
+        T = self.gen.npdtype_proto
+        it, cin, acc = self.name("it"), self.name("cond"), self.name("acc")
+        sub = Graph(self.gen, self.pool)
+        piece = sub.node("SequenceAt", [items, it])[0]
+        total = sub.node("ReduceSum", [piece], keepdims=0)[0]
+        grown = sub.node("Add", [sub.node("Mul", [acc, sub.node("Tanh", [total])[0]])[0],
+                                 total])[0]
+        cout = sub.node("Identity", [cin])[0]
+        body = h.make_graph(sub.nodes, self.name("loop_body"),
+                            [h.make_tensor_value_info(it, TP.INT64, []),
+                             h.make_tensor_value_info(cin, TP.BOOL, []),
+                             h.make_tensor_value_info(acc, T, [])],
+                            [h.make_tensor_value_info(cout, TP.BOOL, []),
+                             h.make_tensor_value_info(grown, T, [])])
+        n = self.node("SequenceLength", [items])[0]
+        out = self.node("Loop", [n, self.const(np.asarray(True)),
+                                 self.const(np.ones((), self.gen.npdtype))], body=body)[0]
+        return self.add(out, ())
+
+
 def _try_bcast(a, b):
     try:
         return _bcast(a, b)
@@ -652,8 +775,9 @@ def _try_bcast(a, b):
 
 
 class Gen:
-    def __init__(self, seed: int):
+    def __init__(self, seed: int, sequences: bool = False):
         self.seed = seed
+        self.sequences = sequences
         self.r = random.Random(seed)
         self.np = np.random.default_rng(seed)
         self.dtype = self.r.choice([TP.FLOAT, TP.DOUBLE])
@@ -686,7 +810,8 @@ class Gen:
         families = [g.unary, g.binary, g.binary, g.matmul, g.gemm, g.reduce, g.reshape,
                     g.transpose, g.concat, g.slice, g.gather, g.softmax, g.layernorm, g.conv,
                     g.pool_op, g.pool_op, g.shaping, g.shaping, g.image_op, g.control,
-                    g.control, g.attention, g.attention]
+                    g.control, g.attention, g.attention] + \
+            ([g.split_list, g.split_list] if self.sequences else [])
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()
@@ -734,11 +859,12 @@ def validate(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
             raise GeneratorRejected(f"output {o.name}: ORT shape {a.shape}, declared {want}")
 
 
-def generate(seed: int, tries: int = 20) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def generate(seed: int, tries: int = 20, sequences: bool = False
+             ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A valid model and feeds for `seed` (deterministic)."""
     last = None
     for t in range(tries):
-        gen = Gen(seed * 1000 + t)
+        gen = Gen(seed * 1000 + t, sequences)
         try:
             model = gen.build()
             feeds = gen.feeds()
@@ -755,7 +881,8 @@ def generate(seed: int, tries: int = 20) -> tuple[onnx.ModelProto, dict[str, np.
 
 
 if __name__ == "__main__":
-    m, f = generate(int(sys.argv[1]))
+    m, f = generate(int(sys.argv[1]), sequences="--sequences" in sys.argv)
+    sys.argv = [a for a in sys.argv if a != "--sequences"]
     if len(sys.argv) > 2:
         onnx.save(m, sys.argv[2])
     else:

@@ -103,6 +103,10 @@ VALID = {
     "attention3d_dynamic_value_width_gqa.onnx": "refused",
 }
 INVALID = {
+    # sequence_ops read every constant of a model with sequences eagerly: an
+    # UNDEFINED tensor and a 2^40-element one crashed it (seed 144 cases 195, 216)
+    "bad_sequence_undefined_constant.onnx": "has type UNDEFINED, expected TENSOR",
+    "bad_sequence_huge_constant.onnx": "1 elements of raw data for shape [1099511627776]",
     # an Attention's value input mutated to rank 2 (seed 130 case 875)
     "bad_attention_value_rank.onnx": "node 'n_Attention17' (Attention): strict ONNX shape "
                                      "inference rejects the model: Inputs 2 (value) shall be 3 "

@@ -209,6 +209,7 @@ class _Rewrite:
     # ---- the rewrite
 
     def run(self) -> bool:
+        self.invariant = self._invariant_extents()
         for g, n in list(_nodes(self.model.graph)):
             if n.op_type == "Loop" and n.domain in ("", "ai.onnx"):
                 self._appends(n)
@@ -431,6 +432,84 @@ class _Rewrite:
             self.replace[u.output[0]] = read
         return True
 
+    def _invariant_extents(self) -> dict[str, list]:
+        """Extents of values in Loop bodies that are the same in every
+        iteration: those ONNX's inference gives the bodies whose tensor
+        states provably keep their extents (each one's start and yield, as
+        inferred from the body's arguments, have its argument's extents,
+        all static or the main graph's input symbols: by induction, every
+        iteration sees those). Inferred on a copy without the bodies'
+        output shapes (torch declares them under names of their own)."""
+        loops = [n for _, n in _nodes(self.model.graph) if n.op_type == "Loop" and
+                 any(n.output) and any(self.producer.get(i) is not None and
+                                       self.producer[i].op_type in _BUILDERS for i in n.input)]
+        if not loops:
+            return {}
+        copy = onnx.ModelProto()
+        copy.CopyFrom(self.model)
+        for g in _graphs(copy.graph):
+            if g is copy.graph:
+                continue
+            g.ClearField("value_info")
+            for v in g.output:
+                if v.type.HasField("tensor_type"):
+                    v.type.tensor_type.ClearField("shape")
+        try:
+            inferred = onnx.shape_inference.infer_shapes(copy)
+        except Exception:  # noqa: BLE001 - no proof then
+            return {}
+        types = {}
+        for g in _graphs(inferred.graph):
+            for v in list(g.input) + list(g.output) + list(g.value_info):
+                types[v.name] = v.type
+        dims = lambda name: self._known(types.get(name))
+        extents: dict[str, list] = {}
+        proved_loops: set[str] = set()
+        for loop in reversed(loops):  # nested Loops first: their proofs serve the outer ones
+            body = next((a.g for a in loop.attribute if a.name == "body"), None)
+            if body is None or len(body.input) != len(loop.input) or \
+                    len(body.output) < len(loop.input) - 1:
+                continue
+            trusted = {v.name for v in body.input[:2]}
+            proved = True
+            for k in range(2, len(loop.input)):
+                arg, start, out = body.input[k].name, loop.input[k], body.output[k - 1].name
+                if types.get(arg) is not None and types[arg].HasField("sequence_type"):
+                    continue
+                d = dims(arg)
+                proved = proved and d is not None and dims(start) == d and dims(out) == d
+                trusted.add(arg)
+            if not proved:
+                continue
+            proved_loops.add(next(o for o in loop.output if o))
+            # values computed from the states (and from captures, fixed during
+            # the loop); not those of nested Loops/Scans without a proof
+            own = trusted | {o for n in body.node for o in n.output}
+            for n in body.node:
+                region = n.op_type in ("Loop", "Scan") and \
+                    next((o for o in n.output if o), None) not in proved_loops
+                reads = set(n.input) | {i for sub in _subgraphs(n) for _, m in _nodes(sub)
+                                        for i in m.input}
+                if not region and all(i in trusted or i not in own for i in reads if i):
+                    trusted.update(n.output)
+            extents.update({v: dims(v) for n in body.node for v in n.output
+                            if v in trusted and dims(v) is not None})
+        return extents
+
+    def _known(self, t: onnx.TypeProto | None) -> list | None:
+        """A tensor type's extents if all are static or input symbols."""
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        out = []
+        for d in t.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                out.append(d.dim_value)
+            elif d.dim_param in self.input_symbols:
+                out.append(d.dim_param)
+            else:
+                return None
+        return out
+
     def _appends(self, loop: onnx.NodeProto) -> None:
         """Loop-carried sequences appended once an iteration, read after the
         loop: scan outputs (highest state first: indices below stay valid)."""
@@ -458,13 +537,12 @@ class _Rewrite:
         if body.output[1 + j].name != appended or self.uses.get(appended) or \
                 sum(o.name == appended for o in body.output) != 1:
             return
-        # A scan output has one shape in every iteration, as ONNX's inference
-        # of a Loop body assumes of its states; appending tensors of other
-        # shapes fails at run time, in the Loop, naming it.
+        # a scan output has one shape in every iteration (ONNX Runtime fails
+        # the Loop otherwise, where the sequence took any shapes)
         x = insert.input[1]
-        dims = self.dims(x)
+        dims = self.invariant.get(x)
         if dims is None or start.op_type == "SequenceConstruct" and any(
-                self.dims(e) is None or len(self.dims(e)) != len(dims) for e in start.input):
+                self.invariant.get(e, self.dims(e)) != dims for e in start.input):
             return
         final = loop.output[j] if j < len(loop.output) else ""
         stacked = self.fresh(f"{final or appended}/stacked")

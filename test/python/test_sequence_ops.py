@@ -257,3 +257,30 @@ def test_chunks_of_a_run_time_extent(position):
     m.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "w"
     fwd, adj = check(m, {"x": np.random.default_rng(4).standard_normal((2, 5))})
     assert "Slice" in ops(fwd)
+
+
+def test_list_of_growing_states_stays_a_sequence():
+    """A Loop appending a state that grows each iteration (Concat): as a
+    scan output the Loop would fail in ONNX Runtime ("inconsistent shape"),
+    where the sequence took any shapes; no proof that the appended extents
+    are the same in every iteration, so it stays a sequence and is refused."""
+    body = h.make_graph([
+        h.make_node("Sin", ["s"], ["ss"], name="b_sin"),
+        h.make_node("Concat", ["s", "ss"], ["s_next"], name="b_grow", axis=0),
+        h.make_node("SequenceInsert", ["seq", "s_next"], ["seq_next"], name="b_append"),
+        h.make_node("Identity", ["cond"], ["cond_out"], name="b_cond")],
+        "body", [vi("i", I64, []), vi("cond", B, []), vi("s", D, [None]),
+                 h.make_tensor_sequence_value_info("seq", D, None)],
+        [vi("cond_out", B, []), vi("s_next", D, [None]),
+         h.make_tensor_sequence_value_info("seq_next", D, None)])
+    nodes = [const("true", True, B),
+             h.make_node("SequenceEmpty", [], ["seq0"], name="start", dtype=D),
+             h.make_node("Loop", ["n", "true", "x", "seq0"], ["last", "ys"], name="loop",
+                         body=body),
+             h.make_node("ConcatFromSequence", ["ys"], ["y"], name="cat", axis=0)]
+    m = model(nodes, [("x", D, [2]), ("n", I64, [])], [("y", D, [None])])
+    assert run(m, {"x": np.array([0.1, 0.2]), "n": np.array(2)})["y"].shape == (12,)
+    with pytest.raises(UnsupportedOp, match=r"SequenceInsert \(node 'b_append'\)"):
+        forward(m, inputs=["x"], outputs=["y"])
+    with pytest.raises(UnsupportedOp, match=r"onnx\.Loop \(node 'loop'\): its result 1"):
+        reverse(m, inputs=["x"], outputs=["y"])

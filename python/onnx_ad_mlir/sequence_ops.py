@@ -110,6 +110,26 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from a.graphs
 
 
+def _state_layout(node: onnx.NodeProto):
+    """(body, state starts, state arguments, state yields, the other
+    arguments) of a Loop or Scan (9 and later), None if malformed."""
+    body = next((a.g for a in node.attribute if a.name == "body"), None)
+    if body is None or len(body.input) != len(node.input):
+        return None
+    if node.op_type == "Loop":
+        n = len(node.input) - 2
+        if len(body.output) < 1 + n:
+            return None
+        return body, list(node.input[2:]), list(body.input[2:]), list(body.output[1:1 + n]), \
+            list(body.input[:2])
+    m = next((a.i for a in node.attribute if a.name == "num_scan_inputs"), 0)
+    n = len(node.input) - m
+    if not 0 <= n <= len(body.output):
+        return None
+    return body, list(node.input[:n]), list(body.input[:n]), list(body.output[:n]), \
+        list(body.input[n:])
+
+
 def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     yield graph
     for n in graph.node:
@@ -433,17 +453,18 @@ class _Rewrite:
         return True
 
     def _invariant_extents(self) -> dict[str, list]:
-        """Extents of values in Loop bodies that are the same in every
+        """Extents of values in Loop/Scan bodies that are the same in every
         iteration: those ONNX's inference gives the bodies whose tensor
         states provably keep their extents (each one's start and yield, as
         inferred from the body's arguments, have its argument's extents,
         all static or the main graph's input symbols: by induction, every
         iteration sees those). Inferred on a copy without the bodies'
         output shapes (torch declares them under names of their own)."""
-        loops = [n for _, n in _nodes(self.model.graph) if n.op_type == "Loop" and
-                 any(n.output) and any(self.producer.get(i) is not None and
-                                       self.producer[i].op_type in _BUILDERS for i in n.input)]
-        if not loops:
+        regions = [n for _, n in _nodes(self.model.graph)
+                   if n.op_type in ("Loop", "Scan") and any(n.output)]
+        if not any(n.op_type == "Loop" and any(
+                self.producer.get(i) is not None and self.producer[i].op_type in _BUILDERS
+                for i in n.input) for n in regions):
             return {}
         copy = onnx.ModelProto()
         copy.CopyFrom(self.model)
@@ -464,33 +485,32 @@ class _Rewrite:
                 types[v.name] = v.type
         dims = lambda name: self._known(types.get(name))
         extents: dict[str, list] = {}
-        proved_loops: set[str] = set()
-        for loop in reversed(loops):  # nested Loops first: their proofs serve the outer ones
-            body = next((a.g for a in loop.attribute if a.name == "body"), None)
-            if body is None or len(body.input) != len(loop.input) or \
-                    len(body.output) < len(loop.input) - 1:
+        proved: set[str] = set()  # first outputs of the Loops/Scans proved
+        for node in reversed(regions):  # nested ones first: their proofs serve the outer ones
+            layout = _state_layout(node)
+            if layout is None:
                 continue
-            trusted = {v.name for v in body.input[:2]}
-            proved = True
-            for k in range(2, len(loop.input)):
-                arg, start, out = body.input[k].name, loop.input[k], body.output[k - 1].name
-                if types.get(arg) is not None and types[arg].HasField("sequence_type"):
+            body, starts, args, yields, given = layout
+            trusted = {v.name for v in given}  # iteration number, condition, scanned slices
+            ok = True
+            for start, arg, out in zip(starts, args, yields):
+                if types.get(arg.name) is not None and types[arg.name].HasField("sequence_type"):
                     continue
-                d = dims(arg)
-                proved = proved and d is not None and dims(start) == d and dims(out) == d
-                trusted.add(arg)
-            if not proved:
+                d = dims(arg.name)
+                ok = ok and d is not None and dims(start) == d and dims(out.name) == d
+                trusted.add(arg.name)
+            if not ok:
                 continue
-            proved_loops.add(next(o for o in loop.output if o))
+            proved.add(next(o for o in node.output if o))
             # values computed from the states (and from captures, fixed during
             # the loop); not those of nested Loops/Scans without a proof
             own = trusted | {o for n in body.node for o in n.output}
             for n in body.node:
-                region = n.op_type in ("Loop", "Scan") and \
-                    next((o for o in n.output if o), None) not in proved_loops
+                unproved = n.op_type in ("Loop", "Scan") and \
+                    next((o for o in n.output if o), None) not in proved
                 reads = set(n.input) | {i for sub in _subgraphs(n) for _, m in _nodes(sub)
                                         for i in m.input}
-                if not region and all(i in trusted or i not in own for i in reads if i):
+                if not unproved and all(i in trusted or i not in own for i in reads if i):
                     trusted.update(n.output)
             extents.update({v: dims(v) for n in body.node for v in n.output
                             if v in trusted and dims(v) is not None})

@@ -27,3 +27,15 @@ def test_fuzz_sample():
     assert refused, "the mutated cases should mostly be refused"
     ok = [r for r in results if r["kind"].startswith("gen") and r["outcome"] == "ok"]
     assert len(ok) >= 20, fuzz.summary(results)
+
+
+def test_fuzz_sample_with_sequences():
+    """20 generated models from a base seed whose models hold sequence
+    idioms (lists appended by Loops, SplitToSequence, SequenceConstruct)."""
+    cases = [i for i in range(40) if fuzz.case_kind(i) == "gen"]
+    results = fuzz.run_cases(cases, base=fuzz.SEQUENCE_SEEDS, jobs=1, timeout=60)
+    bugs = [r for r in results if r["outcome"] in fuzz.BUGS]
+    assert not bugs, fuzz.summary(results)
+    with_sequences = [r for r in results if r["outcome"] == "ok" and
+                      any("Sequence" in op for op in r.get("ops", []))]
+    assert len(with_sequences) >= 3, fuzz.summary(results)

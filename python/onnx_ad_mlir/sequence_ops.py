@@ -42,6 +42,18 @@ LOWERED = {
                           "reshaped)",
 }
 _BUILDERS = {"SequenceEmpty", "SequenceConstruct", "SplitToSequence"}
+# op -> (fewest, most operands, its INT attributes, those required): the form
+# of a node the rewrite may remove; a model with another form of one is left
+# as it is, for import's checks to name what is wrong
+_FORMS = {
+    "SequenceEmpty": (0, 0, {"dtype"}, set()),
+    "SequenceConstruct": (1, None, set(), set()),
+    "SequenceInsert": (2, 3, set(), set()),
+    "SplitToSequence": (1, 2, {"axis", "keepdims"}, set()),
+    "SequenceAt": (2, 2, set(), set()),
+    "SequenceLength": (1, 1, set(), set()),
+    "ConcatFromSequence": (1, 1, {"axis", "new_axis"}, {"axis"}),
+}
 _INT_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
 _SMALL = 4096  # elements of a constant read for positions or sizes
 _READS = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}
@@ -108,6 +120,18 @@ def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield a.g
         elif a.type == _GRAPHS:
             yield from a.graphs
+
+
+def _well_formed(node: onnx.NodeProto) -> bool:
+    fewest, most, ints, required = _FORMS[node.op_type]
+    names = {a.name for a in node.attribute}
+    return fewest <= len(node.input) <= (most if most is not None else len(node.input)) and \
+        len(node.output) == 1 and bool(node.output[0]) and names <= ints and \
+        required <= names and all(a.type == onnx.AttributeProto.INT for a in node.attribute)
+
+
+def _ints(node: onnx.NodeProto) -> dict[str, int]:
+    return {a.name: a.i for a in node.attribute}
 
 
 def _state_layout(node: onnx.NodeProto):
@@ -229,6 +253,9 @@ class _Rewrite:
     # ---- the rewrite
 
     def run(self) -> bool:
+        if not all(_well_formed(n) for _, n in _nodes(self.model.graph)
+                   if n.op_type in _FORMS and n.domain in ("", "ai.onnx")):
+            return False
         self.invariant = self._invariant_extents()
         for g, n in list(_nodes(self.model.graph)):
             if n.op_type == "Loop" and n.domain in ("", "ai.onnx"):
@@ -264,13 +291,12 @@ class _Rewrite:
 
     def _read(self, user: onnx.NodeProto, plan: _Plan, out: list) -> bool:
         y = user.output[0]
-        attrs = {a.name: helper.get_attribute_value(a) for a in user.attribute}
+        attrs = _ints(user)
         if user.op_type == "SequenceLength":
             return self._length(plan, y, out)
         if user.op_type == "SequenceAt":
             return self._at(plan, user.input[1], y, out)
-        return self._concat(plan, int(attrs.get("axis", 0)), int(attrs.get("new_axis", 0)),
-                            y, out)
+        return self._concat(plan, attrs["axis"], attrs.get("new_axis", 0), y, out)
 
     def _length(self, plan: _Plan, y: str, out: list) -> bool:
         if isinstance(plan, _Pieces):
@@ -375,8 +401,8 @@ class _Rewrite:
 
     def _split(self, n: onnx.NodeProto, g: onnx.GraphProto) -> None:
         x, seq = n.input[0], n.output[0]
-        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-        axis, keepdims = int(attrs.get("axis", 0)), bool(attrs.get("keepdims", 1))
+        attrs = _ints(n)
+        axis, keepdims = attrs.get("axis", 0), bool(attrs.get("keepdims", 1))
         dims = self.dims(x)
         extent = None
         if dims is not None and -len(dims) <= axis < len(dims) and isinstance(dims[axis], int):

@@ -250,10 +250,19 @@ class _Rewrite:
                 (d.dim_param if d.dim_param in self.input_symbols else None)
                 for d in t.tensor_type.shape.dim]
 
+    def _integer_operands(self, n: onnx.NodeProto) -> bool:
+        """Whether the positions and split sizes are typed as ONNX asks."""
+        i = {"SequenceAt": 1, "SequenceInsert": 2, "SplitToSequence": 1}.get(n.op_type)
+        if i is None or len(n.input) <= i or not n.input[i] or n.input[i] not in self.types:
+            return True
+        t = self.types[n.input[i]]
+        return t.HasField("tensor_type") and t.tensor_type.elem_type in _INT_TYPES
+
     # ---- the rewrite
 
     def run(self) -> bool:
-        if not all(_well_formed(n) for _, n in _nodes(self.model.graph)
+        if not all(_well_formed(n) and self._integer_operands(n)
+                   for _, n in _nodes(self.model.graph)
                    if n.op_type in _FORMS and n.domain in ("", "ai.onnx")):
             return False
         self.invariant = self._invariant_extents()

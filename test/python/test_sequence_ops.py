@@ -13,7 +13,7 @@ from onnx import helper as h
 
 from adcheck import check_derivatives, run
 from onnx_ad_mlir.api import forward, reverse
-from onnx_ad_mlir.errors import UnsupportedOp
+from onnx_ad_mlir.errors import OnnxAdError, UnsupportedOp
 
 D, I64, B = TP.DOUBLE, TP.INT64, TP.BOOL
 SEQUENCE_OPS = {"SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceAt",
@@ -283,4 +283,16 @@ def test_list_of_growing_states_stays_a_sequence():
     with pytest.raises(UnsupportedOp, match=r"SequenceInsert \(node 'b_append'\)"):
         forward(m, inputs=["x"], outputs=["y"])
     with pytest.raises(UnsupportedOp, match=r"onnx\.Loop \(node 'loop'\): its result 1"):
+        reverse(m, inputs=["x"], outputs=["y"])
+
+
+def test_malformed_read_is_refused_not_lowered_away():
+    """A SequenceAt at a float position is invalid ONNX: the model is left
+    as it is, and import's checks name the node (lowered, the node was gone
+    and the model accepted)."""
+    nodes = [h.make_node("SplitToSequence", ["x"], ["parts"], name="split", axis=1),
+             const("pos", 1.0, D),
+             h.make_node("SequenceAt", ["parts", "pos"], ["y"], name="at")]
+    m = model(nodes, [("x", D, [2, 3])], [("y", D, [2, 1])])
+    with pytest.raises(OnnxAdError, match=r"node 'at' \(SequenceAt\)"):
         reverse(m, inputs=["x"], outputs=["y"])

@@ -10,14 +10,16 @@ graph (reads inside Loop/If/Scan bodies included):
       SequenceConstruct, appended once an iteration (SequenceInsert without
       a position) and read only after the loop becomes a scan output of
       the Loop: TorchScript's `ys.append(y)` in a loop, then
-      `torch.stack(ys)` or `torch.cat(ys)`.
+      `torch.stack(ys)` or `torch.cat(ys)`; only where the appended
+      tensor's extents are proved the same in every iteration.
   SplitToSequence   read at constant positions in its own graph: one Split;
       otherwise each read is a Slice or Gather of the split tensor (a Loop
       over `torch.split`'s pieces reads them at run-time positions).
   SequenceConstruct   read at constant positions: the tensors themselves.
 
 Reads are SequenceAt, SequenceLength and ConcatFromSequence. A sequence with
-any other use, or a read without a tensor form, stays a sequence.
+any other use, or a read without a tensor form, stays a sequence; a model
+with a malformed sequence node is left as it is.
 """
 from __future__ import annotations
 
@@ -162,6 +164,9 @@ def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
 
 
 class _Rewrite:
+    """One rewrite of `model` in place: plans (which sequences have tensor
+    forms) are made on the original graphs, then applied in one pass."""
+
     def __init__(self, model: onnx.ModelProto, opset: int):
         self.model, self.opset = model, opset
         self.types: dict[str, onnx.TypeProto] = {}
@@ -265,7 +270,7 @@ class _Rewrite:
                    for _, n in _nodes(self.model.graph)
                    if n.op_type in _FORMS and n.domain in ("", "ai.onnx")):
             return False
-        self.invariant = self._invariant_extents()
+        self.invariant, self.inferred = self._invariant_extents()
         for g, n in list(_nodes(self.model.graph)):
             if n.op_type == "Loop" and n.domain in ("", "ai.onnx"):
                 self._appends(n)
@@ -420,8 +425,7 @@ class _Rewrite:
         scalar_one, chunk = False, 1
         if len(n.input) > 1 and n.input[1]:
             split = self.constant(n.input[1])
-            if split is None or split.ndim > 1 or \
-                    (split <= 0).any():
+            if split is None or split.ndim > 1 or (split <= 0).any():
                 return
             if split.ndim == 1:
                 unit, sizes, keepdims = False, [int(s) for s in split], True
@@ -487,20 +491,21 @@ class _Rewrite:
             self.replace[u.output[0]] = read
         return True
 
-    def _invariant_extents(self) -> dict[str, list]:
+    def _invariant_extents(self) -> tuple[dict[str, list], dict[str, onnx.TypeProto]]:
         """Extents of values in Loop/Scan bodies that are the same in every
         iteration: those ONNX's inference gives the bodies whose tensor
         states provably keep their extents (each one's start and yield, as
         inferred from the body's arguments, have its argument's extents,
         all static or the main graph's input symbols: by induction, every
         iteration sees those). Inferred on a copy without the bodies'
-        output shapes (torch declares them under names of their own)."""
+        output shapes (torch declares them under names of their own); the
+        types it inferred come second."""
         regions = [n for _, n in _nodes(self.model.graph)
                    if n.op_type in ("Loop", "Scan") and any(n.output)]
         if not any(n.op_type == "Loop" and any(
                 self.producer.get(i) is not None and self.producer[i].op_type in _BUILDERS
                 for i in n.input) for n in regions):
-            return {}
+            return {}, {}
         copy = onnx.ModelProto()
         copy.CopyFrom(self.model)
         for g in _graphs(copy.graph):
@@ -513,7 +518,7 @@ class _Rewrite:
         try:
             inferred = onnx.shape_inference.infer_shapes(copy)
         except Exception:  # noqa: BLE001 - no proof then
-            return {}
+            return {}, {}
         types = {}
         for g in _graphs(inferred.graph):
             for v in list(g.input) + list(g.output) + list(g.value_info):
@@ -549,7 +554,7 @@ class _Rewrite:
                     trusted.update(n.output)
             extents.update({v: dims(v) for n in body.node for v in n.output
                             if v in trusted and dims(v) is not None})
-        return extents
+        return extents, types
 
     def _known(self, t: onnx.TypeProto | None) -> list | None:
         """A tensor type's extents if all are static or input symbols."""
@@ -623,7 +628,7 @@ class _Rewrite:
         del body.input[2 + j]
         del body.output[1 + j]
         body.output.append(helper.make_tensor_value_info(
-            scan_out, self.types[x].tensor_type.elem_type, dims))
+            scan_out, self.inferred[x].tensor_type.elem_type, dims))
         del loop.input[2 + j]
         outs = [v for k, v in enumerate(loop.output) if k != j] + [stacked]
         del loop.output[:]
@@ -632,24 +637,22 @@ class _Rewrite:
     # ---- applying
 
     def _rebuild(self, g: onnx.GraphProto) -> None:
+        if not any(n.output and n.output[0] in self.replace or
+                   any(o in self.after for o in n.output) for n in g.node):
+            return
         nodes = []
-        changed = False
         for n in g.node:
             key = n.output[0] if n.output else None
             if key in self.replace:
                 nodes.extend(self.replace[key])
-                changed = True
                 continue
             copy = onnx.NodeProto()
             copy.CopyFrom(n)
             nodes.append(copy)
             for o in n.output:
-                if o in self.after:
-                    nodes.extend(self.after[o])
-                    changed = True
-        if changed:
-            g.ClearField("node")
-            g.node.extend(nodes)
+                nodes.extend(self.after.get(o, []))
+        g.ClearField("node")
+        g.node.extend(nodes)
 
     def _drop_dead_builders(self) -> None:
         """Sequence builders nothing reads any more (a lowered Loop's start)."""

@@ -523,14 +523,15 @@ def _compute(v: ir.Value, op, ins, sig) -> list:
     hit = _alike.get(v)
     if hit is not None and hit[0] == sig:
         ld = dims(hit[1])
+        first = hit[2]
         if ld is not None and len(ld) == len(v.type.shape):
-            if hit[2]:
-                return _fill(ld, v)
-            # axis 0 as the op gives it (a merged batch keeps its operand's)
-            own = _own(v, op, ins) if v.type.shape[0] == DYN else None
-            first = v.type.shape[0] if v.type.shape[0] != DYN else \
-                own[0] if own is not None and own[0] is not None else fresh()
-            return _fill([first] + ld[1:], v)
+            # the axes before `first` as the op gives them (a merged batch
+            # keeps its operand's)
+            shape = v.type.shape[:first]
+            own = _own(v, op, ins) if DYN in shape else None
+            head = [d if d != DYN else own[i] if own is not None and own[i] is not None
+                    else fresh() for i, d in enumerate(shape)]
+            return _fill(head + ld[first:], v)
     if op is None:
         return _arg_dims(v)
     name = op.name
@@ -845,13 +846,14 @@ _alike: dict = {}  # value -> (signature, value with the same extents, on every 
 _alikes_of: dict = {}  # value -> the values declared alike it (for forget)
 
 
-def alike(t: ir.Value, like: ir.Value, every_axis: bool = False) -> None:
-    """`t` has exactly `like`'s extents past axis 0 (a cotangent a rule built
-    for the linear value `like`, e.g. out of a Scan, whose extents the ops
-    alone do not tell), or on every axis; kept across cache resets, like
-    `register`."""
+def alike(t: ir.Value, like: ir.Value, first: int = 1) -> None:
+    """`t` has exactly `like`'s extents from axis `first` on: past axis 0 by
+    default (a cotangent a rule built for the linear value `like`, e.g. out
+    of a Scan, whose extents the ops alone do not tell), every axis (0), or
+    the spatial ones (2: a window sum over [M, 1, *S] and the pool it sums
+    for); kept across cache resets, like `register`."""
     _same_context()
-    _alike[t] = (_signature(t), like, every_axis)
+    _alike[t] = (_signature(t), like, first)
     _alikes_of.setdefault(like, []).append(t)
     _cache.pop(t, None)
 

@@ -764,7 +764,7 @@ def _keep_start_extents(loop: ir.Operation) -> None:
     be stacked (_residuals), and their slices need no unbroadcasting."""
     inits, cargs = _loop_layout(loop, "Loop")[:2]
     for a, x in zip(cargs, inits):
-        symdims.alike(a, x, every_axis=True)
+        symdims.alike(a, x, first=0)
     symdims.reset()  # (the body's values were cached with the arguments' fresh extents)
 
 
@@ -946,7 +946,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         # stacked states are one shape (ONNX Runtime refuses a scan output
         # whose slices differ): the carried values keep their starts' extents
         for f, i in zip(finals, inits):
-            symdims.alike(f, i, every_axis=True)
+            symdims.alike(f, i, first=0)
     # the results' cotangents have [k] + their extents, whatever names the
     # output declarations give them (a torch export's Loop output)
     for c, r in zip(ct_at, finals + scan_results):
@@ -1055,7 +1055,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
             states = [b.op("Gather", [h, idx], cargs[j].type, axis=0)
                       for j, h in enumerate(state_hist)]
             for v, i in zip(states, inits):
-                symdims.alike(v, i, every_axis=True)
+                symdims.alike(v, i, first=0)
             for c, start in zip(ct_v, ct_final):  # its yields are fit to the states
                 symdims.alike(c, start)
         it = b.op("Gather", [iters, idx], body.arguments[0].type, axis=0) if with_i else a[0]

@@ -16,7 +16,9 @@ with the node's own attributes, applied with MatMul (no dense operator).
 Where a resized extent is known only at run time (no matrix), forward mode
 runs the node itself on the tangent with k merged into the batch; reverse
 mode refuses it (no transpose without the matrix). The same for AveragePool
-windows placed by auto_pad or ceil_mode on run-time extents. AffineGrid is
+windows placed by auto_pad or ceil_mode on run-time extents before opset 11;
+from 11 on, Pad takes run-time pads that place them, and the window sums
+are declared to have the pool's extents. AffineGrid is
 linear in theta: the node on the tangent, transposed by contracting with the
 grid of an identity theta (its sizes may be known only at run time).
 """
@@ -597,9 +599,9 @@ def _average_pool(b: Builder, op, tangents):
         ones = _ones_image(b, x)
         avg = b.op("AveragePool", [ones], tensor_type([1, 1] + yd[2:], element_type(x)),
                    **_verbatim(op))
-        count = _padded_window_sum(b, ones, pads, op, y)
+        count, padded_ones = _padded_window_sum(b, ones, pads, op, y)
         scale = b.div(avg, b.ew("Max", count, b.scalar(1.0, x)))
-        return [b.mul(_run_time_window_sum(b, tangents[0], pads, op, y), scale)]
+        return [b.mul(_run_time_window_sum(b, tangents[0], pads, op, y, padded_ones), scale)]
     if kernel is not None:  # windows tile the input with a remainder: a ReduceSum of a reshape
         n = len(kernel)
         tv = _window_view(b, tangents[0], 3, kernel, dims(y)[2:])
@@ -622,24 +624,36 @@ def _run_time_pads(b: Builder, op, x: ir.Value, y: ir.Value) -> ir.Value:
     return spatial_pads(b, *run_time_pads(b, x, y, kernel, strides, dil, auto, pads, pool=True))
 
 
-def _padded_window_sum(b: Builder, v: ir.Value, pads: ir.Value, op, y: ir.Value) -> ir.Value:
+def _padded_window_sum(b: Builder, v: ir.Value, pads: ir.Value, op, y: ir.Value,
+                       padded_like: ir.Value | None = None) -> tuple[ir.Value, ir.Value]:
     """Window sums of v [M, 1, *S] over windows placed by _run_time_pads:
     a zero Pad of run-time extents (negative pads crop), then an unpadded
-    ones-kernel Conv: both linear with transposes of their own."""
+    ones-kernel Conv: both linear with transposes of their own. Returns
+    the sums and the padded v. The extents the run-time pads alone do not
+    tell are declared (transposes then read them off primal values): the
+    sums have the pool's (y's), the padded v those of `padded_like` (the
+    padded ones image), when given."""
     kernel, strides, dil, _, _ = _window(op)
     n = len(kernel)
     vd = dims(v)
     padded = b.op("Pad", [v, pads], tensor_type(vd[:2] + [None] * n, element_type(v)))
-    return b.op("Conv", [padded, _ones_kernel(b, kernel, v), None],
-                tensor_type(vd[:1] + [1] + dims(y)[2:], element_type(v)), kernel_shape=kernel,
-                strides=strides, dilations=dil, group=1, pads=[0] * (2 * n))
+    if padded_like is not None:
+        symdims.alike(padded, padded_like, first=2)
+    summed = b.op("Conv", [padded, _ones_kernel(b, kernel, v), None],
+                  tensor_type(vd[:1] + [1] + dims(y)[2:], element_type(v)), kernel_shape=kernel,
+                  strides=strides, dilations=dil, group=1, pads=[0] * (2 * n))
+    symdims.alike(summed, y, first=2)
+    return summed, padded
 
 
-def _run_time_window_sum(b: Builder, u: ir.Value, pads: ir.Value, op, y: ir.Value) -> ir.Value:
-    """window_sum for windows placed at run time (_run_time_pads)."""
+def _run_time_window_sum(b: Builder, u: ir.Value, pads: ir.Value, op, y: ir.Value,
+                         padded_ones: ir.Value) -> ir.Value:
+    """window_sum for windows placed at run time (_run_time_pads);
+    `padded_ones`: _padded_window_sum's padded ones image."""
     ud = dims(u)
     merged = b.reshape(u, b.concat([b.ints([-1, 1]), b.shape(u, 3)], 0), [None, 1] + ud[3:])
-    return b.reshape_k(_padded_window_sum(b, merged, pads, op, y), u, y, [None] + dims(y))
+    summed, _ = _padded_window_sum(b, merged, pads, op, y, padded_ones)
+    return b.reshape_k(summed, u, y, [None] + dims(y))
 
 
 def _auto_or_ceil(op) -> bool:
@@ -659,8 +673,11 @@ def _lp_pool(b: Builder, op, tangents):
     xd, yd = dims(x), dims(y)
     if (None in xd[2:] or None in yd[2:]) and _auto_or_ceil(op) and b.opset >= 11:
         pads = _run_time_pads(b, op, x, y)
+        ones = _ones_image(b, x)
+        padded_ones = b.op("Pad", [ones, pads], tensor_type([1, 1] + [None] * (len(xd) - 2),
+                                                            element_type(x)))
         return [_lp_tangent(b, tangents[0], x, y, p,
-                            lambda u: _run_time_window_sum(b, u, pads, op, y))]
+                            lambda u: _run_time_window_sum(b, u, pads, op, y, padded_ones))]
     geom = _pool_pads(op, x, y)
     return [_lp_tangent(b, tangents[0], x, y, p, lambda u: window_sum(b, u, y, geom))]
 

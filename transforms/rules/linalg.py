@@ -151,11 +151,15 @@ def conv_geometry(op: ir.Operation, transposed: bool) -> dict | None:
     spatial = xd[2:]
     if not transposed:
         if auto in ("SAME_UPPER", "SAME_LOWER"):
-            if None in spatial:
-                return None
             for i in range(n):
-                o = -(-spatial[i] // strides[i])
-                tot = max(0, (o - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - spatial[i])
+                if strides[i] == 1:  # the output keeps the input's extent, whatever it is
+                    tot = (kernel[i] - 1) * dil[i]
+                elif spatial[i] is None:
+                    return None
+                else:
+                    o = -(-spatial[i] // strides[i])
+                    tot = max(0, (o - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 -
+                              spatial[i])
                 lo = tot // 2 if auto == "SAME_UPPER" else tot - tot // 2
                 pads[i], pads[n + i] = lo, tot - lo
         elif auto == "VALID":
@@ -588,9 +592,10 @@ def _t_conv(b: Builder, op, cts, linear):
 def _conv_input_grad(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, geom: dict,
                      begins: ir.Value | None) -> ir.Value:
     """The ConvTranspose of ct back onto x's extents. Static extents: the
-    output_padding that reaches them. Run-time ones: the largest
-    output_padding, then x's extents cut out at `begins` (the run-time pads
-    when geom's are 0; else 0), the rest being outside x."""
+    output_padding that reaches them. Run-time ones with stride 1: none
+    needed. Otherwise the largest output_padding, then x's extents cut out
+    at `begins` (the run-time pads when geom's are 0; else 0), the rest
+    being outside x."""
     xd, cd = dims(x), dims(ct)
     s, d, p, k = geom["strides"], geom["dilations"], geom["pads"], geom["kernel_shape"]
     n = len(k)
@@ -600,6 +605,12 @@ def _conv_input_grad(b: Builder, x: ir.Value, w: ir.Value, ct: ir.Value, geom: d
                 for i in range(n)]
         return b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0]] + xd[1:], elem),
                     output_padding=opad, **_explicit(geom))
+    if begins is None and all(si == 1 for si in s):
+        # stride 1: the transposed windows cover x's extents exactly, whatever they are
+        grad = b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0]] + xd[1:], elem),
+                    output_padding=[0] * n, **_explicit(geom))
+        symdims.alike(grad, x)
+        return grad
     full = b.op("ConvTranspose", [ct, w, None], tensor_type([cd[0], xd[1]] + [None] * n, elem),
                 output_padding=[si - 1 for si in s], **_explicit(geom))
     if begins is None:

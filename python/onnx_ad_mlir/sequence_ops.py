@@ -58,6 +58,7 @@ _FORMS = {
 }
 _INT_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
 _SMALL = 4096  # elements of a constant read for positions or sizes
+_PASSES = 3
 _READS = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}
 _GRAPH = onnx.AttributeProto.GRAPH
 _GRAPHS = onnx.AttributeProto.GRAPHS
@@ -93,19 +94,36 @@ _Plan = _Stacked | _Pieces | _Slices
 
 def lower(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """A copy of `model` with the sequences described above as tensors, or
-    None when it has none of them."""
+    None when it has none of them. In passes, inferred again between them:
+    a list a Loop starts with pieces of a split is proved on the types the
+    split's lowering gives its reads (ONNX Runtime's ranks, see _split)."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < 11 or not any(n.op_type in _BUILDERS and n.domain in ("", "ai.onnx")
-                             for _, n in _nodes(model.graph)):
+    if opset < 11 or not _has_builders(model):
         return None
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    try:
-        return out if _Rewrite(out, opset).run() else None
-    except (IndexError, KeyError, TypeError, ValueError):
-        # a malformed node (a read without its operands, an attribute of
-        # another type): left as it is, for import's checks to name
-        return None
+    out = None
+    for _ in range(_PASSES):
+        work = onnx.ModelProto()
+        work.CopyFrom(model if out is None else out)
+        try:
+            if not _Rewrite(work, opset).run():
+                break
+        except (IndexError, KeyError, TypeError, ValueError):
+            # a malformed node (a read without its operands, an attribute of
+            # another type): left as it is, for import's checks to name
+            break
+        out = work
+        if not _has_builders(out):
+            break
+        try:
+            out = onnx.shape_inference.infer_shapes(out)
+        except Exception:  # noqa: BLE001 - the next pass reads the types it has
+            pass
+    return out
+
+
+def _has_builders(model: onnx.ModelProto) -> bool:
+    return any(n.op_type in _BUILDERS and n.domain in ("", "ai.onnx")
+               for _, n in _nodes(model.graph))
 
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto, onnx.NodeProto]]:
@@ -154,6 +172,14 @@ def _state_layout(node: onnx.NodeProto):
         return None
     return body, list(node.input[:n]), list(body.input[:n]), list(body.output[:n]), \
         list(body.input[n:])
+
+
+def _post_order(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """The nodes of graph in order, each after those of its subgraphs."""
+    for n in graph.node:
+        for sub in _subgraphs(n):
+            yield from _post_order(sub)
+        yield n
 
 
 def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
@@ -498,9 +524,11 @@ class _Rewrite:
         inferred from the body's arguments, have its argument's extents,
         all static or the main graph's input symbols: by induction, every
         iteration sees those). Inferred on a copy without the bodies'
-        output shapes (torch declares them under names of their own); the
-        types it inferred come second."""
-        regions = [n for _, n in _nodes(self.model.graph)
+        output shapes (torch declares them under names of their own), in
+        rounds: ONNX's inference leaves a Loop's results unshaped, so the
+        final states of the Loops proved are declared for the next round
+        (a Loop after or around another). The types inferred come second."""
+        regions = [n for n in _post_order(self.model.graph)
                    if n.op_type in ("Loop", "Scan") and any(n.output)]
         if not any(n.op_type == "Loop" and any(
                 self.producer.get(i) is not None and self.producer[i].op_type in _BUILDERS
@@ -515,35 +543,46 @@ class _Rewrite:
             for v in g.output:
                 if v.type.HasField("tensor_type"):
                     v.type.tensor_type.ClearField("shape")
-        try:
-            inferred = onnx.shape_inference.infer_shapes(copy)
-        except Exception:  # noqa: BLE001 - no proof then
-            return {}, {}
-        types = {}
-        for g in _graphs(inferred.graph):
-            for v in list(g.input) + list(g.output) + list(g.value_info):
-                types[v.name] = v.type
-        dims = lambda name: self._known(types.get(name))
-        extents: dict[str, list] = {}
-        proved: set[str] = set()  # first outputs of the Loops/Scans proved
-        for node in reversed(regions):  # nested ones first: their proofs serve the outer ones
-            layout = _state_layout(node)
-            if layout is None:
-                continue
-            body, starts, args, yields, given = layout
-            trusted = {v.name for v in given}  # iteration number, condition, scanned slices
-            ok = True
-            for start, arg, out in zip(starts, args, yields):
-                if types.get(arg.name) is not None and types[arg.name].HasField("sequence_type"):
+        finals: dict[str, list] = {}  # final states of the Loops/Scans proved
+        proved: dict[str, tuple] = {}  # first output -> the region's state layout
+        types: dict[str, onnx.TypeProto] = {}
+        for _ in range(len(regions) + 1):
+            try:
+                inferred = onnx.shape_inference.infer_shapes(copy)
+            except Exception:  # noqa: BLE001 - no proof then
+                break
+            types = {v.name: v.type for g in _graphs(inferred.graph)
+                     for v in list(g.input) + list(g.output) + list(g.value_info)}
+            dims = lambda name: finals.get(name) or self._known(types.get(name))
+            grew = {}
+            for node in regions:  # nested and earlier ones first
+                key = next(o for o in node.output if o)
+                layout = _state_layout(node)
+                if key in proved or layout is None:
                     continue
-                d = dims(arg.name)
-                ok = ok and d is not None and dims(start) == d and dims(out.name) == d
-                trusted.add(arg.name)
-            if not ok:
-                continue
-            proved.add(next(o for o in node.output if o))
+                _, starts, args, yields, _ = layout
+                tensors = [(s, a, y) for s, a, y in zip(starts, args, yields)
+                           if types.get(a.name) is None or
+                           not types[a.name].HasField("sequence_type")]
+                if all(dims(a.name) is not None and dims(s) == dims(a.name) and
+                       dims(y.name) == dims(a.name) for s, a, y in tensors):
+                    proved[key] = layout
+                    grew.update({out: dims(a.name) for out, a in zip(node.output, args)
+                                 if out and dims(a.name) is not None})
+            if not grew:
+                break
+            finals.update(grew)
+            for g in _graphs(copy.graph):  # declared where the Loop is, for the next round
+                here = {o for n in g.node for o in n.output}
+                g.value_info.extend(helper.make_tensor_value_info(
+                    name, types[name].tensor_type.elem_type, d)
+                    for name, d in grew.items() if name in here and name in types)
+        dims = lambda name: finals.get(name) or self._known(types.get(name))
+        extents = dict(finals)
+        for key, (body, _, args, _, given) in proved.items():
             # values computed from the states (and from captures, fixed during
             # the loop); not those of nested Loops/Scans without a proof
+            trusted = {v.name for v in list(given) + list(args)}
             own = trusted | {o for n in body.node for o in n.output}
             for n in body.node:
                 unproved = n.op_type in ("Loop", "Scan") and \

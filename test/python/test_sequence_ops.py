@@ -296,3 +296,78 @@ def test_malformed_read_is_refused_not_lowered_away():
     m = model(nodes, [("x", D, [2, 3])], [("y", D, [2, 1])])
     with pytest.raises(OnnxAdError, match=r"node 'at' \(SequenceAt\)"):
         reverse(m, inputs=["x"], outputs=["y"])
+
+
+def _appending_loop(name, start, x, steps, body_nodes, state, out):
+    """Loop `name` over `steps` appending the new state `out` (computed by
+    body_nodes from the state argument `state`) to a list started empty."""
+    body = h.make_graph(
+        body_nodes + [h.make_node("SequenceInsert", [f"{name}_seq", out], [f"{name}_seq_next"],
+                                  name=f"{name}_append"),
+                      h.make_node("Identity", [f"{name}_c"], [f"{name}_co"],
+                                  name=f"{name}_cond")],
+        f"{name}_body", [vi(f"{name}_i", I64, []), vi(f"{name}_c", B, []), vi(state, D, [2, 3]),
+                         h.make_tensor_sequence_value_info(f"{name}_seq", D, None)],
+        [vi(f"{name}_co", B, []), vi(out, D, [2, 3]),
+         h.make_tensor_sequence_value_info(f"{name}_seq_next", D, None)])
+    return [const(f"{name}_n", steps), const(f"{name}_true", True, B),
+            h.make_node("SequenceEmpty", [], [f"{name}_start"], name=f"{name}_empty", dtype=D),
+            h.make_node("Loop", [f"{name}_n", f"{name}_true", x, f"{name}_start"],
+                        [f"{name}_last", f"{name}_list"], name=name, body=body),
+            h.make_node("ConcatFromSequence", [f"{name}_list"], [f"{name}_stack"],
+                        name=f"{name}_cat", axis=0, new_axis=1)]
+
+
+@pytest.mark.parametrize("layout", ["siblings", "nested"])
+def test_lists_of_loops_after_and_inside_loops(layout):
+    """A list appended by a Loop whose start is another Loop's result, or
+    which runs in another Loop's body: ONNX's inference leaves Loop results
+    unshaped, so proofs come in rounds, the proved final states declared
+    for the next (both were refused)."""
+    inner = [h.make_node("Sin", ["a_s"], ["a_next"], name="a_sin")]
+    if layout == "siblings":
+        nodes = _appending_loop("a", "a_x", "x", 2, inner, "a_s", "a_next") + \
+            _appending_loop("b", "b_x", "a_last", 3,
+                            [h.make_node("Mul", ["b_s", "b_s"], ["b_next"], name="b_sq")],
+                            "b_s", "b_next")
+        nodes.insert(0, h.make_node("Identity", ["x"], ["a_x"], name="a_in"))
+        nodes.insert(6, h.make_node("Identity", ["a_last"], ["b_x"], name="b_in"))
+        outs, shape = ["a_stack", "b_stack"], [5, 2, 3]
+    else:  # b's body runs a, appending a's last state
+        nodes_a = _appending_loop("a", "b_s", "b_s", 2, inner, "a_s", "a_next")
+        body_b = nodes_a + [const("zero", [0]),
+                            h.make_node("ReduceSum", ["a_stack", "zero"], ["a_sum"],
+                                        name="a_red", keepdims=0),
+                            h.make_node("Add", ["a_last", "a_sum"], ["b_next"], name="b_add")]
+        nodes = _appending_loop("b", "x", "x", 3, body_b, "b_s", "b_next")
+        outs, shape = ["b_stack"], [3, 2, 3]
+    nodes.append(h.make_node("Concat" if len(outs) > 1 else "Identity", outs, ["y"], name="y",
+                             **({"axis": 0} if len(outs) > 1 else {})))
+    m = model(nodes, [("x", D, [2, 3])], [("y", D, shape)])
+    check(m, {"x": np.random.default_rng(5).standard_normal((2, 3))})
+
+
+def test_list_started_with_an_unbound_row():
+    """ys = [torch.unbind(x, -1)[-2]], then appended by a Loop: the row's
+    rank is ONNX Runtime's (keepdims applies to a scalar split of 1), which
+    ONNX's inference learns only once the split is lowered: a second pass
+    proves the Loop (it was refused)."""
+    body = h.make_graph([
+        h.make_node("Mul", ["v", "v"], ["sq"], name="b_sq"),
+        h.make_node("Sin", ["sq"], ["v_next"], name="b_sin"),
+        h.make_node("SequenceInsert", ["seq", "v_next"], ["seq_next"], name="b_append"),
+        h.make_node("Identity", ["cond"], ["cond_out"], name="b_cond")],
+        "body", [vi("i", I64, []), vi("cond", B, []), vi("v", D, [4, 2]),
+                 h.make_tensor_sequence_value_info("seq", D, None)],
+        [vi("cond_out", B, []), vi("v_next", D, [4, 2]),
+         h.make_tensor_sequence_value_info("seq_next", D, None)])
+    nodes = [const("one", 1), const("minus2", -2), const("n", 2), const("true", True, B),
+             h.make_node("SplitToSequence", ["x", "one"], ["rows"], name="unbind", axis=-1,
+                         keepdims=0),
+             h.make_node("SequenceAt", ["rows", "minus2"], ["row"], name="row"),
+             h.make_node("SequenceConstruct", ["row"], ["start"], name="start"),
+             h.make_node("Loop", ["n", "true", "row", "start"], ["last", "ys"], name="loop",
+                         body=body),
+             h.make_node("ConcatFromSequence", ["ys"], ["y"], name="stack", axis=0, new_axis=1)]
+    m = model(nodes, [("x", D, [4, 2, 3])], [("y", D, None)])  # (ONNX would say rank 4)
+    check(m, {"x": np.random.default_rng(6).standard_normal((4, 2, 3))})

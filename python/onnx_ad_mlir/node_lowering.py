@@ -23,6 +23,16 @@ class NotYet(Exception):
     """An input's type or rank is not inferred yet."""
 
 
+def fresh_name(taken: set[str], base: str) -> str:
+    """`base`, else `base_1`, `base_2`...: the first not in `taken`, added to it."""
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
 class GraphFacts:
     """The facts a rewrite reads (element types and ranks of values, small
     constants) and fresh value names."""
@@ -54,12 +64,7 @@ class GraphFacts:
         return len(t.tensor_type.shape.dim)
 
     def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}_{i}"
-        self.names.add(name)
-        return name
+        return fresh_name(self.names, base)
 
 
 class Emitter:

@@ -31,6 +31,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .node_lowering import fresh_name
+
 # What each op becomes where its sequence has a tensor form (docs/COVERAGE.md).
 LOWERED = {
     "SequenceEmpty": "the start of a list a Loop appends to: dropped",
@@ -231,12 +233,7 @@ class _Rewrite:
     # ---- names, constants, shapes
 
     def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}_{i}"
-        self.names.add(name)
-        return name
+        return fresh_name(self.names, base)
 
     def node(self, out: list, op_type: str, inputs: list[str], name: str | None = None,
              **attrs) -> str:

@@ -628,13 +628,7 @@ class Graph:
         trip = r.choice([0, 1, 2, 3]) if r.random() < 0.2 else r.choice([1, 2, 3])
         if self.gen.sequences and r.random() < 0.5:
             return self._appending_loop(x, trip, depth)
-        it, cin, v = self.name("it"), self.name("cond"), self.name("v")
-        sub = Graph(self.gen, self.pool)
-        sub.pool[v] = s
-        vn = self.body_chain(sub, v, depth, r.randint(1, 3))
-        if vn == v:
-            vn = sub.node("Identity", [v])[0]
-        cout = sub.node("Identity", [cin])[0]
+        sub, it, cin, v, vn, cout = self._loop_step(s, depth)
         so = sub.node("Identity", [vn])[0]
         body = h.make_graph(sub.nodes, self.name("loop_body"),
                             [h.make_tensor_value_info(it, TP.INT64, []),
@@ -650,19 +644,26 @@ class Graph:
         return self.add(vf, s)
 
 
+    def _loop_step(self, s: Shape, depth: int):
+        """A Loop body under construction: (graph, iteration and condition
+        names, the state argument v of shape s, its next value, the
+        condition yielded)."""
+        it, cin, v = self.name("it"), self.name("cond"), self.name("v")
+        sub = Graph(self.gen, self.pool)
+        sub.pool[v] = s
+        vn = self.body_chain(sub, v, depth, self.gen.r.randint(1, 3))
+        if vn == v:
+            vn = sub.node("Identity", [v])[0]
+        return sub, it, cin, v, vn, sub.node("Identity", [cin])[0]
+
     # ---- sequences ----------------------------------------------------------------------
     def _appending_loop(self, x: str, trip: int, depth: int) -> str:
         """A Loop whose body appends its new state to a list (started empty or
         holding x), the list read after the loop."""
         r, s, T = self.gen.r, self.pool[x], self.gen.npdtype_proto
         construct = trip == 0 or r.random() < 0.4  # (an empty list cannot be concatenated)
-        it, cin, v, seq = self.name("it"), self.name("cond"), self.name("v"), self.name("seq")
-        sub = Graph(self.gen, self.pool)
-        sub.pool[v] = s
-        vn = self.body_chain(sub, v, depth, r.randint(1, 3))
-        if vn == v:
-            vn = sub.node("Identity", [v])[0]
-        cout = sub.node("Identity", [cin])[0]
+        sub, it, cin, v, vn, cout = self._loop_step(s, depth)
+        seq = self.name("seq")
         seq_next = sub.node("SequenceInsert", [seq, vn])[0]
         body = h.make_graph(sub.nodes, self.name("loop_body"),
                             [h.make_tensor_value_info(it, TP.INT64, []),

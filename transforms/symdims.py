@@ -842,7 +842,7 @@ def register(t: ir.Value, primal: ir.Value) -> None:
         _cache[t] = (sig, [td[0]] + pd)
 
 
-_alike: dict = {}  # value -> (signature, value with the same extents, on every axis?)
+_alike: dict = {}  # value -> (signature, value with the same extents, from which axis)
 _alikes_of: dict = {}  # value -> the values declared alike it (for forget)
 
 

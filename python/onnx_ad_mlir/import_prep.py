@@ -78,18 +78,19 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     lowered = ml_ops.lower(model, lambda m: _infer_again(m, inits))
     if lowered is not None:
         model, rows = lowered, validate.node_fields(lowered.graph)
-    lowered = sequence_ops.lower(model)
-    if lowered is not None:
-        model = _infer_again(lowered, inits)
-        rows = validate.node_fields(model.graph)
     # What follows copies and infers the model, in rounds: with big weights
-    # on the skeleton (the contrib lowerings read types only, folds small
-    # integer tensors, and both leave the initializers as they are), the
-    # weights put back once at the end (swin_t: 7 rounds of folds, 0.6 s of
-    # copying 28 MB of weights; vit_b_16 after ONNX Runtime's transformer
-    # optimizer: 0.7 s in one lowering round).
+    # on the skeleton (the sequence and contrib lowerings read types and
+    # small integer constants only, folds small integer tensors, and all
+    # leave the initializers as they are), the weights put back once at the
+    # end (swin_t: 7 rounds of folds, 0.6 s of copying 28 MB of weights;
+    # vit_b_16 after ONNX Runtime's transformer optimizer: 0.7 s in one
+    # lowering round).
     big = _big(inits)
     start = work = _without_big_data(model) if big else model
+    lowered = sequence_ops.lower(work)
+    if lowered is not None:
+        work = _infer_again(lowered, inits)
+        rows = validate.node_fields(work.graph)
     lowered = contrib_ops.lower(work, lambda m: _infer_again(m, inits))
     if lowered is not None:
         work, rows = lowered, validate.node_fields(lowered.graph)

@@ -58,6 +58,7 @@ _FORMS = {
     "SequenceLength": (1, 1, set(), set()),
     "ConcatFromSequence": (1, 1, {"axis", "new_axis"}, {"axis"}),
 }
+_FLAGS = {"keepdims", "new_axis"}  # INT attributes ONNX allows 0 and 1 for
 _INT_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
 _SMALL = 4096  # elements of a constant read for positions or sizes
 _PASSES = 3
@@ -149,7 +150,8 @@ def _well_formed(node: onnx.NodeProto) -> bool:
     names = {a.name for a in node.attribute}
     return fewest <= len(node.input) <= (most if most is not None else len(node.input)) and \
         len(node.output) == 1 and bool(node.output[0]) and names <= ints and \
-        required <= names and all(a.type == onnx.AttributeProto.INT for a in node.attribute)
+        required <= names and all(a.type == onnx.AttributeProto.INT for a in node.attribute) and \
+        all(a.i in (0, 1) for a in node.attribute if a.name in _FLAGS)
 
 
 def _ints(node: onnx.NodeProto) -> dict[str, int]:
@@ -441,9 +443,9 @@ class _Rewrite:
         attrs = _ints(n)
         axis, keepdims = attrs.get("axis", 0), bool(attrs.get("keepdims", 1))
         dims = self.dims(x)
-        extent = None
-        if dims is not None and -len(dims) <= axis < len(dims) and isinstance(dims[axis], int):
-            extent = dims[axis]
+        if dims is not None and not -len(dims) <= axis < len(dims):
+            return  # (an invalid node: import's checks name it)
+        extent = dims[axis] if dims is not None and isinstance(dims[axis], int) else None
         unit, sizes = True, None  # unit: pieces of extent 1, `keepdims` applies
         scalar_one, chunk = False, 1
         if len(n.input) > 1 and n.input[1]:

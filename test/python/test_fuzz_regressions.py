@@ -109,6 +109,8 @@ INVALID = {
     "bad_sequence_huge_constant.onnx": "1 elements of raw data for shape [1099511627776]",
     # lowered away, so no check saw it: accepted (seed 144 case 858)
     "bad_sequence_keepdims_ints.onnx": "attribute 'keepdims' has type INTS, expected INT",
+    # ConcatFromSequence with new_axis 2, lowered as a stack (seed 146 case 785)
+    "bad_sequence_new_axis.onnx": "node 'n_ConcatFromSequence11' (ConcatFromSequence)",
     # an Attention's value input mutated to rank 2 (seed 130 case 875)
     "bad_attention_value_rank.onnx": "node 'n_Attention17' (Attention): strict ONNX shape "
                                      "inference rejects the model: Inputs 2 (value) shall be 3 "

@@ -8,10 +8,12 @@ graph (reads inside Loop/If/Scan bodies included):
 
   append in a Loop   a loop-carried sequence started by SequenceEmpty or
       SequenceConstruct, appended once an iteration (SequenceInsert without
-      a position) and read only after the loop becomes a scan output of
-      the Loop: TorchScript's `ys.append(y)` in a loop, then
-      `torch.stack(ys)` or `torch.cat(ys)`; only where the appended
-      tensor's extents are proved the same in every iteration.
+      a position) becomes a scan output of the Loop: TorchScript's
+      `ys.append(y)` in a loop, then `torch.stack(ys)` or `torch.cat(ys)`;
+      only where the appended tensor's extents are proved the same in
+      every iteration. Reads inside the loop at constant positions (a
+      multistep method's fs[-1], fs[-2]) become states holding the last
+      elements, or the start's tensors.
   SplitToSequence   read at constant positions in its own graph: one Split;
       otherwise each read is a Slice or Gather of the split tensor (a Loop
       over `torch.split`'s pieces reads them at run-time positions).
@@ -40,7 +42,8 @@ LOWERED = {
                          "stacked ahead of the Loop's scan output",
     "SequenceInsert": "appending (no position) once a Loop iteration: a scan output of the Loop",
     "SplitToSequence": "read at constant positions: Split; at run-time positions: Slice or Gather",
-    "SequenceAt": "the piece, or Gather/Slice of what holds the elements",
+    "SequenceAt": "the piece, Gather/Slice of what holds the elements, or in the Loop that "
+                  "appends: a state holding the last elements",
     "SequenceLength": "a constant, or an extent of what holds the elements",
     "ConcatFromSequence": "Concat of the pieces, or the stacked elements transposed (and "
                           "reshaped)",
@@ -156,6 +159,13 @@ def _well_formed(node: onnx.NodeProto) -> bool:
 
 def _ints(node: onnx.NodeProto) -> dict[str, int]:
     return {a.name: a.i for a in node.attribute}
+
+
+def _unbinds(n: onnx.NodeProto, rewrite: "_Rewrite") -> bool:
+    """Whether a SplitToSequence is torch's unbind: a scalar split of 1 with
+    keepdims 0, which ONNX Runtime squeezes and ONNX's inference does not."""
+    split = rewrite.int_const(n.input[1]) if len(n.input) > 1 and n.input[1] else None
+    return split == 1 and not _ints(n).get("keepdims", 1)
 
 
 def _state_layout(node: onnx.NodeProto):
@@ -296,8 +306,13 @@ class _Rewrite:
                    if n.op_type in _FORMS and n.domain in ("", "ai.onnx")):
             return False
         self.invariant, self.inferred = self._invariant_extents()
+        # ONNX's inference gives an unbound row (see _split) a rank ONNX
+        # Runtime does not: Loops wait for the pass after such a split's
+        # lowering, whose inference has the rank right
+        unbinds = any(n.op_type == "SplitToSequence" and _unbinds(n, self)
+                      for _, n in _nodes(self.model.graph))
         for g, n in list(_nodes(self.model.graph)):
-            if n.op_type == "Loop" and n.domain in ("", "ai.onnx"):
+            if n.op_type == "Loop" and n.domain in ("", "ai.onnx") and not unbinds:
                 self._appends(n)
             elif n.op_type == "SplitToSequence" and n.domain in ("", "ai.onnx"):
                 self._split(n, g)
@@ -522,9 +537,9 @@ class _Rewrite:
         states provably keep their extents (each one's start and yield, as
         inferred from the body's arguments, have its argument's extents,
         all static or the main graph's input symbols: by induction, every
-        iteration sees those). Inferred on a copy without the bodies'
-        output shapes (torch declares them under names of their own), in
-        rounds: ONNX's inference leaves a Loop's results unshaped, so the
+        iteration sees those). Inferred on a copy whose state arguments
+        have their starts' extents and whose bodies' outputs have none
+        (torch declares them under names of their own), in rounds: ONNX's inference leaves a Loop's results unshaped, so the
         final states of the Loops proved are declared for the next round
         (a Loop after or around another). The types inferred come second."""
         regions = [n for n in _post_order(self.model.graph)
@@ -545,7 +560,28 @@ class _Rewrite:
         finals: dict[str, list] = {}  # final states of the Loops/Scans proved
         proved: dict[str, tuple] = {}  # first output -> the region's state layout
         types: dict[str, onnx.TypeProto] = {}
+        copies = [n for n in _post_order(copy.graph)
+                  if n.op_type in ("Loop", "Scan") and any(n.output)]
+        declared: dict[str, list] = {}  # reads of lists in bodies, typed as their elements
         for _ in range(len(regions) + 1):
+            # the induction's base: each state argument has its start's extents
+            # (not the body's declaration, which torch writes with names of
+            # its own)
+            for node in copies:
+                layout = _state_layout(node)
+                for start, arg in zip(*layout[1:3]) if layout is not None else ():
+                    d = finals.get(start) or self._known(types.get(start)) or \
+                        self._known(self.types.get(start))
+                    # (a declaration of other static extents stays: no proof)
+                    if d is not None and arg.type.HasField("tensor_type") and \
+                            self._known(arg.type) in (None, d):
+                        arg.type.tensor_type.shape.Clear()
+                        for e in d:
+                            dim = arg.type.tensor_type.shape.dim.add()
+                            if isinstance(e, int):
+                                dim.dim_value = e
+                            else:
+                                dim.dim_param = e
             try:
                 inferred = onnx.shape_inference.infer_shapes(copy)
             except Exception:  # noqa: BLE001 - no proof then
@@ -568,14 +604,20 @@ class _Rewrite:
                     proved[key] = layout
                     grew.update({out: dims(a.name) for out, a in zip(node.output, args)
                                  if out and dims(a.name) is not None})
-            if not grew:
+            # the induction's hypothesis for a list the body reads: its
+            # elements (the start's, and the earlier appended) have the
+            # appended tensor's extents
+            read = {r: d for r, d in self._list_reads(copy.graph, dims).items()
+                    if r not in declared}
+            if not grew and not read:
                 break
             finals.update(grew)
-            for g in _graphs(copy.graph):  # declared where the Loop is, for the next round
+            declared.update(read)
+            for g in _graphs(copy.graph):  # declared where they are, for the next round
                 here = {o for n in g.node for o in n.output}
                 g.value_info.extend(helper.make_tensor_value_info(
                     name, types[name].tensor_type.elem_type, d)
-                    for name, d in grew.items() if name in here and name in types)
+                    for name, d in {**grew, **read}.items() if name in here and name in types)
         dims = lambda name: finals.get(name) or self._known(types.get(name))
         extents = dict(finals)
         for key, (body, _, args, _, given) in proved.items():
@@ -593,6 +635,33 @@ class _Rewrite:
             extents.update({v: dims(v) for n in body.node for v in n.output
                             if v in trusted and dims(v) is not None})
         return extents, types
+
+    def _list_reads(self, graph: onnx.GraphProto, dims) -> dict[str, list]:
+        """SequenceAt outputs in Loop bodies reading a list the body appends
+        to, with the extents of what it appends (where `dims` knows them and
+        the list's start holds elements of them)."""
+        out = {}
+        for _, loop in _nodes(graph):
+            if loop.op_type != "Loop":
+                continue
+            body = next((a.g for a in loop.attribute if a.name == "body"), None)
+            if body is None or len(body.input) != len(loop.input):
+                continue
+            for start, arg in zip(loop.input[2:], body.input[2:]):
+                first = self.producer.get(start)
+                if first is None or first.op_type not in ("SequenceEmpty", "SequenceConstruct"):
+                    continue
+                inserts = [n for n in body.node if n.op_type == "SequenceInsert" and
+                           n.input and n.input[0] == arg.name]
+                if len(inserts) != 1 or len(inserts[0].input) < 2:
+                    continue
+                d = dims(inserts[0].input[1])
+                if d is None or any(dims(e) != d for e in first.input):
+                    continue
+                lists = {arg.name, inserts[0].output[0]}
+                out.update({n.output[0]: d for n in body.node
+                            if n.op_type == "SequenceAt" and n.input and n.input[0] in lists})
+        return out
 
     def _known(self, t: onnx.TypeProto | None) -> list | None:
         """A tensor type's extents if all are static or input symbols."""
@@ -624,32 +693,35 @@ class _Rewrite:
                 len(body.input) != len(loop.input) or len(body.output) < 1 + len(loop.input) - 2:
             return
         arg = body.input[2 + j].name
-        users = self.uses.get(arg, [])
-        if len(users) != 1 or arg in self.escapes:
+        inserts = [u for u, g in self.uses.get(arg, []) if u.op_type == "SequenceInsert"]
+        if len(inserts) != 1 or arg in self.escapes:
             return
-        insert, g = users[0]
-        if insert.op_type != "SequenceInsert" or g is not body or insert.input[0] != arg or \
-                (len(insert.input) > 2 and insert.input[2]):
+        insert = inserts[0]
+        if insert.input[0] != arg or (len(insert.input) > 2 and insert.input[2]):
             return
         appended = insert.output[0]
-        if body.output[1 + j].name != appended or self.uses.get(appended) or \
+        if body.output[1 + j].name != appended or \
                 sum(o.name == appended for o in body.output) != 1:
             return
         # a scan output has one shape in every iteration (ONNX Runtime fails
         # the Loop otherwise, where the sequence took any shapes)
         x = insert.input[1]
         dims = self.invariant.get(x)
-        if dims is None or start.op_type == "SequenceConstruct" and any(
-                self.invariant.get(e, self.dims(e)) != dims for e in start.input):
+        firsts = list(start.input) if start.op_type == "SequenceConstruct" else []
+        if dims is None or any(self.invariant.get(e, self.dims(e)) != dims for e in firsts):
             return
+        window = self._window_reads(body, arg, insert, x, firsts)
+        if window is None:
+            return
+        in_loop, depth = window
         final = loop.output[j] if j < len(loop.output) else ""
         stacked = self.fresh(f"{final or appended}/stacked")
         stack = stacked
         before: list = []
-        if start.op_type == "SequenceConstruct":
+        if firsts:
             stack = self.fresh(f"{final or appended}/all")
-            firsts = [self.unsqueeze(before, e, 0) for e in start.input]
-            self.node(before, "Concat", firsts + [stacked], stack, axis=0)
+            self.node(before, "Concat", [self.unsqueeze(before, e, 0) for e in firsts] +
+                      [stacked], stack, axis=0)
         reads = {}
         if final:
             reads = self._reads_of(final, _Stacked(stack, len(dims)))
@@ -659,18 +731,66 @@ class _Rewrite:
         if before:
             self.after[stacked] = before
         # the Loop: state j out, a scan output of x's copy in (x may be a
-        # body output already, and a graph yields a name once)
+        # body output already, and a graph yields a name once), and the last
+        # `depth` elements the body reads as states of their own
+        elem = self.inferred[x].tensor_type.elem_type
         scan_out = self.fresh(f"{x}/appended")
-        self.replace[appended] = [helper.make_node(
-            "Identity", [x], [scan_out], name=self.fresh(f"{scan_out}/Identity"))]
+        copies: list = []
+        self.node(copies, "Identity", [x], scan_out)
+        last = [self.fresh(f"{arg}/last{i + 1}") for i in range(depth)]
+        nexts = [self.node(copies, "Identity", [x if i == 0 else last[i - 1]])
+                 for i in range(depth)]
+        self.replace[appended] = copies
+        for read, (kind, i) in in_loop.items():
+            source = firsts[i] if kind == "first" else x if kind == "new" else last[i]
+            self.replace[read] = []
+            self.node(self.replace[read], "Identity", [source], read)
         del body.input[2 + j]
         del body.output[1 + j]
-        body.output.append(helper.make_tensor_value_info(
-            scan_out, self.inferred[x].tensor_type.elem_type, dims))
+        carried = len(loop.input) - 3  # after this state is gone
+        body.input.extend(helper.make_tensor_value_info(a, elem, dims) for a in last)
+        yields = [helper.make_tensor_value_info(n, elem, dims) for n in nexts]
+        outputs = list(body.output)
+        outputs[1 + carried:1 + carried] = yields
+        outputs.append(helper.make_tensor_value_info(scan_out, elem, dims))
+        del body.output[:]
+        body.output.extend(outputs)
         del loop.input[2 + j]
-        outs = [v for k, v in enumerate(loop.output) if k != j] + [stacked]
+        loop.input.extend(firsts[len(firsts) - 1 - i] for i in range(depth))
+        outs = [v for k, v in enumerate(loop.output) if k != j]
+        outs[carried:carried] = [self.fresh(f"{a}/final") for a in last]
         del loop.output[:]
-        loop.output.extend(outs)
+        loop.output.extend(outs + [stacked])
+
+    def _window_reads(self, body: onnx.GraphProto, arg: str, insert: onnx.NodeProto, x: str,
+                      firsts: list[str]) -> tuple[dict, int] | None:
+        """The body's reads of the list (SequenceAt at constant positions, in
+        the body itself) as (read output -> ("first", i): the start's element
+        i; ("new", 0): x; ("last", i): the (i+1)-th last element before this
+        iteration's append), and how many last elements they need; None when
+        a use is another or reads what the start does not hold (where ONNX
+        Runtime fails the first iteration)."""
+        m = len(firsts)
+        found, depth = {}, 0
+        for seq, before in ((arg, True), (insert.output[0], False)):
+            for user, g in self.uses.get(seq, []):
+                if user is insert:
+                    continue
+                p = self.int_const(user.input[1]) if len(user.input) > 1 else None
+                if user.op_type != "SequenceAt" or g is not body or user.input[0] != seq or \
+                        p is None:
+                    return None
+                if 0 <= p < m:  # an element of the start, the same in every iteration
+                    found[user.output[0]] = ("first", p)
+                elif p == -1 and not before:
+                    found[user.output[0]] = ("new", 0)
+                elif p < 0 and -p - (0 if before else 1) <= m:
+                    i = -p - (1 if before else 2)  # elements back from the last one before x
+                    found[user.output[0]] = ("last", i)
+                    depth = max(depth, i + 1)
+                else:
+                    return None
+        return found, depth
 
     # ---- applying
 

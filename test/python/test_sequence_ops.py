@@ -371,3 +371,54 @@ def test_list_started_with_an_unbound_row():
              h.make_node("ConcatFromSequence", ["ys"], ["y"], name="stack", axis=0, new_axis=1)]
     m = model(nodes, [("x", D, [4, 2, 3])], [("y", D, None)])  # (ONNX would say rank 4)
     check(m, {"x": np.random.default_rng(6).standard_normal((4, 2, 3))})
+
+
+def multistep(reads):
+    """s <- s + 0.1 * sum of the list's elements read at `reads`, each
+    (list, position): "before" or "after" this iteration's append of
+    tanh(s * w); the list starts with x and tanh(x)."""
+    nodes = [h.make_node("Mul", ["s", "w"], ["sw"], name="b_mul"),
+             h.make_node("Tanh", ["sw"], ["f"], name="b_tanh"),
+             h.make_node("SequenceInsert", ["seq", "f"], ["seq_next"], name="b_append")]
+    terms = []
+    for k, (which, p) in enumerate(reads):
+        nodes += [h.make_node("SequenceAt", ["seq" if which == "before" else "seq_next", f"p{k}"],
+                              [f"r{k}"], name=f"b_at{k}")]
+        terms.append(f"r{k}")
+    nodes += [h.make_node("Sum", terms, ["total"], name="b_sum"),
+              h.make_node("Mul", ["total", "dt"], ["step"], name="b_step"),
+              h.make_node("Add", ["s", "step"], ["s_next"], name="b_add"),
+              h.make_node("Identity", ["cond"], ["cond_out"], name="b_cond")]
+    body = h.make_graph(nodes, "body",
+                        [vi("i", I64, []), vi("cond", B, []), vi("s", D, [2, 3]),
+                         h.make_tensor_sequence_value_info("seq", D, None)],
+                        [vi("cond_out", B, []), vi("s_next", D, [2, 3]),
+                         h.make_tensor_sequence_value_info("seq_next", D, None)])
+    outer = [const("dt", 0.1, D), const("true", True, B), const("n", 3)] + \
+        [const(f"p{k}", p) for k, (_, p) in enumerate(reads)] + [
+        h.make_node("Tanh", ["x"], ["tx"], name="tx"),
+        h.make_node("SequenceConstruct", ["x", "tx"], ["start"], name="start"),
+        h.make_node("Loop", ["n", "true", "x", "start"], ["y", "ys"], name="loop", body=body)]
+    return model(outer, [("x", D, [2, 3]), ("w", D, [2, 3])], [("y", D, [2, 3])])
+
+
+@pytest.mark.parametrize("reads", [
+    [("after", -1), ("after", -2)],            # Adams-Bashforth 2
+    [("after", -1), ("after", -2), ("after", -3)],
+    [("before", -1), ("before", -2)],
+    [("after", 0), ("before", 1), ("after", -2)]])
+def test_list_read_back_inside_its_loop(reads):
+    """A multistep method reads the list it appends to inside the loop: the
+    last elements it reads become states of their own (a window), the
+    start's elements at non-negative positions the start's tensors."""
+    m = multistep(reads)
+    check(m, {"x": np.random.default_rng(7).standard_normal((2, 3)),
+              "w": np.random.default_rng(8).standard_normal((2, 3))}, inputs=("x", "w"))
+
+
+def test_read_past_the_start_stays_a_sequence():
+    """Position -4 after the first append: the list holds three elements
+    then, ONNX Runtime fails the first iteration; not lowered, refused."""
+    m = multistep([("after", -1), ("after", -4)])
+    with pytest.raises(UnsupportedOp, match=r"Sequence(Construct|Insert) \(node '(start|b_append)'\)"):
+        forward(m, inputs=["x"], outputs=["y"])

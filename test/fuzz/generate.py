@@ -5,12 +5,13 @@ Slice/Gather, Softmax/LayerNormalization/RMSNormalization, Attention, Conv, MaxP
 Expand/Tile/Split/Where/CumSum/Clip/Einsum/Flatten/Unsqueeze, image ops
 (Batch/InstanceNormalization, ConvTranspose, Resize, DepthToSpace/
 SpaceToDepth, LRN), and nested If/Scan/Loop whose bodies capture outer
-values; float32 or float64; random shapes. With `sequences`, also the
+values; float32 or float64; random shapes. With `sequences` (1), also the
 sequence idioms exporters write: a list a Loop appends to, read after it
 (ConcatFromSequence, SequenceAt, SequenceLength), SplitToSequence read at
-constant positions or by a Loop over its pieces, SequenceConstruct.
+constant positions or by a Loop over its pieces, SequenceConstruct; with 2,
+lists also read back inside the Loop that appends to them (multistep).
 
-    generate(seed, sequences=False) -> (model, feeds)
+    generate(seed, sequences=0) -> (model, feeds)
 
 The same seed always gives the same model. Every model is checked with
 `onnx.checker.check_model(full_check=True)` and run once in ONNX Runtime
@@ -665,6 +666,13 @@ class Graph:
         sub, it, cin, v, vn, cout = self._loop_step(s, depth)
         seq = self.name("seq")
         seq_next = sub.node("SequenceInsert", [seq, vn])[0]
+        if self.gen.sequences >= 2 and construct and r.random() < 0.5:
+            # a multistep method: the next state mixes in an element read back
+            # from the list (the last, the one before it, or the start's)
+            at = r.choice([(seq_next, -1), (seq_next, -2), (seq, -1), (seq, 0)])
+            back = sub.node("SequenceAt", [at[0], self.i64(at[1])])[0]
+            vn = sub.node("Mul", [sub.node("Add", [vn, back])[0],
+                                  self.const(np.asarray(0.5, self.gen.npdtype))])[0]
         body = h.make_graph(sub.nodes, self.name("loop_body"),
                             [h.make_tensor_value_info(it, TP.INT64, []),
                              h.make_tensor_value_info(cin, TP.BOOL, []),
@@ -776,7 +784,7 @@ def _try_bcast(a, b):
 
 
 class Gen:
-    def __init__(self, seed: int, sequences: bool = False):
+    def __init__(self, seed: int, sequences: int = 0):
         self.seed = seed
         self.sequences = sequences
         self.r = random.Random(seed)
@@ -860,7 +868,7 @@ def validate(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
             raise GeneratorRejected(f"output {o.name}: ORT shape {a.shape}, declared {want}")
 
 
-def generate(seed: int, tries: int = 20, sequences: bool = False
+def generate(seed: int, tries: int = 20, sequences: int = 0
              ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A valid model and feeds for `seed` (deterministic)."""
     last = None
@@ -882,8 +890,9 @@ def generate(seed: int, tries: int = 20, sequences: bool = False
 
 
 if __name__ == "__main__":
-    m, f = generate(int(sys.argv[1]), sequences="--sequences" in sys.argv)
-    sys.argv = [a for a in sys.argv if a != "--sequences"]
+    level = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--sequences=")), 0)
+    m, f = generate(int(sys.argv[1]), sequences=level)
+    sys.argv = [a for a in sys.argv if not a.startswith("--sequences=")]
     if len(sys.argv) > 2:
         onnx.save(m, sys.argv[2])
     else:

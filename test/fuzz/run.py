@@ -11,7 +11,8 @@ fourth with all input and output extents made run-time ones,
 "gen:dynamic"; every fourth also in second order, and every fourth with a
 Loop or Scan also reversed with checkpoint=2 against the default), 5..8 a
 mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt. From base
-seed 144 on, generated models also hold sequence idioms (SEQUENCE_SEEDS).
+seed 144 on, generated models also hold sequence idioms (SEQUENCE_SEEDS),
+from 147 on lists read back inside their Loops too (WINDOW_SEEDS).
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes
@@ -84,9 +85,15 @@ BUGS = ("wrong", "bad-export", "crash", "hang", "rule-error", "io")
 CASE_STRIDE = 1_000_003
 
 
-# Base seeds from which generated models also hold sequence idioms (earlier
-# ones reproduce the cases their logs name).
+# Base seeds from which generated models also hold sequence idioms, and
+# lists read back inside their Loops (earlier ones reproduce the cases their
+# logs name).
 SEQUENCE_SEEDS = 144
+WINDOW_SEEDS = 147
+
+
+def sequence_level(base: int) -> int:
+    return 2 if base >= WINDOW_SEEDS else 1 if base >= SEQUENCE_SEEDS else 0
 
 
 def case_kind(i: int) -> str:
@@ -190,7 +197,7 @@ def run_case(i: int, base: int, cli: bool | None = None) -> dict:
         cli = (kind == "gen" and i % 20 == 0) or (kind == "mut" and i % 3 == 0)
     try:
         _stage("ort-primal")  # the generator checks and runs its model in ORT
-        model, feeds = generate(seed, sequences=base >= SEQUENCE_SEEDS)
+        model, feeds = generate(seed, sequences=sequence_level(base))
         _stage(None)
     except GeneratorRejected as e:
         rec.update(outcome="gen-rejected", detail=str(e)[:300])

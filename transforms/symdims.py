@@ -673,7 +673,10 @@ def _rule(ot, op, idx, ins) -> list | None:
         # the earliest one (an argument's, usually) keeps chains comparable
         out = [_earliest([p[i] for p in parts]) for i in range(len(parts[0]))]
         ext = [claimed(p[ax]) for p in parts]  # (a class token's proved 1 beside 4 patches)
-        out[ax] = sum(ext) if all(isinstance(e, (int, np.integer)) for e in ext) else None
+        if all(isinstance(e, (int, np.integer)) for e in ext):
+            out[ax] = sum(ext)
+        else:  # the same parts' extents make the same sum (a stack and its tangent's)
+            out[ax] = None if any(e is None for e in ext) else ("cat", tuple(ext))
         return out
     if ot in ("RNN", "GRU", "LSTM"):
         x = _of(ins[0])

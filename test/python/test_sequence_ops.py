@@ -422,3 +422,18 @@ def test_read_past_the_start_stays_a_sequence():
     m = multistep([("after", -1), ("after", -4)])
     with pytest.raises(UnsupportedOp, match=r"Sequence(Construct|Insert) \(node '(start|b_append)'\)"):
         forward(m, inputs=["x"], outputs=["y"])
+
+
+@pytest.mark.parametrize("name", ["euler_list", "while_list", "adams_bashforth"])
+def test_lowered_lists_need_no_run_time_unbroadcasting(name):
+    """TorchScript's lists, lowered: the stack of a list started with x
+    (Concat of x and the scan output, an extent 1 + T) and its tangent's
+    concatenation have one extent (symdims names a sum of symbols by its
+    parts), and the reverse Loop's cotangents of its starts have their
+    starts' extents: no run-time check of which axes to sum (NonZero) and
+    no linear program kept for the shapes it read (63/55/67 -> 49/39/33
+    reverse nodes)."""
+    import os
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "torch")
+    rev = reverse(onnx.load(os.path.join(here, f"{name}.onnx")), layout="onnx")
+    assert "NonZero" not in ops(rev)

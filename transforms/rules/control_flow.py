@@ -1109,6 +1109,10 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         rev = _as_scan(b, rev, guarded=trips is None)
     _hoist_invariants(rev)
     res = list(rev.results)
+    # cotangents of the starts and captures: [k] + their extents, which
+    # the reverse loop's own results do not tell
+    for c, v in zip(res[:n_ct], [inits[j] for j in fl] + list(caps_all)):
+        symdims.register(c, v)
     contrib = {}
     _add(b, contrib, [inits[j] for j in fl], res[:len(fl)])
     _add(b, contrib, caps_all, res[len(fl):n_ct])

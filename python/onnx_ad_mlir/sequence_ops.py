@@ -469,6 +469,8 @@ class _Rewrite:
                 return
             if split.ndim == 1:
                 unit, sizes, keepdims = False, [int(s) for s in split], True
+                if extent is not None and sum(sizes) != extent:
+                    return  # (an invalid node: import's checks name it)
             elif int(split) == 1:
                 scalar_one = True
             else:  # (keepdims=0 fails in ONNX Runtime unless the chunks are 1)

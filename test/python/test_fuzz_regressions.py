@@ -111,6 +111,8 @@ INVALID = {
     "bad_sequence_keepdims_ints.onnx": "attribute 'keepdims' has type INTS, expected INT",
     # ConcatFromSequence with new_axis 2, lowered as a stack (seed 146 case 785)
     "bad_sequence_new_axis.onnx": "node 'n_ConcatFromSequence11' (ConcatFromSequence)",
+    # a split of sizes [1] over an extent 3, lowered to Slices (seed 147 case 767)
+    "bad_sequence_split_sum.onnx": "node 'n_SplitToSequence6' (SplitToSequence)",
     # an Attention's value input mutated to rank 2 (seed 130 case 875)
     "bad_attention_value_rank.onnx": "node 'n_Attention17' (Attention): strict ONNX shape "
                                      "inference rejects the model: Inputs 2 (value) shall be 3 "

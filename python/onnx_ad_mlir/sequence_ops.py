@@ -692,7 +692,8 @@ class _Rewrite:
     def _append(self, loop: onnx.NodeProto, body: onnx.GraphProto, j: int) -> None:
         start = self.producer.get(loop.input[2 + j])
         if start is None or start.op_type not in ("SequenceEmpty", "SequenceConstruct") or \
-                len(body.input) != len(loop.input) or len(body.output) < 1 + len(loop.input) - 2:
+                len(body.input) != len(loop.input) or len(body.output) < 1 + len(loop.input) - 2 \
+                or len(loop.output) != len(body.output) - 1:  # (every result named or "")
             return
         arg = body.input[2 + j].name
         inserts = [u for u, g in self.uses.get(arg, []) if u.op_type == "SequenceInsert"]

@@ -22,6 +22,7 @@ from onnx_ad_mlir.tensors import dense_floats, imported_array
 from . import symdims
 
 DYN = ir.ShapedType.get_dynamic_size()
+_READING: set = set()  # values whose shape Builder.shape is reading off others
 Dims = list  # list[int | None]; None is an unknown extent
 
 
@@ -420,14 +421,12 @@ class Builder:
             proved = [symdims.claimed(e) for e in symdims.dims(x)[start:end]]
             if all(isinstance(e, (int, np.integer)) for e in proved):
                 return self.ints(proved)
-        if start is not None and start >= 1:
-            # A derivative's extents past the direction axis are its primal's:
-            # read them there (the linear forward program need not stay alive).
-            p = symdims.primal_of(x)
-            if p is not None:
-                return self.shape(p, start - 1, None if end is None else end - 1)
-        if d is not None and not (start in (0, None) and end == 1):  # k: read it from x
-            read = self._shape_from_sources(x, start, end)
+        if x not in _READING:  # (sources and primals may lead back to x: read it then)
+            _READING.add(x)
+            try:
+                read = self._shape_elsewhere(x, d, start, end)
+            finally:
+                _READING.discard(x)
             if read is not None:
                 return read
         n = None if d is None else len(d[start:end])
@@ -439,6 +438,19 @@ class Builder:
             return full
         return self.slice(full, [0], [start or 0], [end if end is not None else 2**62],
                           tensor_type([n], i64))
+
+    def _shape_elsewhere(self, x: ir.Value, d: Dims | None, start: int | None,
+                         end: int | None) -> ir.Value | None:
+        """Shape(x)[start:end] read off other values, or None."""
+        if start is not None and start >= 1:
+            # A derivative's extents past the direction axis are its primal's:
+            # read them there (the linear forward program need not stay alive).
+            p = symdims.primal_of(x)
+            if p is not None:
+                return self.shape(p, start - 1, None if end is None else end - 1)
+        if d is not None and not (start in (0, None) and end == 1):  # k: read it from x
+            return self._shape_from_sources(x, start, end)
+        return None
 
     def _shape_from_sources(self, x: ir.Value, start: int | None,
                             end: int | None) -> ir.Value | None:

@@ -647,3 +647,20 @@ def test_affine_grid_of_unknown_spatial_rank_refused():
               [("y", TP.DOUBLE, None)], opset=20)
     with pytest.raises(UnsupportedOp, match="grid.*spatial rank"):
         reverse(m)
+
+
+@pytest.mark.parametrize("opset,op,operands", [(19, "Resize", ["x", "", "s"]),
+                                               (9, "Upsample", ["x", "s"])])
+def test_resize_scales_are_refused_as_differentiated_inputs(opset, op, operands):
+    """The samples move with the scales, so does a linear resize's output
+    (d y / d scale about 3.5 here); forward mode read it as 0 (a silent
+    zero). Refused in both modes, naming the operand; with respect to x
+    alone the scales stay an input."""
+    m = model([h.make_node(op, operands, ["y"], mode="linear")],
+              [("x", TP.FLOAT, [1, 1, 4, 4]), ("s", TP.FLOAT, [4])],
+              [("y", TP.FLOAT, [1, 1, 6, 6])], opset=opset)
+    for mode in (forward, reverse):
+        with pytest.raises(UnsupportedOp, match=rf"onnx\.{op}\w* \(node ''\): the derivative with "
+                                                 r"respect to its operand \d \(the roi or scales"):
+            mode(m, inputs=["x", "s"], layout="onnx")
+    assert forward(m, inputs=["x"], layout="onnx").graph.output[-1].name == "fwd_y"

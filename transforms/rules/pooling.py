@@ -778,6 +778,10 @@ def _resized_axes(op: ir.Operation) -> list[int]:
 @jvp("Resize", "Upsample")
 def _resize(b: Builder, op, tangents):
     x, y = op.operands[0], op.results[0]
+    moved = [i for i, u in enumerate(tangents[1:], 1) if u is not None]
+    if moved:  # (the output moves with them: no silent zero)
+        raise UnsupportedOp(f"the derivative with respect to its operand {moved[0]} (the roi "
+                            f"or scales that place the samples) is not implemented")
     t = tangents[0]
     if t is None:
         return [None] * len(op.results)

@@ -338,3 +338,17 @@ def test_closure_second_order():
         reverse(reverse(m))
         reverse(forward(m))
         forward(forward(m))
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_one_hot_is_linear_in_its_values(axis):
+    """OneHot puts values[1] on the hot positions and values[0] elsewhere:
+    its derivative in `values` was taken as zero (listed with the piecewise
+    constant ops), a silent zero."""
+    m = model([h.make_node("OneHot", ["i", "depth", "v"], ["y"], axis=axis),
+               h.make_node("Mul", ["y", "w"], ["z"])],
+              [("i", TP.INT64, [2, 3]), ("v", TP.FLOAT, [2]), ("w", TP.FLOAT, [])],
+              [("z", TP.FLOAT, None)], inits=[nh.from_array(np.array(4, np.int64), "depth")])
+    feeds = {"i": np.array([[0, 3, 1], [2, -1, 0]]), "v": np.array([-0.5, 2.0], np.float32),
+             "w": np.array(1.5, np.float32)}  # (ONNX Runtime has no float64 OneHot)
+    check_derivatives(m, feeds, inputs=["v", "w"])

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 import onnx
 from mlir import ir
 
@@ -472,9 +474,32 @@ zero_derivative(
     "Sign", "Floor", "Ceil", "Round", "Equal", "Less", "LessOrEqual", "Greater",
     "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "BitShift",
     "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "Shape", "Size", "NonZero",
-    "ArgMax", "ArgMin", "Hardmax", "OneHot", "ConstantOfShape", "EyeLike", "RandomNormal",
+    "ArgMax", "ArgMin", "Hardmax", "ConstantOfShape", "EyeLike", "RandomNormal",
     "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
     "QuantizeLinear", "NonMaxSuppression", "BitCast", "Constant")
+
+
+@jvp("OneHot")
+def _one_hot(b: Builder, op, tangents):
+    """values[0] off the hot positions, values[1] on them: linear in values,
+    t_off + (t_on - t_off) * mask with the mask the node on values [0, 1]."""
+    indices, depth, values = op.operands
+    y = op.results[0]
+    t = tangents[2]
+    if t is None:
+        return [None]
+    yd = dims(y)
+    if yd is None:
+        raise UnsupportedOp("OneHot needs the rank of its result")
+    elem = element_type(values)
+    flags = b.constant(ir.DenseElementsAttr.get(np.asarray([0.0, 1.0], np.float32)))
+    if not isinstance(elem, ir.F32Type):
+        flags = b.cast_like(flags, values)
+    mask = b.op("OneHot", [indices, depth, flags], y.type, axis=attribute(op, "axis"))
+    k = dims(t)[0]
+    ends = [b.unsqueeze(b.slice(t, [1], [i], [i + 1], tensor_type([k, 1], elem)),
+                        list(range(2, len(yd) + 1))) for i in (0, 1)]
+    return [b.add(ends[0], b.mul(b.sub(ends[1], ends[0]), mask))]
 
 
 # ---- transposes of the linear ops the rules above emit ----------------------

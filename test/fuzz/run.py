@@ -347,11 +347,16 @@ def _checkpointed(model, feeds, i) -> dict | None:
 def _ort_primal(model, feeds) -> None:
     """Runs the input model once in ORT as stage "ort-primal" (the finite
     differences run it at the same shapes: if this passes, a later death is
-    in running our derivative models)."""
+    in running our derivative models). A model ORT refuses (its own shape
+    inference, e.g. ONNX's extent 0 for a 3-D Attention over a run-time V
+    width, read by a SplitToSequence) leaves nothing to compare with."""
     import adcheck
     _stage("ort-primal")
     try:
         adcheck.run(model, feeds)
+    except Exception as e:  # noqa: BLE001 - the input, not a model we wrote
+        raise adcheck.NoReference(
+            f"ONNX Runtime cannot run the input model: {type(e).__name__}: {str(e)[:300]}") from e
     finally:
         _stage(None)
 

@@ -17,6 +17,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .errors import UnsupportedOp
+from .validate import node_subgraphs
 
 
 class NotYet(Exception):
@@ -99,7 +100,7 @@ class Emitter:
 Lowering = Callable[[Emitter], None]
 
 
-def _default_opset(model: onnx.ModelProto) -> int:
+def default_opset(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
@@ -116,7 +117,7 @@ def lower_nodes(model: onnx.ModelProto, lowering: Callable[[onnx.NodeProto], Low
     first = next((n for n in model.graph.node if lowering(n) is not None), None)
     if first is None:
         return None
-    opset = _default_opset(model)
+    opset = default_opset(model)
     if not opset:
         raise refuse(first, "its lowering emits default-domain ops, but the model imports no "
                      "version of the default domain")
@@ -161,10 +162,8 @@ def _uses_domain(graph: onnx.GraphProto, domain: str) -> bool:
     for n in graph.node:
         if n.domain == domain:
             return True
-        for a in n.attribute:
-            if any(_uses_domain(sub, domain) for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH
-                                                         else a.graphs)):
-                return True
+        if any(_uses_domain(sub, domain) for sub in node_subgraphs(n)):
+            return True
     return False
 
 

@@ -33,7 +33,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .node_lowering import fresh_name
+from .node_lowering import default_opset, fresh_name
+from .validate import node_subgraphs
 
 # What each op becomes where its sequence has a tensor form (docs/COVERAGE.md).
 LOWERED = {
@@ -66,8 +67,6 @@ _INT_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64}
 _SMALL = 4096  # elements of a constant read for positions or sizes
 _PASSES = 3
 _READS = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}
-_GRAPH = onnx.AttributeProto.GRAPH
-_GRAPHS = onnx.AttributeProto.GRAPHS
 
 
 @dataclasses.dataclass
@@ -103,7 +102,7 @@ def lower(model: onnx.ModelProto) -> onnx.ModelProto | None:
     None when it has none of them. In passes, inferred again between them:
     a list a Loop starts with pieces of a split is proved on the types the
     split's lowering gives its reads (ONNX Runtime's ranks, see _split)."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = default_opset(model)
     if opset < 11 or not _has_builders(model):
         return None
     out = None
@@ -136,16 +135,8 @@ def _nodes(graph: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto, onnx.NodeP
     """(graph, node) for the nodes of graph and of its subgraphs."""
     for n in graph.node:
         yield graph, n
-        for sub in _subgraphs(n):
+        for sub in node_subgraphs(n):
             yield from _nodes(sub)
-
-
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    for a in node.attribute:
-        if a.type == _GRAPH:
-            yield a.g
-        elif a.type == _GRAPHS:
-            yield from a.graphs
 
 
 def _well_formed(node: onnx.NodeProto) -> bool:
@@ -191,7 +182,7 @@ def _state_layout(node: onnx.NodeProto):
 def _post_order(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
     """The nodes of graph in order, each after those of its subgraphs."""
     for n in graph.node:
-        for sub in _subgraphs(n):
+        for sub in node_subgraphs(n):
             yield from _post_order(sub)
         yield n
 
@@ -199,7 +190,7 @@ def _post_order(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     yield graph
     for n in graph.node:
-        for sub in _subgraphs(n):
+        for sub in node_subgraphs(n):
             yield from _graphs(sub)
 
 
@@ -283,7 +274,9 @@ class _Rewrite:
     def dims(self, name: str) -> list | None:
         """Extents of a tensor (int, input symbol, or None), None if its rank
         is unknown."""
-        t = self.types.get(name)
+        return self._extents(self.types.get(name))
+
+    def _extents(self, t: onnx.TypeProto | None) -> list | None:
         if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
             return None
         return [d.dim_value if d.HasField("dim_value") else
@@ -577,13 +570,8 @@ class _Rewrite:
                     # (a declaration of other static extents stays: no proof)
                     if d is not None and arg.type.HasField("tensor_type") and \
                             self._known(arg.type) in (None, d):
-                        arg.type.tensor_type.shape.Clear()
-                        for e in d:
-                            dim = arg.type.tensor_type.shape.dim.add()
-                            if isinstance(e, int):
-                                dim.dim_value = e
-                            else:
-                                dim.dim_param = e
+                        arg.type.CopyFrom(helper.make_tensor_type_proto(
+                            arg.type.tensor_type.elem_type, d))
             try:
                 inferred = onnx.shape_inference.infer_shapes(copy)
             except Exception:  # noqa: BLE001 - no proof then
@@ -630,7 +618,7 @@ class _Rewrite:
             for n in body.node:
                 unproved = n.op_type in ("Loop", "Scan") and \
                     next((o for o in n.output if o), None) not in proved
-                reads = set(n.input) | {i for sub in _subgraphs(n) for _, m in _nodes(sub)
+                reads = set(n.input) | {i for sub in node_subgraphs(n) for _, m in _nodes(sub)
                                         for i in m.input}
                 if not unproved and all(i in trusted or i not in own for i in reads if i):
                     trusted.update(n.output)
@@ -667,17 +655,8 @@ class _Rewrite:
 
     def _known(self, t: onnx.TypeProto | None) -> list | None:
         """A tensor type's extents if all are static or input symbols."""
-        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
-            return None
-        out = []
-        for d in t.tensor_type.shape.dim:
-            if d.HasField("dim_value"):
-                out.append(d.dim_value)
-            elif d.dim_param in self.input_symbols:
-                out.append(d.dim_param)
-            else:
-                return None
-        return out
+        d = self._extents(t)
+        return None if d is None or None in d else d
 
     def _appends(self, loop: onnx.NodeProto) -> None:
         """Loop-carried sequences appended once an iteration, read after the

@@ -226,7 +226,7 @@ def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None
                 consts = _constants(graph)
             _check_node_attributes(node, op, inputs, attributes, ranks, consts or {})
         if op in _GRAPH_OPS:
-            for g in _node_subgraphs(node):
+            for g in node_subgraphs(node):
                 check_attributes(g, ranks)
 
 
@@ -388,11 +388,12 @@ def _subgraphs(graph: onnx.GraphProto, rows: list[NodeRow] | None = None
     """The graph attributes of the graph's If/Loop/Scan/SequenceMap nodes
     (see _GRAPH_OPS). `rows`: the graph's node_fields, when already read."""
     if rows is None:
-        return [g for n in graph.node if n.op_type in _GRAPH_OPS for g in _node_subgraphs(n)]
-    return [g for row in rows if row[1] in _GRAPH_OPS for g in _node_subgraphs(row[0])]
+        return [g for n in graph.node if n.op_type in _GRAPH_OPS for g in node_subgraphs(n)]
+    return [g for row in rows if row[1] in _GRAPH_OPS for g in node_subgraphs(row[0])]
 
 
-def _node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+def node_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs of a node's GRAPH and GRAPHS attributes."""
     out = []
     for a in node.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
@@ -452,7 +453,7 @@ def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None
             _check_operand_types(node, _type_rules(op, opset), types)
             accepted.add(key)
         if op in _GRAPH_OPS:
-            for g in _node_subgraphs(node):
+            for g in node_subgraphs(node):
                 check_types(g, opset, types)
 
 

@@ -11,7 +11,6 @@ import math
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-
 import onnx
 from mlir import ir
 

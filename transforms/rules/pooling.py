@@ -636,7 +636,7 @@ def _padded_window_sum(b: Builder, v: ir.Value, pads: ir.Value, op, y: ir.Value,
     kernel, strides, dil, _, _ = _window(op)
     n = len(kernel)
     vd = dims(v)
-    padded = b.op("Pad", [v, pads], tensor_type(vd[:2] + [None] * n, element_type(v)))
+    padded = _padded(b, v, pads)
     if padded_like is not None:
         symdims.alike(padded, padded_like, first=2)
     summed = b.op("Conv", [padded, _ones_kernel(b, kernel, v), None],
@@ -644,6 +644,12 @@ def _padded_window_sum(b: Builder, v: ir.Value, pads: ir.Value, op, y: ir.Value,
                   strides=strides, dilations=dil, group=1, pads=[0] * (2 * n))
     symdims.alike(summed, y, first=2)
     return summed, padded
+
+
+def _padded(b: Builder, v: ir.Value, pads: ir.Value) -> ir.Value:
+    """v [M, C, *S] zero-padded by run-time pads (_run_time_pads)."""
+    vd = dims(v)
+    return b.op("Pad", [v, pads], tensor_type(vd[:2] + [None] * (len(vd) - 2), element_type(v)))
 
 
 def _run_time_window_sum(b: Builder, u: ir.Value, pads: ir.Value, op, y: ir.Value,
@@ -673,9 +679,7 @@ def _lp_pool(b: Builder, op, tangents):
     xd, yd = dims(x), dims(y)
     if (None in xd[2:] or None in yd[2:]) and _auto_or_ceil(op) and b.opset >= 11:
         pads = _run_time_pads(b, op, x, y)
-        ones = _ones_image(b, x)
-        padded_ones = b.op("Pad", [ones, pads], tensor_type([1, 1] + [None] * (len(xd) - 2),
-                                                            element_type(x)))
+        padded_ones = _padded(b, _ones_image(b, x), pads)
         return [_lp_tangent(b, tangents[0], x, y, p,
                             lambda u: _run_time_window_sum(b, u, pads, op, y, padded_ones))]
     geom = _pool_pads(op, x, y)

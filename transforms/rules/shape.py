@@ -601,6 +601,8 @@ def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
         out.insert(axis if axis >= 0 else len(d) + 1 + axis,
                    depth if isinstance(depth, int) else None)
     depth_v = b.ints([depth]) if isinstance(depth, int) else depth
+    if element_type(idx) != _i64():  # (nor int32 indices with an int64 depth: ONNX Runtime)
+        idx = b.op("Cast", [idx], tensor_type(d, _i64()), to=7)  # INT64
     hot = b.op("OneHot", [idx, depth_v, vals], tensor_type(out, ir.F32Type.get()), axis=axis)
     return hot if isinstance(elem, ir.F32Type) else b.cast_like(hot, like)
 

@@ -64,6 +64,14 @@ class GraphFacts:
             return None
         return len(t.tensor_type.shape.dim)
 
+    def dims(self, name: str) -> list[int | str | None] | None:
+        """The extents of `name`: an int where known, the symbol's name
+        where symbolic, None where neither; None when its rank is unknown."""
+        if self.rank(name) is None:
+            return None
+        return [d.dim_value if d.HasField("dim_value") else d.dim_param or None
+                for d in self.types[name].tensor_type.shape.dim]
+
     def fresh(self, base: str) -> str:
         return fresh_name(self.names, base)
 
@@ -89,6 +97,18 @@ class Emitter:
         if self.g.opset >= 13:  # axes an operand from opset 13
             return self.op("Unsqueeze", [x, self.const(np.array([axis], np.int64))], out)
         return self.op("Unsqueeze", [x], out, axes=[axis])
+
+    def split(self, x: str, sizes: list[int], axis: int) -> list[str]:
+        """x cut along `axis` into parts of `sizes`."""
+        parts = [self.g.fresh(f"{self.prefix}/Split") for _ in sizes]
+        if self.g.opset >= 13:  # sizes an operand from opset 13
+            inputs = [x, self.const(np.asarray(sizes, np.int64))]
+            attrs = {}
+        else:
+            inputs, attrs = [x], {"split": list(sizes)}
+        self.nodes.append(helper.make_node("Split", inputs, parts, axis=axis,
+                                           name=self.g.fresh(f"{self.prefix}/Split"), **attrs))
+        return parts
 
     def reduce(self, op_type: str, x: str, axis: int, keepdims: int) -> str:
         if self.g.opset >= (13 if op_type == "ReduceSum" else 18):  # axes an operand

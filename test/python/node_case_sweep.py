@@ -65,12 +65,14 @@ def promoted(model: onnx.ModelProto, feeds: dict[str, np.ndarray], to: int = TP.
     for i, t in enumerate(g.initializer):
         if t.data_type in narrow:
             g.initializer[i].CopyFrom(nh.from_array(nh.to_array(t).astype(np_to), t.name))
+    opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")),
+                 onnx.defs.onnx_opset_version())
     for n in g.node:
         # data types of internal computation too (Attention's softmax and
         # GroupNormalization's statistics in float32, stash_type's default,
         # would leave the promoted model float32-accurate)
         if to == TP.DOUBLE and n.domain in ("", "ai.onnx") and \
-                "stash_type" in onnx.defs.get_schema(n.op_type).attributes and \
+                "stash_type" in onnx.defs.get_schema(n.op_type, opset).attributes and \
                 not any(a.name == "stash_type" for a in n.attribute):
             n.attribute.append(onnx.helper.make_attribute("stash_type", TP.FLOAT))
         for a in n.attribute:

@@ -176,6 +176,38 @@ def test_resize_sizes():
     check_derivatives(m, feeds)
 
 
+# (scales or sizes, axes, roi of tf_crop_and_resize: starts then ends of its axes, attributes)
+RESIZE_18 = [
+    ("axes-scales-linear", [2.0, 1.5], [2, 3], None, {"mode": "linear"}),
+    ("axes-reversed-cubic", [1.5, 2.0], [3, 2], None, {"mode": "cubic"}),
+    ("axes-sizes-nearest", np.array([7, 5]), [3, -2], None, {"mode": "nearest"}),
+    ("crop-sizes", np.array([1, 2, 3, 3]), None, [0, 0, 0.4, 0.6, 1, 1, 0.6, 0.8],
+     {"mode": "linear"}),
+    ("crop-outside", [1, 1, 2.0, 1.5], None, [0, 0, -0.3, 0.2, 1, 1, 1.2, 0.9],
+     {"mode": "linear", "extrapolation_value": 10.0}),
+    ("crop-axes-cubic", np.array([3, 4]), [3, 2], [0.1, 0.2, 0.9, 0.7], {"mode": "cubic"}),
+]
+
+
+@pytest.mark.parametrize("name,values,axes,roi,attrs", RESIZE_18, ids=[c[0] for c in RESIZE_18])
+def test_resize_axes_and_crop(name, values, axes, roi, attrs):
+    """Resize's `axes` (opset 18: scales or sizes for the listed axes only)
+    and tf_crop_and_resize (samples of a constant roi; those outside the
+    input take extrapolation_value, a constant: their derivative is 0)."""
+    by_sizes = isinstance(values, np.ndarray)
+    extra = [const("roi", np.asarray(roi if roi is not None else [], np.float32)),
+             const("sc", np.asarray([] if by_sizes else values, np.float32))]
+    if by_sizes:
+        extra.append(const("sz", values.astype(np.int64)))
+    if axes is not None:
+        attrs = {**attrs, "axes": axes}
+    if roi is not None:
+        attrs = {**attrs, "coordinate_transformation_mode": "tf_crop_and_resize"}
+    m, feeds = case("Resize", (1, 2, 4, 5), extra=extra, distinct=False, **attrs)
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)
+
+
 def test_upsample_opset9():
     m, feeds = case("Upsample", (1, 1, 2, 3), extra=[const("sc", np.asarray([1, 1, 2, 2], np.float32))],
                     distinct=False, opset=9, mode="nearest")

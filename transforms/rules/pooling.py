@@ -12,7 +12,10 @@ AveragePool(ones) / windowsum(ones): whatever divisor the runtime uses
 (count_include_pad, ceil_mode, pads) it is matched exactly. Global pools are
 reductions. Resize/Upsample are linear in X for fixed scales/sizes and separable:
 one small interpolation matrix per resized axis, built by resizing an identity
-with the node's own attributes, applied with MatMul (no dense operator).
+with the node's own attributes, applied with MatMul (no dense operator);
+`axes` (opset 18) lists the axes the scales/sizes are for, and
+tf_crop_and_resize is affine in X (samples outside its constant roi take
+extrapolation_value): its matrices sample that crop with 0 outside.
 Where a resized extent is known only at run time (no matrix), forward mode
 runs the node itself on the tangent with k merged into the batch; reverse
 mode refuses it (no transpose without the matrix). The same for AveragePool
@@ -32,8 +35,9 @@ from mlir import ir
 from onnx_ad_mlir.errors import UnsupportedOp
 
 from .. import symdims
-from ..builder import (Builder, attribute, constant_ints, constant_value, dims, element_type,
-                       op_type, operand_or_none, producer, rank, resize_scales, tensor_type)
+from ..builder import (Builder, attribute, constant_floats, constant_ints, constant_value, dims,
+                       element_type, op_type, operand_or_none, producer, rank, resize_scales,
+                       tensor_type)
 from ..registry import jvp, transpose
 from .linalg import matmul, run_time_pads, spatial_pads
 from .shape import GATHER_TRANSPOSE_HOOKS
@@ -189,7 +193,7 @@ def _upsample(b: Builder, v: ir.Value, kernel: list[int], out: list) -> ir.Value
 
 
 def _resample(b: Builder, v: ir.Value, scales: list[float], result: ir.Type,
-              attrs: dict) -> ir.Value:
+              attrs: dict, roi: ir.Value | None = None) -> ir.Value:
     """v resized by constant `scales` with the op the opset has: Upsample
     (its scales an attribute before opset 9), Resize-10 (X, scales), Resize-11
     and 12 (an roi operand, unused but for tf_crop_and_resize), Resize."""
@@ -198,8 +202,9 @@ def _resample(b: Builder, v: ir.Value, scales: list[float], result: ir.Type,
     sc = b.constant(ir.DenseElementsAttr.get(np.asarray(scales, np.float32)))
     if b.opset < 11:
         return b.op("Upsample" if b.opset < 10 else "Resize", [v, sc], result, **attrs)
-    return b.op("Resize", [v, None if b.opset >= 13 else _empty_floats(b), sc, None], result,
-                **attrs)
+    if roi is None and b.opset < 13:
+        roi = _empty_floats(b)
+    return b.op("Resize", [v, roi, sc, None], result, **attrs)
 
 
 def _empty_floats(b: Builder) -> ir.Value:
@@ -766,17 +771,48 @@ def _resize_sizes(op: ir.Operation) -> ir.Value | None:
     return operand_or_none(op, 3) if op_type(op) == "Resize" else None
 
 
+def _listed(op: ir.Operation, values: list | None, r: int, default) -> list | None:
+    """A Resize's per-axis values (scales, sizes) over all r axes: those of
+    its `axes` attribute (opset 18) given, `default` (or default[axis]) on
+    the others."""
+    axes = attribute(op, "axes")
+    if values is None or not axes:
+        return values
+    full = [default[a] if isinstance(default, list) else default for a in range(r)]
+    for a, v in zip(axes, values):
+        full[a % r] = v
+    return full
+
+
+def _crop(op: ir.Operation, r: int) -> list[tuple[float, float]] | None:
+    """tf_crop_and_resize's constant roi as (start, end) per axis (the whole
+    extent, (0, 1), on axes its `axes` does not list); None in other modes."""
+    if op_type(op) != "Resize" or \
+            (attribute(op, "coordinate_transformation_mode") or "") != "tf_crop_and_resize":
+        return None
+    roi = operand_or_none(op, 1)
+    values = None if roi is None else constant_floats(roi)
+    n = len(attribute(op, "axes") or range(r))
+    if values is None or len(values) != 2 * n:
+        raise UnsupportedOp("Resize with tf_crop_and_resize needs a constant roi of "
+                            f"{2 * n} values")
+    return _listed(op, list(zip(values[:n], values[n:])), r, (0.0, 1.0))
+
+
 def _resized_axes(op: ir.Operation) -> list[int]:
     """The axes the resize may change: all but those whose scale is 1 or
     whose output extent is proved equal to the input's (constant sizes, or
-    sizes read from shapes, as FPNs resize to another value's extent)."""
+    sizes read from shapes, as FPNs resize to another value's extent), and
+    whose crop (tf_crop_and_resize) is the whole extent."""
     x, y = op.operands[0], op.results[0]
-    scales = resize_scales(op)
+    r = rank(x)
+    scales = _listed(op, resize_scales(op), r, 1.0)
+    crop = _crop(op, r) or [(0.0, 1.0)] * r
     if scales is not None:  # scale 1 maps every index to itself in every mode
-        return [a for a, f in enumerate(scales) if f != 1.0]
+        return [a for a, f in enumerate(scales) if f != 1.0 or crop[a] != (0.0, 1.0)]
     sx, sy = symdims.dims(x), symdims.dims(y)
-    return [a for a in range(rank(x)) if sx is None or sy is None or sx[a] is None or
-            symdims.claimed(sx[a]) != symdims.claimed(sy[a])]
+    return [a for a in range(r) if sx is None or sy is None or sx[a] is None or
+            symdims.claimed(sx[a]) != symdims.claimed(sy[a]) or crop[a] != (0.0, 1.0)]
 
 
 @jvp("Resize", "Upsample")
@@ -793,24 +829,28 @@ def _resize(b: Builder, op, tangents):
     kind = op_type(op)
     if xd is None or yd is None:
         raise UnsupportedOp(f"{kind} needs the ranks of its input and output")
-    if kind == "Resize" and (attribute(op, "coordinate_transformation_mode") or "") == \
-            "tf_crop_and_resize":
-        raise UnsupportedOp("Resize with tf_crop_and_resize is affine (extrapolation)")
     if kind == "Resize" and (attribute(op, "keep_aspect_ratio_policy") or "stretch") != "stretch":
         raise UnsupportedOp("Resize with keep_aspect_ratio_policy")
-    if kind == "Resize" and attribute(op, "axes"):
-        raise UnsupportedOp("Resize with axes")
     r = len(xd)
     scales = resize_scales(op)
     sizes = _resize_sizes(op)
     known_sizes = None if sizes is None else constant_ints(sizes)
+    axes = attribute(op, "axes") or []
+    if len(set(a % r for a in axes if -r <= a < r)) != len(axes):
+        raise UnsupportedOp(f"{kind} has axes {list(axes)} for its rank-{r} input")
     for role, values in (("scales", scales), ("sizes", known_sizes)):
-        if values is not None and len(values) != r:  # (ONNX Runtime refuses it when run)
-            raise UnsupportedOp(f"{kind} has {len(values)} {role} for its rank-{r} input")
+        if values is not None and len(values) != (len(axes) or r):  # (ONNX Runtime refuses it)
+            raise UnsupportedOp(f"{kind} has {len(values)} {role} for its rank-{r} input"
+                                + (f" and {len(axes)} axes" if axes else ""))
+    scales = _listed(op, scales, r, 1.0)
+    crop = _crop(op, r)
     resized = _resized_axes(op)
     static = (scales is not None or known_sizes is not None) and \
         all(xd[a] is not None and yd[a] is not None for a in resized)
     if not static:
+        if axes or crop is not None:  # (the node itself on merged directions reads them)
+            raise UnsupportedOp(f"{kind} with " + ("axes" if axes else "tf_crop_and_resize") +
+                                " needs static extents and constant scales or sizes")
         if 0 in resized:
             raise UnsupportedOp(f"{kind} of the batch axis needs static extents and constant "
                                 "scales or sizes")
@@ -825,7 +865,8 @@ def _resize(b: Builder, op, tangents):
     out = t
     for a in resized:
         m_t = _interpolation_matrix(b, op, kind, x, a, xd[a], yd[a],
-                                    None if scales is None else scales[a])  # [in, out]
+                                    None if scales is None else scales[a],
+                                    None if crop is None else crop[a])  # [in, out]
         perm = [i for i in range(r + 1) if i != a + 1] + [a + 1]
         moved = _permute(b, out, perm)
         prod = matmul(b, moved, m_t)
@@ -910,9 +951,12 @@ MAX_MATRIX_ENTRIES = 1 << 24
 
 
 def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: int,
-                          n_out: int, scale: float | None) -> ir.Value:
+                          n_out: int, scale: float | None,
+                          crop: tuple[float, float] | None = None) -> ir.Value:
     """M^T [n_in, n_out] of the resize along axis a: the node's attributes
-    applied to an identity laid out [n_in, 1.., n_in at axis a, ..1]."""
+    applied to an identity laid out [n_in, 1.., n_in at axis a, ..1] (over
+    all axes; tf_crop_and_resize: its crop of axis a, the whole extent of
+    the others, and samples outside it 0, the extrapolation a constant)."""
     if n_in * n_in > MAX_MATRIX_ENTRIES:
         raise UnsupportedOp(f"{kind} along axis {a} of extent {n_in}: its derivative's "
                             f"{n_in} x {n_in} interpolation matrix is too large")
@@ -929,13 +973,19 @@ def _interpolation_matrix(b: Builder, op, kind: str, x: ir.Value, a: int, n_in: 
     out_shape = list(shape)
     out_shape[a] = n_out
     result = tensor_type(out_shape, elem)
+    attrs = _verbatim(op, ("scales", "axes", "extrapolation_value"))
+    roi = None
+    if crop is not None:
+        starts, ends = [0.0] * r, [1.0] * r
+        starts[a], ends[a] = crop
+        roi = b.constant(ir.DenseElementsAttr.get(np.asarray(starts + ends, np.float32)))
     if kind == "Resize" and scale is None and b.opset >= 11:  # by sizes
         empty = None if b.opset >= 13 else _empty_floats(b)  # Resize-11/12: roi, scales
-        res = b.op("Resize", [e, empty, empty, b.ints(out_shape)], result, **_verbatim(op))
+        res = b.op("Resize", [e, roi or empty, empty, b.ints(out_shape)], result, **attrs)
     else:  # (Resize-10 takes scales only)
         sv = [1.0] * r
         sv[a] = scale if scale is not None else n_out / n_in
-        res = _resample(b, e, sv, result, _verbatim(op, ("scales",)))
+        res = _resample(b, e, sv, result, attrs, roi)
     if batch < a:
         return b.reshape(res, [n_in, n_out], [n_in, n_out])
     return b.transpose(b.reshape(res, [n_out, n_in], [n_out, n_in]), [1, 0])

@@ -1118,7 +1118,14 @@ def _pad(b: Builder, op, tangents):
             if out_t is None:
                 out_t = b.pad(t, [0] + pads[:r] + [0] + pads[r:], b.derivative_type(y)) \
                     if b.opset < 11 else b.op("Pad", [t, pv], b.derivative_type(y))
-                symdims.register(out_t, y)  # (exactly [k] + shape(y), as Tile's)
+                d = dims(x)
+                if pads is None or d is None or \
+                        any(d[a] is None and (pads[a] or pads[r + a]) for a in range(r)):
+                    # exactly [k] + shape(y), as Tile's, where symdims' Pad rule
+                    # cannot tell (run-time pads, a run-time extent padded); not
+                    # elsewhere: a registered value's direction axis is a fresh
+                    # symbol, read off it at run time (swin: 37 more Shape/Concat)
+                    symdims.register(out_t, y)
         else:
             d = dims(x)
             if pads is None or d is None:

@@ -140,16 +140,16 @@ def classify(name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray],
              produced: list[onnx.ModelProto] | None = None) -> Outcome:
     op = model.graph.node[0].op_type if model.graph.node else "?"
     model, feeds = promoted(model, feeds)
-    reference = None
-    if any(i.type.tensor_type.elem_type == TP.FLOAT16 for i in model.graph.input):
-        # ONNX Runtime cannot run it in float64: float16 finite differences
-        # cannot resolve small changes, so take them from a float32 copy.
-        wide, _ = promoted(model, feeds, TP.FLOAT)
-        reference = None if wide is model else wide
     float_inputs = [i.name for i in model.graph.input
                     if i.type.tensor_type.elem_type in FLOATS and feeds[i.name].size > 0]
     refused = ""  # inputs left out (refused by design, or not judged) and why
     while True:
+        reference = None
+        if any(i.type.tensor_type.elem_type == TP.FLOAT16 for i in model.graph.input):
+            # ONNX Runtime cannot run it in float64: float16 finite differences
+            # cannot resolve small changes, so take them from a float32 copy.
+            wide, _ = promoted(model, feeds, TP.FLOAT)
+            reference = None if wide is model else wide
         if not float_inputs:
             return Outcome(name, op, "no reference", "no non-empty floating-point input")
         why = no_reference(model, feeds, float_inputs)

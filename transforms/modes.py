@@ -29,6 +29,7 @@ from . import symdims
 from .builder import Builder, dims, is_float, nested_ops, rank
 from .checkpoint import segment_loops
 from .legalize import bool_where, expand_zero_extents, scan_axes_zero
+from .loops_as_scans import loops_as_scans
 from .merge_scans import merge_scans
 from .prune_loops import prune_loops
 from .hoist_maps import hoist_maps, sink_maps
@@ -148,6 +149,7 @@ def _loop_passes(f: func.FuncOp, opset: int, sums: bool) -> None:
         prune_loops(f)  # (the slices the maps read may now go unread)
     if sums and sink_sums(f, opset):  # sums over the steps taken after the Scan (sink_sums.py)
         prune_loops(f)
+    loops_as_scans(f, opset)  # Loops running their whole trip count (loops_as_scans.py)
 
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,

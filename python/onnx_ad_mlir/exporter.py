@@ -15,6 +15,7 @@ from ._gc import gc_paused
 from .errors import ExportFailure
 from .export_opset import model_versions
 from .onnx_types import fill_type_proto
+from .portable import make_portable
 from .tensors import ResourceReader, array_to_tensor
 
 _A = onnx.AttributeProto
@@ -43,6 +44,7 @@ def _export(module: ir.Module, func: ir.Operation, model: onnx.ModelProto) -> No
     exporter = _Exporter(module)
     exporter.main_graph(func, model.graph)
     _restore_model_fields(module.operation.attributes, model, exporter.op_names)
+    make_portable(model)
 
 
 def _main_function(module: ir.Module) -> ir.Operation:

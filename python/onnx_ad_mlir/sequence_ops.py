@@ -674,6 +674,9 @@ class _Rewrite:
                 len(body.input) != len(loop.input) or len(body.output) < 1 + len(loop.input) - 2 \
                 or len(loop.output) != len(body.output) - 1:  # (every result named or "")
             return
+        if any(v.type.WhichOneof("value") not in (None, "sequence_type")
+               for v in (body.input[2 + j], body.output[1 + j])):
+            return  # (a list state declared a tensor: import's checks name it)
         arg = body.input[2 + j].name
         inserts = [u for u, g in self.uses.get(arg, []) if u.op_type == "SequenceInsert"]
         if len(inserts) != 1 or arg in self.escapes:

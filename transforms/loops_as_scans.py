@@ -5,7 +5,7 @@ A Loop whose cond stays true and whose trip count is a constant M >= 1
 computes what a Scan over Range(0, M) does: the iteration number becomes the
 scanned slice, the carried values the states, the scan outputs stay. IREE
 3.13's ONNX import refuses Loops with scan outputs (the reverse rules store
-a Loop's states as such) and ONNX Runtime runs the Scan 7-14% faster on the
+a Loop's states as such) and ONNX Runtime runs the Scan 6-15% faster on the
 benchmark's Loop models. A Scan's states must keep their shapes (ONNX
 Runtime fails a growing one where a Loop grows it), so every carried value
 must provably keep its extents (symdims: the yield alike the argument or the

@@ -39,8 +39,8 @@ _INT64_MIN = np.iinfo(np.int64).min
 def make_portable(model: onnx.ModelProto) -> None:
     """Rewrites `model`'s Scans and Loops (every graph) in place."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < 11:  # (no Slice steps before 10, no Range before 11: left as they are)
-        return
+    if opset < 11 or not any(_subgraphs(n) for n in model.graph.node):
+        return  # (no Slice steps before opset 10, no Range before 11)
     names = _all_names(model.graph)
     _Rewriter(names).graph(model.graph, {})
 
@@ -88,17 +88,19 @@ class _Rewriter:
         constants.update({n.output[0]: n for n in g.node if _constant_value(n) is not None})
         nodes: list[onnx.NodeProto] = []
         shared: list[onnx.NodeProto] = []  # the graph's reversal operands, made once
+        changed = False
         for n in g.node:
             for sub in _subgraphs(n):
                 self.graph(sub, constants)
-            if n.op_type == "Scan" and n.domain in ("", "ai.onnx"):
-                nodes.extend(self.scan(n, shared))
-            elif n.op_type == "Loop" and n.domain in ("", "ai.onnx"):
-                nodes.extend(self.loop(n))
+            if n.domain in ("", "ai.onnx") and n.op_type in ("Scan", "Loop"):
+                out = self.scan(n, shared) if n.op_type == "Scan" else self.loop(n)
+                changed |= len(out) != 1 or out[0] is not n
+                nodes.extend(out)
             else:
                 nodes.append(n)
-        del g.node[:]
-        g.node.extend(shared + nodes)
+        if changed:  # (else no copies of every node)
+            del g.node[:]
+            g.node.extend(shared + nodes)
         if outer:
             self.localize(g, outer)
 

@@ -772,13 +772,12 @@ def _resize_sizes(op: ir.Operation) -> ir.Value | None:
 
 
 def _listed(op: ir.Operation, values: list | None, r: int, default) -> list | None:
-    """A Resize's per-axis values (scales, sizes) over all r axes: those of
-    its `axes` attribute (opset 18) given, `default` (or default[axis]) on
-    the others."""
+    """A Resize's per-axis values (scales, crops) over all r axes: those of
+    its `axes` attribute (opset 18) given, `default` on the others."""
     axes = attribute(op, "axes")
     if values is None or not axes:
         return values
-    full = [default[a] if isinstance(default, list) else default for a in range(r)]
+    full = [default] * r
     for a, v in zip(axes, values):
         full[a % r] = v
     return full

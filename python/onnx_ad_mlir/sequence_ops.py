@@ -145,7 +145,11 @@ def _well_formed(node: onnx.NodeProto) -> bool:
     return fewest <= len(node.input) <= (most if most is not None else len(node.input)) and \
         len(node.output) == 1 and bool(node.output[0]) and names <= ints and \
         required <= names and all(a.type == onnx.AttributeProto.INT for a in node.attribute) and \
-        all(a.i in (0, 1) for a in node.attribute if a.name in _FLAGS)
+        all(a.i in (0, 1) for a in node.attribute if a.name in _FLAGS) and \
+        all(a.i in _DATA_TYPES for a in node.attribute if a.name == "dtype")
+
+
+_DATA_TYPES = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
 
 
 def _ints(node: onnx.NodeProto) -> dict[str, int]:

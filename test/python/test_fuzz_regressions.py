@@ -121,6 +121,9 @@ INVALID = {
     # an int32 tensor was lowered anyway (the append a scan output) and
     # accepted; the lowering leaves it to import's checks now
     "bad_sequence_state_typed_tensor.onnx": "node 'n_ConcatFromSequence29' (ConcatFromSequence)",
+    # seed 155 case 228: a SequenceEmpty of dtype -2^62 in an If branch, its
+    # list lowered away (the dtype never read) and accepted
+    "bad_sequence_empty_dtype.onnx": "value 'sequenceempty19': tensor type without element type",
     # an Attention's value input mutated to rank 2 (seed 130 case 875)
     "bad_attention_value_rank.onnx": "node 'n_Attention17' (Attention): strict ONNX shape "
                                      "inference rejects the model: Inputs 2 (value) shall be 3 "

@@ -83,12 +83,15 @@ def _prepare(f: func.FuncOp, opset: int, inputs: list[str] | None,
 
 def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             outputs: list[str] | None = None, layout: str = "casadi",
-            prefix: str | None = None) -> None:
+            prefix: str | None = None, directions: int | None = None) -> None:
+    """`directions` = k: seeds of k directions exactly, a static extent
+    (compilers that want static shapes: IREE); None: any number."""
     block, ret, in_names, out_names, xs, ys, prefix, regions = _prepare(
         f, opset, inputs, outputs, prefix or "", "fwd", checkpoint=1)
     primal_x = [block.arguments[i] for i in xs]
     dim = "n" + prefix[:-1]
-    seeds = sig.append_arguments(f, [sig.boundary_type(x, layout) for x in primal_x], [
+    seeds = sig.append_arguments(f, [sig.boundary_type(x, layout, directions)
+                                     for x in primal_x], [
         (prefix + in_names[i], sig.boundary_dim_params(
             block.arguments[i], sig.dim_params(f, "arg_attrs", i), dim)[layout]) for i in xs])
     state = Tangents(opset)
@@ -154,9 +157,11 @@ def _loop_passes(f: func.FuncOp, opset: int, sums: bool) -> None:
 
 def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             outputs: list[str] | None = None, layout: str = "casadi",
-            prefix: str | None = None, checkpoint: int = 1) -> None:
+            prefix: str | None = None, checkpoint: int = 1,
+            directions: int | None = None) -> None:
     """`checkpoint` = k > 1: Loop/Scan store every k-th state and recompute
-    the steps in between (checkpoint.py) instead of storing every state."""
+    the steps in between (checkpoint.py) instead of storing every state.
+    `directions`: as forward's."""
     block, ret, in_names, out_names, xs, ys, prefix, _ = _prepare(
         f, opset, inputs, outputs, prefix or "", "adj", checkpoint)
     primal_x = [block.arguments[i] for i in xs]
@@ -164,7 +169,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
 
     b = Builder(opset, f.location)
     dim = "n" + prefix[:-1]
-    seeds = sig.append_arguments(f, [sig.boundary_type(y, layout) for y in primal_y], [
+    seeds = sig.append_arguments(f, [sig.boundary_type(y, layout, directions)
+                                     for y in primal_y], [
         (prefix + out_names[i], sig.boundary_dim_params(
             y, sig.dim_params(f, "res_attrs", i), dim)[layout]) for i, y in zip(ys, primal_y)])
     x_params = [sig.boundary_dim_params(block.arguments[i], sig.dim_params(f, "arg_attrs", i),

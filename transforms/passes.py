@@ -73,12 +73,13 @@ def _names(options: dict[str, str], key: str) -> list[str] | None:
 
 def _run(mode, module: ir.Operation, options: dict[str, str]) -> None:
     extra = {}
-    if mode is modes.reverse and "checkpoint" in options:
-        options = dict(options)
-        text = options.pop("checkpoint")
-        if not text.isdigit() or int(text) < 1:
-            raise PassOptionError(f"checkpoint={text}: expected a positive integer")
-        extra["checkpoint"] = int(text)
+    options = dict(options)
+    for key in ("checkpoint", "directions") if mode is modes.reverse else ("directions",):
+        if key in options:
+            text = options.pop(key)
+            if not text.isdigit() or int(text) < 1:
+                raise PassOptionError(f"{key}={text}: expected a positive integer")
+            extra[key] = int(text)
     check_options(options, {"inputs", "outputs", "layout", "prefix", "func"})
     layout = options.get("layout", "casadi")
     if layout not in LAYOUTS:

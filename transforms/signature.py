@@ -127,18 +127,19 @@ def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str) -> d
     return {"onnx": onnx_layout, "casadi": casadi}
 
 
-def boundary_type(primal: ir.Value, layout: str) -> ir.Type:
-    """The type of a seed or derivative of `primal` at the function boundary."""
+def boundary_type(primal: ir.Value, layout: str, k: int | None = None) -> ir.Type:
+    """The type of a seed or derivative of `primal` at the function boundary;
+    `k`: a static seed count (None: any, read at run time)."""
     d = dims(primal)
     elem = element_type(primal)
     if layout == "onnx":
-        return tensor_type(d + [None], elem)
+        return tensor_type(d + [k], elem)
     if len(d) <= 1:
-        return tensor_type([d[0] if d else 1, None], elem)
+        return tensor_type([d[0] if d else 1, k], elem)
     if len(d) == 2:
-        return tensor_type([d[0], None], elem)
+        return tensor_type([d[0], None if k is None or d[1] is None else k * d[1]], elem)
     numel = None if None in d else math.prod(d)
-    return tensor_type([numel, None], elem)
+    return tensor_type([numel, k], elem)
 
 
 def carries_k(primal: ir.Value, layout: str) -> bool:

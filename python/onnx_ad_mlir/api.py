@@ -33,11 +33,13 @@ def _transform(model: onnx.ModelProto | str | os.PathLike,
 
 
 def _mode(kind: str, model, inputs, outputs, layout: str, prefix: str | None,
-          checkpoint: int = 1) -> onnx.ModelProto:
+          checkpoint: int = 1, directions: int | None = None) -> onnx.ModelProto:
     from onnx_ad_mlir.transforms import passes
     options = {"layout": layout}
     if checkpoint != 1:
         options["checkpoint"] = str(checkpoint)
+    if directions is not None:
+        options["directions"] = str(directions)
     if inputs is not None:
         options["inputs"] = ",".join(inputs)
     if outputs is not None:
@@ -50,25 +52,27 @@ def _mode(kind: str, model, inputs, outputs, layout: str, prefix: str | None,
 
 def forward(model: onnx.ModelProto | str | os.PathLike, inputs: Sequence[str] | None = None,
             outputs: Sequence[str] | None = None, prefix: str | None = None,
-            layout: str = "casadi") -> onnx.ModelProto:
+            layout: str = "casadi", directions: int | None = None) -> onnx.ModelProto:
     """The forward-derivative model: primal signature, then seeds `fwd_<x>`
     for `inputs` (default: every float input) and results `fwd_<y>` =
     J . fwd_x for `outputs` (default: every float output). Any number of
-    seed directions per evaluation."""
-    return _mode("fwd", model, inputs, outputs, layout, prefix)
+    seed directions per evaluation, or exactly `directions` (a static
+    extent, for compilers that want static shapes)."""
+    return _mode("fwd", model, inputs, outputs, layout, prefix, directions=directions)
 
 
 def reverse(model: onnx.ModelProto | str | os.PathLike, inputs: Sequence[str] | None = None,
             outputs: Sequence[str] | None = None, prefix: str | None = None,
-            layout: str = "casadi", checkpoint: int = 1) -> onnx.ModelProto:
+            layout: str = "casadi", checkpoint: int = 1,
+            directions: int | None = None) -> onnx.ModelProto:
     """The adjoint model: primal signature, then seeds `adj_<y>` for `outputs`
     and results `adj_<x>` = J^T . adj_y for `inputs`. A reverse sweep through
     a Loop/Scan stores its states and, of each step's values computed from
     costly ops (MatMul, Conv, ...), those the reversal reads; it recomputes
     the rest of the step. `checkpoint=k` (> 1): it stores every k-th state
     and recomputes the steps in between (less memory, about one more forward
-    sweep of time)."""
-    return _mode("adj", model, inputs, outputs, layout, prefix, checkpoint)
+    sweep of time). `directions`: as forward's."""
+    return _mode("adj", model, inputs, outputs, layout, prefix, checkpoint, directions)
 
 
 def unroll(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:

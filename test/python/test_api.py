@@ -53,6 +53,58 @@ def test_reverse_of_reverse_names_itself():
     assert outputs == ["y", "adj_x", "adj2_x", "adj2_adj_y"]
 
 
+def extents(v: onnx.ValueInfoProto) -> list:
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param or None
+            for d in v.type.tensor_type.shape.dim]
+
+
+@pytest.mark.parametrize("layout", ["onnx", "casadi"])
+def test_a_static_number_of_directions(layout):
+    """`directions=k`: seeds and results of exactly k directions, a static
+    extent (IREE and other compilers want static shapes; IREE miscompiles
+    recurrences over a symbolic seed count), through second order; the
+    same numbers as with any number of directions."""
+    rng = np.random.default_rng(3)
+    x, v, w = rng.standard_normal(3), rng.standard_normal((3, 2)), rng.standard_normal((3, 2))
+    # (x is a vector: its seeds are [3, k] in both layouts)
+    fixed = forward(cubic(), layout=layout, directions=2)
+    assert extents(fixed.graph.input[1]) == [3, 2] and extents(fixed.graph.output[1]) == [3, 2]
+    free = forward(cubic(), layout=layout)
+    assert extents(free.graph.input[1]) == [3, "nfwd"]
+    np.testing.assert_array_equal(run(fixed, {"x": x, "fwd_x": v})["fwd_y"],
+                                  run(free, {"x": x, "fwd_x": v})["fwd_y"])
+    adj = reverse(cubic(), layout=layout, directions=1)
+    assert extents(adj.graph.input[1]) == [3, 1] and extents(adj.graph.output[1]) == [3, 1]
+    hvp = forward(adj, inputs=["x"], outputs=["adj_x"], layout=layout, directions=1)
+    assert all(None not in extents(i) and not any(isinstance(e, str) for e in extents(i))
+               for i in hvp.graph.input)
+    got = run(hvp, {"x": x, "adj_y": w[:, :1], "fwd_x": v[:, :1]})["fwd_adj_x"]
+    # H[x sin x . w] v = (2 cos x - x sin x) w v, elementwise
+    np.testing.assert_allclose(got.reshape(-1), (2 * np.cos(x) - x * np.sin(x)) * w[:, 0] *
+                               v[:, 0], rtol=1e-12)
+
+
+def test_directions_option_of_the_passes():
+    from mlir import ir
+    from mlir.passmanager import PassManager
+    from onnx_ad_mlir.exporter import export_onnx
+    from onnx_ad_mlir.importer import import_onnx
+    from onnx_ad_mlir.passes import PipelineError, build_pipeline
+    from onnx_ad_mlir.transforms.passes import PassOptionError
+    with ir.Context() as ctx:
+        module = import_onnx(cubic(), ctx)
+        pm = PassManager("builtin.module")
+        build_pipeline(pm, "builtin.module(onnx-ad-reverse{layout=onnx directions=3})")
+        pm.run(module.operation)
+        assert extents(export_onnx(module).graph.input[1]) == [3, 3]
+        bad = import_onnx(cubic(), ctx)
+        pm = PassManager("builtin.module")
+        build_pipeline(pm, "builtin.module(onnx-ad-forward{directions=0})")
+        with pytest.raises((PassOptionError, PipelineError), match="directions=0: expected a "
+                           "positive integer"):
+            pm.run(bad.operation)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "onnx_ad_mlir.tools.cli", *args],
                           capture_output=True, text=True)

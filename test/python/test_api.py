@@ -137,6 +137,17 @@ def test_cli_writes_derivatives_and_leaves_the_input_alone(tmp_path):
         assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask, f
 
 
+def test_cli_directions(tmp_path):
+    src, out = tmp_path / "f.onnx", tmp_path / "fwd_f.onnx"
+    onnx.save(cubic(), src)
+    p = _cli("forward", str(src), str(out), "--layout", "onnx", "--directions", "2")
+    assert p.returncode == 0, p.stderr
+    assert extents(onnx.load(out).graph.input[1]) == [3, 2]
+    p = _cli("reverse", str(src), str(tmp_path / "adj.onnx"), "--directions", "0")
+    assert p.returncode == 1 and p.stderr.strip() == \
+        "error: directions=0: expected a positive integer"
+
+
 def test_cli_bad_input_is_one_line_and_writes_nothing(tmp_path):
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(cubic().SerializeToString()[:40])  # truncated protobuf

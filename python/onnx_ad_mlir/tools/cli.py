@@ -1,6 +1,7 @@
 """`onnx-ad-mlir`: differentiate ONNX model files.
 
     onnx-ad-mlir forward f.onnx fwd_f.onnx [--inputs x ..] [--outputs y ..] [--layout casadi|onnx]
+                                          [--directions K]
     onnx-ad-mlir reverse f.onnx adj_f.onnx ...
     onnx-ad-mlir family  f.onnx out/f.onnx      # f.onnx, adj_f.onnx, fwd_adj_f.onnx
 
@@ -28,6 +29,8 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--outputs", nargs="+", help="outputs to differentiate (default: float ones)")
         if name != "family":
             s.add_argument("--layout", choices=("casadi", "onnx"), default="casadi")
+            s.add_argument("--directions", type=int, metavar="K",
+                           help="seeds of exactly K directions, a static extent (default: any)")
         s.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
 
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"refusing to overwrite the input file {args.input}")
         transform = api.forward if args.command == "forward" else api.reverse
         model = transform(args.input, inputs=args.inputs, outputs=args.outputs,
-                          layout=args.layout)
+                          layout=args.layout, directions=args.directions)
         api.save_atomic(model, args.output)
         return 0
     except Exception as e:  # every failure becomes one line unless --debug

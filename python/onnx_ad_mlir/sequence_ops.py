@@ -150,6 +150,7 @@ def _well_formed(node: onnx.NodeProto) -> bool:
 
 
 _DATA_TYPES = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+_MOST_PIECES = 1 << 16  # a split into more (a 2^40 extent: MemoryError) stays a sequence
 
 
 def _ints(node: onnx.NodeProto) -> dict[str, int]:
@@ -458,6 +459,8 @@ class _Rewrite:
         if dims is not None and not -len(dims) <= axis < len(dims):
             return  # (an invalid node: import's checks name it)
         extent = dims[axis] if dims is not None and isinstance(dims[axis], int) else None
+        if extent is not None and extent > _MOST_PIECES:
+            return  # (a list of that many pieces has no per-piece form worth writing)
         unit, sizes = True, None  # unit: pieces of extent 1, `keepdims` applies
         scalar_one, chunk = False, 1
         if len(n.input) > 1 and n.input[1]:

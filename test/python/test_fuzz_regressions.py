@@ -124,6 +124,9 @@ INVALID = {
     # seed 155 case 228: a SequenceEmpty of dtype -2^62 in an If branch, its
     # list lowered away (the dtype never read) and accepted
     "bad_sequence_empty_dtype.onnx": "value 'sequenceempty19': tensor type without element type",
+    # seed 157 case 1308: a SplitToSequence of a mutated 2^40 extent: the
+    # lowering listed its pieces (MemoryError); such a list stays a sequence
+    "bad_sequence_split_huge_extent.onnx": "node 'n_SplitToSequence6'",
     # an Attention's value input mutated to rank 2 (seed 130 case 875)
     "bad_attention_value_rank.onnx": "node 'n_Attention17' (Attention): strict ONNX shape "
                                      "inference rejects the model: Inputs 2 (value) shall be 3 "

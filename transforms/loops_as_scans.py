@@ -119,8 +119,8 @@ def _as_scan(op: ir.Operation, trips: int, opset: int) -> None:
     blk = scan.regions[0].blocks.append(*([a.type for a in args[2:2 + n]] +
                                           [tensor_type([], i64)]))
     mapping = dict(zip(args[2:2 + n], blk.arguments[:n]))
-    mapping[args[0]] = blk.arguments[n] if args[0].type == blk.arguments[n].type else None
-    if mapping[args[0]] is None:  # (an iteration number typed tensor<*xi64>: cast to it)
+    mapping[args[0]] = blk.arguments[n]
+    if args[0].type != blk.arguments[n].type:  # (an iteration number typed tensor<*xi64>)
         with ir.InsertionPoint(blk):
             mapping[args[0]] = b.op("Identity", [blk.arguments[n]], args[0].type)
     if any(True for _ in args[1].uses):

@@ -34,6 +34,14 @@ def fresh_name(taken: set[str], base: str) -> str:
     return name
 
 
+def constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto | None:
+    """The tensor of a default-domain Constant node holding a `value`, else None."""
+    if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute \
+            and node.attribute[0].name == "value":
+        return node.attribute[0].t
+    return None
+
+
 class GraphFacts:
     """The facts a rewrite reads (element types and ranks of values, small
     constants) and fresh value names."""
@@ -47,9 +55,9 @@ class GraphFacts:
             self.types.setdefault(t.name, helper.make_tensor_type_proto(t.data_type, list(t.dims)))
         self.constants = {t.name: t for t in graph.initializer}
         for n in graph.node:
-            if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.attribute \
-                    and n.attribute[0].name == "value":
-                self.constants[n.output[0]] = n.attribute[0].t
+            t = constant_tensor(n)
+            if t is not None:
+                self.constants[n.output[0]] = t
         self.producers = {o: n for n in graph.node for o in n.output if o}
         self.names = set(self.types) | set(self.producers)
         self.names |= {i for n in graph.node for i in n.input}

@@ -29,17 +29,17 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .node_lowering import fresh_name
+from .node_lowering import constant_tensor, fresh_name
+from .validate import node_subgraphs
 
 _SMALL = 64  # elements of a constant a subgraph gets its own copy of
-_GRAPH = onnx.AttributeProto.GRAPH
 _INT64_MIN = np.iinfo(np.int64).min
 
 
 def make_portable(model: onnx.ModelProto) -> None:
     """Rewrites `model`'s Scans and Loops (every graph) in place."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < 11 or not any(_subgraphs(n) for n in model.graph.node):
+    if opset < 11 or not any(node_subgraphs(n) for n in model.graph.node):
         return  # (no Slice steps before opset 10, no Range before 11)
     names = _all_names(model.graph)
     _Rewriter(names).graph(model.graph, {})
@@ -51,27 +51,16 @@ def _all_names(graph: onnx.GraphProto) -> set[str]:
     for n in graph.node:
         found |= set(n.input) | set(n.output)
         found.add(n.name)
-        for sub in _subgraphs(n):
+        for sub in node_subgraphs(n):
             found |= _all_names(sub)
     return found
 
 
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [a.g for a in node.attribute if a.type == _GRAPH]
-
-
-def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
-    if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute and \
-            node.attribute[0].name == "value":
-        return numpy_helper.to_array(node.attribute[0].t)
-    return None
-
-
-def _rank(graph: onnx.GraphProto, name: str) -> int | None:
-    for v in list(graph.input) + list(graph.output) + list(graph.value_info):
-        if v.name == name and v.type.tensor_type.HasField("shape"):
-            return len(v.type.tensor_type.shape.dim)
-    return None
+def _ranks(graph: onnx.GraphProto) -> dict[str, int]:
+    """The ranks its declared types give graph's values."""
+    return {v.name: len(v.type.tensor_type.shape.dim)
+            for v in list(graph.input) + list(graph.output) + list(graph.value_info)
+            if v.type.tensor_type.HasField("shape")}
 
 
 class _Rewriter:
@@ -85,12 +74,12 @@ class _Rewriter:
         """Rewrites g's nodes (subgraphs first); `outer`: the enclosing
         graphs' Constant nodes by output."""
         constants = dict(outer)
-        constants.update({n.output[0]: n for n in g.node if _constant_value(n) is not None})
+        constants.update({n.output[0]: n for n in g.node if constant_tensor(n) is not None})
         nodes: list[onnx.NodeProto] = []
         shared: list[onnx.NodeProto] = []  # the graph's reversal operands, made once
         changed = False
         for n in g.node:
-            for sub in _subgraphs(n):
+            for sub in node_subgraphs(n):
                 self.graph(sub, constants)
             if n.domain in ("", "ai.onnx") and n.op_type in ("Scan", "Loop"):
                 out = self.scan(n, shared) if n.op_type == "Scan" else self.loop(n)
@@ -117,7 +106,9 @@ class _Rewriter:
                    ("scan_output_axes", outs), ("scan_output_directions", outs))}
         if not any(v for values in listed.values() for v in values):
             return [n]
-        ranks = [_rank(body, v.name) for v in list(body.input[states:]) + list(body.output[states:])]
+        declared = _ranks(body)
+        ranks = [declared.get(v.name) for v in list(body.input[states:]) +
+                 list(body.output[states:])]
         axes = listed["scan_input_axes"] + listed["scan_output_axes"]
         if any(a and r is None for a, r in zip(axes, ranks)):
             return [n]  # (a moved axis needs the rank: left as it is)
@@ -204,8 +195,7 @@ class _Rewriter:
         read = sorted({i for n in g.node for i in n.input if i and i not in own and i in outer})
         copies, renamed = [], {}
         for name in read:
-            value = _constant_value(outer[name])
-            if value is None or value.size > _SMALL:
+            if int(np.prod(constant_tensor(outer[name]).dims)) > _SMALL:
                 continue
             renamed[name] = self.fresh(name)
             copy = onnx.NodeProto()
@@ -231,6 +221,10 @@ def _yields_true(body: onnx.GraphProto) -> bool:
     producers = {o: n for n in body.node for o in n.output}
     while v in producers and producers[v].op_type == "Identity":
         v = producers[v].input[0]
-    value = _constant_value(producers[v]) if v in producers else None
-    return v == body.input[1].name or value is not None and value.dtype == np.bool_ and \
-        value.size == 1 and bool(value.reshape(-1)[0])
+    if v == body.input[1].name:
+        return True
+    t = constant_tensor(producers[v]) if v in producers else None
+    if t is None or t.data_type != TensorProto.BOOL:
+        return False
+    value = numpy_helper.to_array(t)
+    return value.size == 1 and bool(value.reshape(-1)[0])

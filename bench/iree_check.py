@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 
 import run
+import second_order
 
 DEFAULT_MODELS = ["mlp", "gelu_mlp", "cnn", "transformer_block", "resnet", "gru", "lstm",
                   "if_model", "scan_rnn", "loop_model", "neural_ode"]
@@ -65,16 +66,13 @@ def derivative_models(name: str) -> dict[str, tuple[onnx.ModelProto, dict]]:
     case = run.load_case(name)
     x, y = case["inputs"][0], case["outputs"][0]
     u, v = case["u"][..., None], case["v"][..., None]
-    rev = onnx_ad_mlir.reverse(case["model"], inputs=case["inputs"], outputs=case["outputs"],
-                               layout="onnx")
+    second = second_order.models(case)  # (the reverse and Hessian-vector models)
     return {"primal": (case["model"], case["feeds"]),
             "fwd": (onnx_ad_mlir.forward(case["model"], inputs=case["inputs"],
                                          outputs=case["outputs"], layout="onnx"),
                     {**case["feeds"], f"fwd_{x}": v}),
-            "rev": (rev, {**case["feeds"], f"adj_{y}": u}),
-            "hvp": (onnx_ad_mlir.forward(rev, inputs=case["inputs"], outputs=[f"adj_{x}"],
-                                         layout="onnx"),
-                    {**case["feeds"], f"adj_{y}": u, f"fwd_{x}": v})}
+            "rev": (second["rev"], {**case["feeds"], f"adj_{y}": u}),
+            "hvp": (second["hvp"], {**case["feeds"], f"adj_{y}": u, f"fwd_{x}": v})}
 
 
 def first_error(text: str) -> str:

@@ -71,9 +71,11 @@ _READS = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}
 
 @dataclasses.dataclass
 class _Stacked:
-    """Element i is stack[i]; `rank` is the elements' (None: unknown)."""
+    """Element i is stack[i]; `rank` is the elements' (None: unknown),
+    `extents` theirs (ints, input symbols, None where unknown)."""
     stack: str
     rank: int | None
+    extents: list | None
 
 
 @dataclasses.dataclass
@@ -430,16 +432,22 @@ class _Rewrite:
             self.node(out, "Transpose", [plan.stack], y, perm=perm)
             return True
         # [.., T, d_a, ..] with T before d_a: concatenation along a is
-        # element-major
+        # element-major. The merged extent is -1 only where every other
+        # extent is known and non-zero: a -1 beside a 0 has no value (ONNX's
+        # checker rejects it, ONNX Runtime fails); else T * d_a at run time.
         moved = self.node(out, "Transpose", [plan.stack], perm=perm)
-        head = self.const(out, np.array([0] * a + [-1], np.int64))
-        if a == r - 1:
-            self.node(out, "Reshape", [moved, head], y)
-            return True
-        shape = self.node(out, "Shape", [plan.stack])
-        tail = self.node(out, "Slice", [shape, self.const(out, np.array([a + 2], np.int64)),
-                                        self.const(out, np.array([2 ** 62], np.int64))])
-        target = self.node(out, "Concat", [head, tail], axis=0)
+        others = None if plan.extents is None else plan.extents[:a] + plan.extents[a + 1:]
+        if others is not None and all(isinstance(d, int) and d > 0 for d in others):
+            target = self.const(out, np.array(others[:a] + [-1] + others[a:], np.int64))
+        else:
+            shape = self.node(out, "Shape", [plan.stack])  # [T, d_0, .., d_{r-1}]
+
+            def part(start: int, end: int) -> str:
+                return self.node(out, "Slice", [shape, self.const(out, np.array([start], np.int64)),
+                                                self.const(out, np.array([end], np.int64))])
+            merged = self.node(out, "Mul", [part(0, 1), part(a + 1, a + 2)])
+            target = self.node(out, "Concat", [part(1, a + 1), merged, part(a + 2, 2 ** 62)],
+                               axis=0)
         self.node(out, "Reshape", [moved, target], y)
         return True
 
@@ -716,7 +724,7 @@ class _Rewrite:
                       [stacked], stack, axis=0)
         reads = {}
         if final:
-            reads = self._reads_of(final, _Stacked(stack, len(dims)))
+            reads = self._reads_of(final, _Stacked(stack, len(dims), dims))
             if reads is None:
                 return
         self.replace.update(reads)

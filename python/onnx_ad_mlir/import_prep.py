@@ -66,6 +66,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     rows = validate.node_fields(model.graph)  # read once: see node_rows
     inits = validate.initializer_fields(model.graph)
     validate.check_text(model.graph, rows, inits)
+    validate.check_node_domains(model, rows)
     validate.check_io_types(model.graph)
     validate.check_tensor_dims(model.graph, rows, inits)
     validate.check_acyclic(model.graph, rows)

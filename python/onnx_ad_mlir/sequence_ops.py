@@ -128,9 +128,14 @@ def lower(model: onnx.ModelProto) -> onnx.ModelProto | None:
     return out
 
 
+def _is(node: onnx.NodeProto, *ops: str) -> bool:
+    """node is one of these default-domain ops: a node of another domain
+    under the same name is no sequence op (import refuses it by name)."""
+    return node.op_type in ops and node.domain in ("", "ai.onnx")
+
+
 def _has_builders(model: onnx.ModelProto) -> bool:
-    return any(n.op_type in _BUILDERS and n.domain in ("", "ai.onnx")
-               for _, n in _nodes(model.graph))
+    return any(_is(n, *_BUILDERS) for _, n in _nodes(model.graph))
 
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[tuple[onnx.GraphProto, onnx.NodeProto]]:
@@ -172,7 +177,7 @@ def _state_layout(node: onnx.NodeProto):
     body = next((a.g for a in node.attribute if a.name == "body"), None)
     if body is None or len(body.input) != len(node.input):
         return None
-    if node.op_type == "Loop":
+    if _is(node, "Loop"):
         n = len(node.input) - 2
         if len(body.output) < 1 + n:
             return None
@@ -229,7 +234,7 @@ class _Rewrite:
                 self.producer[o] = n
             for i in n.input:
                 self.uses.setdefault(i, []).append((n, g))
-            if n.op_type == "Constant" and n.output and n.attribute and \
+            if _is(n, "Constant") and n.output and n.attribute and \
                     n.attribute[0].name == "value":
                 self.consts[n.output[0]] = n.attribute[0].t
         for g in _graphs(model.graph):
@@ -303,20 +308,20 @@ class _Rewrite:
     def run(self) -> bool:
         if not all(_well_formed(n) and self._integer_operands(n)
                    for _, n in _nodes(self.model.graph)
-                   if n.op_type in _FORMS and n.domain in ("", "ai.onnx")):
+                   if _is(n, *_FORMS)):
             return False
         self.invariant, self.inferred = self._invariant_extents()
         # ONNX's inference gives an unbound row (see _split) a rank ONNX
         # Runtime does not: Loops wait for the pass after such a split's
         # lowering, whose inference has the rank right
-        unbinds = any(n.op_type == "SplitToSequence" and _unbinds(n, self)
+        unbinds = any(_is(n, "SplitToSequence") and _unbinds(n, self)
                       for _, n in _nodes(self.model.graph))
         for g, n in list(_nodes(self.model.graph)):
-            if n.op_type == "Loop" and n.domain in ("", "ai.onnx") and not unbinds:
+            if _is(n, "Loop") and not unbinds:
                 self._appends(n)
-            elif n.op_type == "SplitToSequence" and n.domain in ("", "ai.onnx"):
+            elif _is(n, "SplitToSequence"):
                 self._split(n, g)
-            elif n.op_type == "SequenceConstruct" and n.domain in ("", "ai.onnx") and \
+            elif _is(n, "SequenceConstruct") and \
                     n.output[0] not in self.replace:
                 self._construct(n)
         if not self.replace and not self.after:
@@ -334,7 +339,7 @@ class _Rewrite:
             return None
         done = {}
         for user, _ in self.uses.get(seq, []):
-            if user.op_type not in _READS or user.domain not in ("", "ai.onnx") or \
+            if not _is(user, *_READS) or \
                     user.input[0] != seq:
                 return None
             nodes: list = []
@@ -512,7 +517,7 @@ class _Rewrite:
         seq = n.output[0]
         users = self.uses.get(seq, [])
         if sizes is None or seq in self.escapes or not users or any(
-                u.op_type != "SequenceAt" or u.input[0] != seq or h is not g or
+                not _is(u, "SequenceAt") or u.input[0] != seq or h is not g or
                 self.int_const(u.input[1]) is None or
                 not -len(sizes) <= self.int_const(u.input[1]) < len(sizes)
                 for u, h in users):
@@ -553,9 +558,9 @@ class _Rewrite:
         final states of the Loops proved are declared for the next round
         (a Loop after or around another). The types inferred come second."""
         regions = [n for n in _post_order(self.model.graph)
-                   if n.op_type in ("Loop", "Scan") and any(n.output)]
-        if not any(n.op_type == "Loop" and any(
-                self.producer.get(i) is not None and self.producer[i].op_type in _BUILDERS
+                   if _is(n, "Loop", "Scan") and any(n.output)]
+        if not any(_is(n, "Loop") and any(
+                self.producer.get(i) is not None and _is(self.producer[i], *_BUILDERS)
                 for i in n.input) for n in regions):
             return {}, {}
         copy = onnx.ModelProto()
@@ -571,7 +576,7 @@ class _Rewrite:
         proved: dict[str, tuple] = {}  # first output -> the region's state layout
         types: dict[str, onnx.TypeProto] = {}
         copies = [n for n in _post_order(copy.graph)
-                  if n.op_type in ("Loop", "Scan") and any(n.output)]
+                  if _is(n, "Loop", "Scan") and any(n.output)]
         declared: dict[str, list] = {}  # reads of lists in bodies, typed as their elements
         for _ in range(len(regions) + 1):
             # the induction's base: each state argument has its start's extents
@@ -631,7 +636,7 @@ class _Rewrite:
             trusted = {v.name for v in list(given) + list(args)}
             own = trusted | {o for n in body.node for o in n.output}
             for n in body.node:
-                unproved = n.op_type in ("Loop", "Scan") and \
+                unproved = _is(n, "Loop", "Scan") and \
                     next((o for o in n.output if o), None) not in proved
                 reads = set(n.input) | {i for sub in node_subgraphs(n) for _, m in _nodes(sub)
                                         for i in m.input}
@@ -647,16 +652,16 @@ class _Rewrite:
         the list's start holds elements of them)."""
         out = {}
         for _, loop in _nodes(graph):
-            if loop.op_type != "Loop":
+            if not _is(loop, "Loop"):
                 continue
             body = next((a.g for a in loop.attribute if a.name == "body"), None)
             if body is None or len(body.input) != len(loop.input):
                 continue
             for start, arg in zip(loop.input[2:], body.input[2:]):
                 first = self.producer.get(start)
-                if first is None or first.op_type not in ("SequenceEmpty", "SequenceConstruct"):
+                if first is None or not _is(first, "SequenceEmpty", "SequenceConstruct"):
                     continue
-                inserts = [n for n in body.node if n.op_type == "SequenceInsert" and
+                inserts = [n for n in body.node if _is(n, "SequenceInsert") and
                            n.input and n.input[0] == arg.name]
                 if len(inserts) != 1 or len(inserts[0].input) < 2:
                     continue
@@ -665,7 +670,7 @@ class _Rewrite:
                     continue
                 lists = {arg.name, inserts[0].output[0]}
                 out.update({n.output[0]: d for n in body.node
-                            if n.op_type == "SequenceAt" and n.input and n.input[0] in lists})
+                            if _is(n, "SequenceAt") and n.input and n.input[0] in lists})
         return out
 
     def _known(self, t: onnx.TypeProto | None) -> list | None:
@@ -685,7 +690,7 @@ class _Rewrite:
 
     def _append(self, loop: onnx.NodeProto, body: onnx.GraphProto, j: int) -> None:
         start = self.producer.get(loop.input[2 + j])
-        if start is None or start.op_type not in ("SequenceEmpty", "SequenceConstruct") or \
+        if start is None or not _is(start, "SequenceEmpty", "SequenceConstruct") or \
                 len(body.input) != len(loop.input) or len(body.output) < 1 + len(loop.input) - 2 \
                 or len(loop.output) != len(body.output) - 1:  # (every result named or "")
             return
@@ -693,7 +698,7 @@ class _Rewrite:
                for v in (body.input[2 + j], body.output[1 + j])):
             return  # (a list state declared a tensor: import's checks name it)
         arg = body.input[2 + j].name
-        inserts = [u for u, g in self.uses.get(arg, []) if u.op_type == "SequenceInsert"]
+        inserts = [u for u, g in self.uses.get(arg, []) if _is(u, "SequenceInsert")]
         if len(inserts) != 1 or arg in self.escapes:
             return
         insert = inserts[0]
@@ -707,7 +712,7 @@ class _Rewrite:
         # the Loop otherwise, where the sequence took any shapes)
         x = insert.input[1]
         dims = self.invariant.get(x)
-        firsts = list(start.input) if start.op_type == "SequenceConstruct" else []
+        firsts = list(start.input) if _is(start, "SequenceConstruct") else []
         if dims is None or any(self.invariant.get(e, self.dims(e)) != dims for e in firsts):
             return
         window = self._window_reads(body, arg, insert, x, firsts)
@@ -777,7 +782,7 @@ class _Rewrite:
                 if user is insert:
                     continue
                 p = self.int_const(user.input[1]) if len(user.input) > 1 else None
-                if user.op_type != "SequenceAt" or g is not body or user.input[0] != seq or \
+                if not _is(user, "SequenceAt") or g is not body or user.input[0] != seq or \
                         p is None:
                     return None
                 if 0 <= p < m:  # an element of the start, the same in every iteration
@@ -820,7 +825,7 @@ class _Rewrite:
                 used.update(v.name for v in g.output)
             dropped = False
             for g in list(_graphs(self.model.graph)):
-                dead = [k for k, n in enumerate(g.node) if n.op_type in _BUILDERS and
+                dead = [k for k, n in enumerate(g.node) if _is(n, *_BUILDERS) and
                         not any(o in used for o in n.output)]
                 for k in reversed(dead):
                     del g.node[k]

@@ -410,6 +410,26 @@ def check_opsets(model: onnx.ModelProto) -> None:
                                 f"'{o.domain or 'ai.onnx'}' is not a valid opset")
 
 
+def check_node_domains(model: onnx.ModelProto, rows: list[NodeRow]) -> None:
+    """Every node's domain has an opset_import entry, as ONNX's checker
+    requires: before the lowerings, which read nodes by op type (a
+    SequenceAt of an unknown domain must not pass for the ONNX op, or
+    vanish in a lowering)."""
+    imported = {"ai.onnx" if o.domain in ("", "ai.onnx") else o.domain
+                for o in model.opset_import}
+
+    def check(rows: list[NodeRow]) -> None:
+        for node, op, domain, *_ in rows:
+            if ("ai.onnx" if domain in ("", "ai.onnx") else domain) not in imported:
+                what = f"node '{node.name}' ({op})" if node.name else f"node {op}"
+                raise ImportFailure(f"{what}: its domain '{domain or 'ai.onnx'}' has no "
+                                    "opset_import entry")
+            if domain in ("", "ai.onnx") and op in _GRAPH_OPS:
+                for g in node_subgraphs(node):
+                    check(node_fields(g))
+    check(rows)
+
+
 def _elem_types(graph: onnx.GraphProto, outer: dict[str, int], declared: Declared | None,
                 rows: list[NodeRow], inits: list[InitRow] | None) -> dict[str, int]:
     types = dict(outer)

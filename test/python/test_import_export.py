@@ -354,8 +354,25 @@ def test_dangling_input():
 def test_unknown_op_other_domain_and_wrong_attribute():
     _bad(_model([h.make_node("Frobnicate", ["x"], ["y"], name="f")], [_vi("x", [2])],
                 [_vi("y", [2])]), "unknown op 'Frobnicate'", UnsupportedOp)
-    _bad(_model([h.make_node("Foo", ["x"], ["y"], name="f", domain="com.acme")],
-                [_vi("x", [2])], [_vi("y", [2])]), "f.*domain 'com.acme'", UnsupportedOp)
+    acme = _model([h.make_node("Foo", ["x"], ["y"], name="f", domain="com.acme")],
+                  [_vi("x", [2])], [_vi("y", [2])])
+    acme.opset_import.append(h.make_opsetid("com.acme", 1))
+    _bad(acme, "f.*domain 'com.acme' is not supported", UnsupportedOp)
+    # without an opset_import entry for its domain (ONNX's checker refuses
+    # it too): named before the sequence lowering reads it as ONNX's
+    # SequenceAt and drops it (fuzz seed 160 case 506 accepted such a model)
+    for op in ("Foo", "SequenceAt"):
+        nodes = [h.make_node("SplitToSequence", ["x"], ["s"], axis=0),
+                 h.make_node("Constant", [], ["i"], value=h.make_tensor("i", T.INT64, [], [0])),
+                 h.make_node(op, ["s", "i"], ["z"], name="at", domain="com.acme"),
+                 h.make_node("Neg", ["x"], ["y"])]
+        _bad(_model(nodes, [_vi("x", [2])], [_vi("y", [2])]),
+             f"'at' \\({op}\\): its domain 'com.acme' has no opset_import entry")
+        # with one: an op of that domain, never ONNX's SequenceAt
+        imported = _model(nodes, [_vi("x", [2])], [_vi("y", [2])])
+        imported.opset_import.append(h.make_opsetid("com.acme", 1))
+        _bad(imported, f"'at' \\({op}\\): op '{op}' of domain 'com.acme' is not supported",
+             UnsupportedOp)
     bad = h.make_node("Transpose", ["x"], ["y"], name="tr")
     bad.attribute.append(h.make_attribute("perm", 1.5))
     _bad(_model([bad], [_vi("x", [2])], [_vi("y", [2])]),

@@ -103,3 +103,32 @@ def test_casadi_with_scikit_learn_surrogates(tmp_path, monkeypatch):
         np.testing.assert_allclose(H, H.T, atol=1e-6)
         np.testing.assert_allclose(H, H_fd, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(H).max()),
                                    err_msg=f"{name}: CasADi's Hessian vs its Jacobian")
+
+
+def test_casadi_with_keras_recurrent_model(tmp_path, monkeypatch):
+    """A Keras LSTM + SimpleRNN + GRU model exported by tf2onnx in float32
+    (test/fixtures/tf): CasADi flattens its [2, 5, 3] input to a column in
+    C order; its Jacobian and its Hessian of <w, y> applied to v against
+    TensorFlow's float64 derivatives (the fixture's references)."""
+    monkeypatch.setenv("CASADI_ONNXRUNTIME_LIB", _ort_library())
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "tf")
+    model = onnx.load(os.path.join(here, "keras_recurrent.onnx"))
+    ref = np.load(os.path.join(here, "keras_recurrent.npz"))
+    family(model, tmp_path / "f.onnx")
+    f = casadi.GraphBuilder(str(tmp_path / "f.onnx")).create("f")
+    assert f.size_in(0) == (30, 1) and f.size_out(0) == (2, 2)
+    x = casadi.MX.sym("x", 30)
+    y = f(x)
+    w = ref["w"]
+    F = casadi.Function("F", [x], [y, casadi.jacobian(casadi.vec(y), x),
+                                   casadi.hessian(casadi.sum1(casadi.sum2(y * casadi.DM(w))),
+                                                  x)[0]])
+    y0, J, H = (np.array(v) for v in F(ref["in_x"].reshape(30)))
+    scale = lambda a: 3e-5 * max(1.0, np.abs(a).max())  # noqa: E731 (a float32 model)
+    np.testing.assert_allclose(y0, ref["out_Identity:0"], atol=scale(y0))
+    jac = ref["jac_Identity:0__x"].reshape(2, 2, 30)
+    rows = np.stack([jac[r, c] for c in range(2) for r in range(2)])  # vec: column-major
+    np.testing.assert_allclose(J, rows, atol=scale(rows), err_msg="CasADi's Jacobian vs TensorFlow")
+    hv = ref["hvp_x"].reshape(30)
+    np.testing.assert_allclose(H @ ref["v_x"].reshape(30), hv, atol=scale(hv),
+                               err_msg="CasADi's Hessian vs TensorFlow")

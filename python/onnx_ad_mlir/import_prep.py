@@ -70,6 +70,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     validate.check_io_types(model.graph)
     validate.check_tensor_dims(model.graph, rows, inits)
     validate.check_acyclic(model.graph, rows)
+    validate.check_defined(model.graph, rows)
     validate.check_doc_text(model, rows)
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)

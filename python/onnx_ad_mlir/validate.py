@@ -716,6 +716,24 @@ def check_acyclic(graph: onnx.GraphProto, rows: list[NodeRow]) -> None:
                             "output (the graph has a cycle)")
 
 
+def check_defined(graph: onnx.GraphProto, rows: list[NodeRow],
+                  outer: frozenset[str] = frozenset()) -> None:
+    """Every input a node reads is defined somewhere in its graph or an
+    enclosing one: before the lowerings, which drop nodes they rewrite (a
+    SequenceConstruct of an undefined name, read only at a defined
+    position, vanished with it; fuzz seed 161 case 1386)."""
+    defined = set(outer) | {v.name for v in graph.input} | \
+        {t.name for t in graph.initializer} | {o for row in rows for o in row[4]}
+    for node, op, domain, inputs, *_ in rows:
+        for x in inputs:
+            if x and x not in defined:
+                raise ImportFailure(f"{_label(node)}: input '{x}' is not defined by any graph "
+                                    "input, initializer or node")
+        if domain in ("", "ai.onnx") and op in _GRAPH_OPS:
+            for g in node_subgraphs(node):
+                check_defined(g, node_fields(g), frozenset(defined))
+
+
 def check_tensor_dims(graph: onnx.GraphProto, rows: list[NodeRow] | None = None,
                       inits: list[InitRow] | None = None) -> None:
     """Initializers and Constant values with a negative extent: ONNX shape

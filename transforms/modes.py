@@ -122,7 +122,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     simplify(f, opset, seeds)
     expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
-        _loop_passes(f, opset, sums=True)
+        _loop_passes(f, opset, stacks=True)
 
 
 def _k_carrier(primal: list[ir.Value], layout: str, what: str) -> int:
@@ -143,14 +143,16 @@ def _at_boundary(what: str, build: Callable[[], ir.Value | None]) -> ir.Value | 
         raise UnsupportedOp(f"{what}: {e}") from None
 
 
-def _loop_passes(f: func.FuncOp, opset: int, sums: bool) -> None:
-    """The Loop/Scan passes both modes end with (`sums`: sink_sums too)."""
+def _loop_passes(f: func.FuncOp, opset: int, stacks: bool) -> None:
+    """The Loop/Scan passes both modes end with. `stacks`: also those that
+    trade memory for speed, computing per-step values for all steps at once
+    (not when checkpointing saves memory)."""
     scan_axes_zero(f, opset)  # ONNX Runtime's Scan axis != 0 bug (legalize.py)
     prune_loops(f)  # loop values the reverse bodies do not read (prune_loops.py)
     merge_scans(f)  # one Scan for independent same-length ones (merge_scans.py)
-    if hoist_maps(f) + sink_maps(f):  # per-step maps on whole stacks (hoist_maps.py)
+    if stacks and hoist_maps(f) + sink_maps(f):  # per-step maps on whole stacks (hoist_maps.py)
         prune_loops(f)  # (the slices the maps read may now go unread)
-    if sums and sink_sums(f, opset):  # sums over the steps taken after the Scan (sink_sums.py)
+    if stacks and sink_sums(f, opset):  # sums over the steps taken after the Scan (sink_sums.py)
         prune_loops(f)
     loops_as_scans(f, opset)  # Loops running their whole trip count (loops_as_scans.py)
 
@@ -199,7 +201,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     simplify(f, opset, seeds)
     expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
-        _loop_passes(f, opset, sums=checkpoint == 1)  # (no stacks of sums when saving memory)
+        _loop_passes(f, opset, stacks=checkpoint == 1)
 
 
 def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],

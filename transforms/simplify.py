@@ -1,5 +1,6 @@
-"""Derivative-graph folds that need symbolic extents (run at the end of the
-AD modes, before canonicalize/cse).
+"""Derivative-graph folds that need symbolic extents (run by the AD modes
+once the derivative is built, before their Loop/Scan passes and the
+cleanup's canonicalize/cse).
 
 * An Expand whose every user is a broadcasting elementwise op (Add, Mul,
   Sum, Where, ...) that yields the same extents without it is dropped: the
@@ -7,7 +8,7 @@ AD modes, before canonicalize/cse).
   cotangent exactly its value's shape (ReduceSum's transpose, for one), and
   the next Mul by a full-shaped coefficient makes them redundant copies.
 
-`simplify` (the `onnx-ad-simplify` pass; both modes run it last) folds the
+`simplify` (the `onnx-ad-simplify` pass; both modes run it) folds the
 derivative program, region bodies included: only ops whose results depend
 on the seeds (`varying`, result by result for If/Loop/Scan) are rewritten,
 so the primal computation keeps its exact ops and results (ONNX Runtime's

@@ -206,7 +206,7 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
 # The ops _check_node_attributes looks at (with Reduce*): filtered first, as
 # building attribute dicts for every node costs more than all the checks.
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS, *_FLAGS,
-             "Concat", "Transpose", "Reshape", "Pad"}
+             "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace", "SpaceToDepth"}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
@@ -295,6 +295,12 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         _check_window(node, attrs, r)
     if op == "Pad" and r is not None:
         _check_pads(node, attrs, inputs, r, consts)
+    if op in ("DepthToSpace", "SpaceToDepth") and "blocksize" in attrs and \
+            attrs["blocksize"].type == onnx.AttributeProto.INT and attrs["blocksize"].i < 1:
+        # ONNX's checker refuses it; non-strict inference leaves the result
+        # untyped (fuzz seed 162 case 778 accepted it on a dead node)
+        raise ImportFailure(f"{_label(node)}: blocksize {attrs['blocksize'].i} is not "
+                            "positive")
     if op == "Transpose" and "perm" in attrs \
             and attrs["perm"].type == onnx.AttributeProto.INTS:  # (type: importer)
         perm = list(attrs["perm"].ints)

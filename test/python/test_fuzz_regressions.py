@@ -131,6 +131,9 @@ INVALID = {
     # seed 157 case 1308: a SplitToSequence of a mutated 2^40 extent: the
     # lowering listed its pieces (MemoryError); such a list stays a sequence
     "bad_sequence_split_huge_extent.onnx": "node 'n_SplitToSequence6'",
+    # a DepthToSpace of blocksize -7 nothing reads (seed 162 case 778)
+    "bad_depth_to_space_blocksize.onnx": "node 'n_DepthToSpace5' (DepthToSpace): blocksize -7 "
+                                         "is not positive",
     # a SequenceConstruct of an undefined name, read only at a defined
     # position: the lowering dropped it with the name (fuzz seed 161 case 1386)
     "bad_sequence_construct_undefined_input.onnx": "input 'dangling_sin4' is not defined",

@@ -381,3 +381,31 @@ def test_one_hot_is_linear_in_its_values(axis):
     feeds = {"i": np.array([[0, 3, 1], [2, -1, 0]]), "v": np.array([-0.5, 2.0], np.float32),
              "w": np.array(1.5, np.float32)}  # (ONNX Runtime has no float64 OneHot)
     check_derivatives(m, feeds, inputs=["v", "w"])
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("batch", [3, 0])
+def test_reshape_of_unit_axes_over_run_time_extents(opset, batch):
+    """A Flatten of [B, C, 1, 1] (after a global pool) and a Reshape of [B, 4]
+    to [B, 1, 4] over run-time extents: the tangents and cotangents are
+    Squeeze/Unsqueeze, no shape read at run time and no -1, which has no
+    value beside a 0 extent (B = 0 failed at opset 13: no allowzero)."""
+    import onnx
+    from onnx_ad_mlir import forward, reverse
+    nodes = [h.make_node("Flatten", ["x"], ["f"], axis=1), h.make_node("Tanh", ["f"], ["t"]),
+             const("s", [0, 1, 4]), h.make_node("Reshape", ["t", "s"], ["y"]),
+             h.make_node("Mul", ["y", "y"], ["z"])]
+    m = model(nodes, [("x", D, ["B", 4, 1, 1])], [("y", D, None), ("z", D, None)], opset=opset)
+    m = onnx.shape_inference.infer_shapes(m)
+    for mode in (forward, reverse):
+        ops = {n.op_type for n in mode(m, inputs=["x"], outputs=["y"], layout="onnx").graph.node}
+        assert "Shape" not in ops, (mode.__name__, ops)
+    f = {"x": rng.standard_normal((batch, 4, 1, 1))}
+    if batch:
+        check_derivatives(m, f, inputs=["x"])
+        check_hessian(m, f, output="z")
+    else:  # nothing to difference: the derivative models run and give empty results
+        from adcheck import run as ort_run
+        got = ort_run(reverse(m, inputs=["x"], outputs=["y"], layout="onnx"),
+                      {**f, "adj_y": np.zeros((0, 1, 4, 2))})
+        assert got["adj_x"].shape == (0, 4, 1, 1, 2)

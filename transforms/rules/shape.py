@@ -27,6 +27,29 @@ def _reshape_like(b: Builder, t: ir.Value, primal: ir.Value) -> ir.Value:
     return b.reshape_k(t, t, primal, out)
 
 
+def _unit_axes(x: ir.Value, y: ir.Value) -> tuple[list[int], list[int]] | None:
+    """When y is x with extent-1 axes dropped and inserted (their other
+    extents the same, in order), those axes of x and of y: the reshape is
+    then a Squeeze and an Unsqueeze, which read no run-time shape (a Flatten
+    of [B, C, 1, 1], of [n] to [n, 1]) and hold no -1 that a 0 extent would
+    leave without a value. None otherwise, and for static extents (a
+    constant Reshape target is one op already)."""
+    xd, yd = symdims.dims(x), symdims.dims(y)
+    if xd is None or yd is None or all(isinstance(e, int) for e in xd + yd):
+        return None
+    if [e for e in xd if e != 1] != [e for e in yd if e != 1]:
+        return None
+    return [i for i, e in enumerate(xd) if e == 1], [i for i, e in enumerate(yd) if e == 1]
+
+
+def _move_unit_axes(b: Builder, t: ir.Value, drop: list[int], insert: list[int]) -> ir.Value:
+    """t ([k] + x's extents) with x's unit axes `drop` squeezed and y's
+    `insert` unsqueezed."""
+    if drop:
+        t = b.squeeze(t, [a + 1 for a in drop])
+    return b.unsqueeze(t, [a + 1 for a in insert]) if insert else t
+
+
 def _squeeze_axes(op) -> list[int] | None:
     """(Un)Squeeze's axes normalized (Unsqueeze: against the result's rank),
     None when they or the rank are known only at run time."""
@@ -62,12 +85,18 @@ def _reshape(b: Builder, op, tangents):
         shifted = [a + 1 for a in axes]
         out = b.squeeze(t, shifted) if kind == "Squeeze" else b.unsqueeze(t, shifted)
         return [out] + [None] * (len(op.results) - 1)
+    units = _unit_axes(op.operands[0], op.results[0])
+    if units is not None and rank(t) == rank(op.operands[0]) + 1:
+        return [_move_unit_axes(b, t, *units)] + [None] * (len(op.results) - 1)
     return [_reshape_like(b, t, op.results[0])] + [None] * (len(op.results) - 1)
 
 
 @transpose("Reshape")
 def _t_reshape(b: Builder, op, cts, linear):
     x = op.operands[0]
+    units = _unit_axes(x, op.results[0])
+    if units is not None and rank(cts[0]) == rank(op.results[0]) + 1:
+        return [_move_unit_axes(b, cts[0], units[1], units[0]), None]
     d = dims(x)
     # The direction axis is -1, not 0 (copy): a rule may merge k into axis 0
     # (k*N for a batch) as long as the trailing extents do not depend on k.

@@ -234,14 +234,15 @@ def _summed(b: Builder, t: _Term, stacked: dict, moved: dict) -> ir.Value:
     point); `moved` maps the old body's arguments to the new body's."""
     prod = t.bilinear.results[0] if t.bilinear is not None else None
     if prod is not None and _kind(t.bilinear) == "MatMul":
-        s = _contract(b, *(stacked[(v, t.direction)] for v in t.factors), prod)
-    elif prod is not None:
         p, q = (stacked[(v, t.direction)] for v in t.factors)
-        rp, rq = rank(p), rank(q)
-        if rp < rq:  # (the step axes first, lined up)
-            p = b.unsqueeze(p, list(range(1, 1 + rq - rp)))
-        elif rq < rp:
-            q = b.unsqueeze(q, list(range(1, 1 + rp - rq)))
+        if _contractible(p, q):
+            s = _contract(b, p, q, prod)
+        else:  # the products of all steps, summed
+            p, q = _step_axes_lined_up(b, p, q)
+            s = b.reduce("ReduceSum", b.op("MatMul", [p, q], tensor_type(
+                None, element_type(prod))), [0], False, dims(prod))
+    elif prod is not None:
+        p, q = _step_axes_lined_up(b, *(stacked[(v, t.direction)] for v in t.factors))
         s = b.reduce("ReduceSum", b.mul(p, q), [0], False, dims(prod))
     else:
         s = b.reduce("ReduceSum", stacked[(t.core, t.direction)], [0], False, dims(t.core))
@@ -250,6 +251,27 @@ def _summed(b: Builder, t: _Term, stacked: dict, moved: dict) -> ir.Value:
         copy = _clone_out(o, o.block, {k: s for k, v in enumerate(o.operands) if v == value})
         s, value = copy.results[0], o.results[0]
     return s
+
+
+def _step_axes_lined_up(b: Builder, p: ir.Value, q: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Stacks [T, ...] of two factors of different ranks, the lower one's
+    extents after the step axis padded with 1s, so that broadcasting lines
+    the step axes up."""
+    rp, rq = rank(p), rank(q)
+    if rp < rq:
+        p = b.unsqueeze(p, list(range(1, 1 + rq - rp)))
+    elif rq < rp:
+        q = b.unsqueeze(q, list(range(1, 1 + rp - rq)))
+    return p, q
+
+
+def _contractible(p: ir.Value, q: ir.Value) -> bool:
+    """Whether _contract's Reshapes have a value for their -1: none of the
+    extents they keep is a static 0 (a -1 beside a 0 has none; ONNX's
+    checker rejects it). Run-time extents count as non-zero, as elsewhere
+    (named input extents)."""
+    dp, dq = dims(p), dims(q)
+    return dp is not None and dq is not None and 0 not in dp[1:-1] + dq[1:-2] + dq[-1:]
 
 
 def _contract(b: Builder, p: ir.Value, q: ir.Value, prod: ir.Value) -> ir.Value:

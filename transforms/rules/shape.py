@@ -427,6 +427,8 @@ def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: 
         cd[a] = count
     elem = element_type(ct)
     r = len(cd)
+    if count == 1:  # one position: no gaps (a step of 2^50 padded each element by it)
+        step = 1
     if step > 1:
         u = b.unsqueeze(ct, [a + 1])
         pads = [0] * (2 * (r + 1))

@@ -478,6 +478,8 @@ def check_types(graph: onnx.GraphProto, opset: int, outer: dict[str, int] | None
         if key not in accepted:  # the check depends on nothing else
             _check_operand_types(node, _type_rules(op, opset), types)
             accepted.add(key)
+        if op == "Constant":
+            _check_constant_type(node, opset)
         if op in _GRAPH_OPS:
             for g in node_subgraphs(node):
                 check_types(g, opset, types)
@@ -501,6 +503,22 @@ def _type_rules(op_type: str, opset: int) -> tuple[list, dict[str, list[str]]] |
     formals = [(f.type_str, f.option == _VARIADIC, f.is_homogeneous) for f in schema.inputs]
     allowed = {c.type_param_str: list(c.allowed_type_strs) for c in schema.type_constraints}
     return formals, allowed
+
+
+@functools.lru_cache(maxsize=None)
+def _constant_types(opset: int) -> tuple[str, ...]:
+    """The element types a Constant may hold at this opset (before 9: float
+    types only)."""
+    schema = onnx.defs.get_schema("Constant", opset, "")
+    return tuple(s for c in schema.type_constraints for s in c.allowed_type_strs)
+
+
+def _check_constant_type(node: onnx.NodeProto, opset: int) -> None:
+    for a in node.attribute:
+        if a.name == "value" and a.type == onnx.AttributeProto.TENSOR and \
+                f"tensor({_type_name(a.t.data_type)})" not in _constant_types(opset):
+            raise ImportFailure(f"{_label(node)}: a Constant of element type "
+                                f"{_type_name(a.t.data_type)} does not exist at opset {opset}")
 
 
 def _check_operand_types(node: onnx.NodeProto, rules: tuple | None,

@@ -146,6 +146,9 @@ INVALID = {
     # seed 157 case 1308: a SplitToSequence of a mutated 2^40 extent: the
     # lowering listed its pieces (MemoryError); such a list stays a sequence
     "bad_sequence_split_huge_extent.onnx": "node 'n_SplitToSequence6'",
+    # opset 7's Constant holds float types only (seed 163 case 1648)
+    "bad_constant_int64_opset7.onnx": "node 'n_const4' (Constant): a Constant of element "
+                                      "type int64 does not exist at opset 7",
     # a DepthToSpace of blocksize -7 nothing reads (seed 162 case 778)
     "bad_depth_to_space_blocksize.onnx": "node 'n_DepthToSpace5' (DepthToSpace): blocksize -7 "
                                          "is not positive",

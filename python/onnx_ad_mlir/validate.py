@@ -427,9 +427,8 @@ def check_node_domains(model: onnx.ModelProto, rows: list[NodeRow]) -> None:
     def check(rows: list[NodeRow]) -> None:
         for node, op, domain, *_ in rows:
             if ("ai.onnx" if domain in ("", "ai.onnx") else domain) not in imported:
-                what = f"node '{node.name}' ({op})" if node.name else f"node {op}"
-                raise ImportFailure(f"{what}: its domain '{domain or 'ai.onnx'}' has no "
-                                    "opset_import entry")
+                raise ImportFailure(f"{_label(node)}: its domain '{domain or 'ai.onnx'}' has "
+                                    "no opset_import entry")
             if domain in ("", "ai.onnx") and op in _GRAPH_OPS:
                 for g in node_subgraphs(node):
                     check(node_fields(g))

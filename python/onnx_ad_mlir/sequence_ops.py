@@ -71,11 +71,10 @@ _READS = {"SequenceAt", "SequenceLength", "ConcatFromSequence"}
 
 @dataclasses.dataclass
 class _Stacked:
-    """Element i is stack[i]; `rank` is the elements' (None: unknown),
-    `extents` theirs (ints, input symbols, None where unknown)."""
+    """Element i is stack[i]; `extents` are the elements' (ints, input
+    symbols, None where unknown)."""
     stack: str
-    rank: int | None
-    extents: list | None
+    extents: list
 
 
 @dataclasses.dataclass
@@ -426,9 +425,9 @@ class _Rewrite:
                 else plan.parts
             self.node(out, "Concat", parts, y, axis=axis)
             return True
-        if not isinstance(plan, _Stacked) or plan.rank is None:
+        if not isinstance(plan, _Stacked):
             return False
-        r = plan.rank
+        r = len(plan.extents)
         a = axis + (r + 1 if new_axis else r) if axis < 0 else axis
         if not 0 <= a <= (r if new_axis else r - 1):
             return False
@@ -441,8 +440,8 @@ class _Rewrite:
         # extent is known and non-zero: a -1 beside a 0 has no value (ONNX's
         # checker rejects it, ONNX Runtime fails); else T * d_a at run time.
         moved = self.node(out, "Transpose", [plan.stack], perm=perm)
-        others = None if plan.extents is None else plan.extents[:a] + plan.extents[a + 1:]
-        if others is not None and all(isinstance(d, int) and d > 0 for d in others):
+        others = plan.extents[:a] + plan.extents[a + 1:]
+        if all(isinstance(d, int) and d > 0 for d in others):
             target = self.const(out, np.array(others[:a] + [-1] + others[a:], np.int64))
         else:
             shape = self.node(out, "Shape", [plan.stack])  # [T, d_0, .., d_{r-1}]
@@ -729,7 +728,7 @@ class _Rewrite:
                       [stacked], stack, axis=0)
         reads = {}
         if final:
-            reads = self._reads_of(final, _Stacked(stack, len(dims), dims))
+            reads = self._reads_of(final, _Stacked(stack, dims))
             if reads is None:
                 return
         self.replace.update(reads)

@@ -706,8 +706,8 @@ def check_acyclic(graph: onnx.GraphProto, rows: list[NodeRow]) -> None:
     """The main graph's nodes have an order (the importer sorts an unsorted
     graph): ONNX's shape inference aborts the process on some cycles
     (std::clamp assertion in Slice's inference, onnx 1.23.2; fuzzer seed 102
-    case 1538), so before inference. Names defined nowhere are left to the
-    importer's own message."""
+    case 1538), so before inference. Names defined nowhere are
+    check_defined's to name."""
     producer = {out: i for i, row in enumerate(rows) for out in row[4] if out}
     waiting = [0] * len(rows)
     users: dict[int, list[int]] = {}

@@ -360,6 +360,17 @@ def _propagates_data(graph: onnx.GraphProto, rows: list[NodeRow], inits: list[In
     return bool(constants) and any(name in constants for names in reads for name in names)
 
 
+def _integer_constant(attributes) -> bool:
+    """Whether a Constant's value is integer data of rank <= 1, the only
+    data ONNX's propagation carries (a transformer's float scalars are not)."""
+    for a in attributes:
+        if a.name in ("value_int", "value_ints", "sparse_value"):
+            return True
+        if a.name == "value":
+            return a.t.data_type in _INT_DATA and len(a.t.dims) <= 1
+    return False
+
+
 def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list,
                   rows: list[NodeRow] | None = None, inits: list[InitRow] | None = None
                   ) -> bool:
@@ -375,7 +386,7 @@ def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list,
             validate.node_fields(graph) if rows is None else rows:
         if op in _PROPAGATING:
             reads.append(inputs)
-        elif op == "Constant":
+        elif op == "Constant" and _integer_constant(attributes):
             constants.update(outputs)
         elif op in _SHAPE_SOURCES:
             return True

@@ -20,8 +20,11 @@ _AXIS_OPS = {
     "Softmax": 0, "LogSoftmax": 0, "Hardmax": 0, "Concat": 0, "Gather": 0,
     "GatherElements": 0, "LayerNormalization": 0, "Split": 0, "CumSum": 0,
     "ScatterElements": 0, "Compress": 0, "ArgMax": 0, "ArgMin": 0, "TopK": 0,
+    "LpNormalization": 0, "RMSNormalization": 0, "Scatter": 0, "TensorScatter": 0,
+    "Unique": 0, "SplitToSequence": 0,
 }
 _AXIS_INCLUSIVE = {"Flatten"}  # axis in [-r, r]
+_AXIS_OF_RESULT = {"OneHot"}  # a new axis of the result: in [-r - 1, r]
 _REGIONS = {"If": ("then_branch", "else_branch"), "Loop": ("body",), "Scan": ("body",)}
 # The default-domain ops with graph attributes. The importer refuses a graph
 # attribute on any other node (an unknown attribute, or an op of another
@@ -205,7 +208,7 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
           "BatchNormalization": ("training_mode",)}
 # The ops _check_node_attributes looks at (with Reduce*): filtered first, as
 # building attribute dicts for every node costs more than all the checks.
-_ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS, *_FLAGS,
+_ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS, *_FLAGS,
              "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace", "SpaceToDepth"}
 
 
@@ -241,10 +244,11 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         src = next((n for n in inputs if n in ranks), src)
     r = ranks.get(src) if src else None
     if r is not None and "axis" in attrs and attrs["axis"].type == onnx.AttributeProto.INT \
-            and (op in _AXIS_OPS or op in _AXIS_INCLUSIVE):
+            and (op in _AXIS_OPS or op in _AXIS_INCLUSIVE or op in _AXIS_OF_RESULT):
         a = attrs["axis"].i
-        hi = r if op in _AXIS_INCLUSIVE else r - 1
-        if not -r <= a <= hi and not (op == "Softmax" and r == 0):
+        hi = r if op in _AXIS_INCLUSIVE or op in _AXIS_OF_RESULT else r - 1
+        lo = -r - 1 if op in _AXIS_OF_RESULT else -r
+        if not lo <= a <= hi and not (op == "Softmax" and r == 0):
             raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its "
                                 f"rank-{r} input '{src}'")
     if op.startswith("Reduce") or op in _AXES_OPS:

@@ -149,6 +149,10 @@ INVALID = {
     # opset 7's Constant holds float types only (seed 163 case 1648)
     "bad_constant_int64_opset7.onnx": "node 'n_const4' (Constant): a Constant of element "
                                       "type int64 does not exist at opset 7",
+    # an RMSNormalization of axis 2^62 was lowered (its axes taken modulo the
+    # rank) and accepted (seed 170 case 1025)
+    "bad_rms_normalization_axis.onnx": "node 'n_RMSNormalization20' (RMSNormalization): axis "
+                                       "4611686018427387904 is out of range for its rank-4",
     # a DepthToSpace of blocksize -7 nothing reads (seed 162 case 778)
     "bad_depth_to_space_blocksize.onnx": "node 'n_DepthToSpace5' (DepthToSpace): blocksize -7 "
                                          "is not positive",

@@ -519,6 +519,42 @@ def test_data_propagation_only_for_integer_constants():
     assert propagates(numpy_helper.from_array(np.array(2, np.int64)), "Add")
 
 
+@pytest.mark.parametrize("op, opset, axis, ok", [
+    ("LpNormalization", 17, 2, False), ("LpNormalization", 17, -2, True),
+    ("RMSNormalization", 23, -3, False), ("RMSNormalization", 23, 1, True),
+    ("Unique", 17, 2, False), ("OneHot", 17, 3, False), ("OneHot", 17, -3, True),
+    ("OneHot", 17, 2, True), ("OneHot", 17, -4, False), ("Scatter", 10, 2, False),
+    ("SplitToSequence", 17, -3, False), ("TensorScatter", 24, 3, False)])
+def test_axis_attribute_range(op, opset, axis, ok):
+    # rules that normalise an axis modulo the rank would differentiate a
+    # model that ONNX Runtime refuses to run: refused at import, named
+    x, y = _vi("x", [2, 3]), _vi("y", None)
+    inits = [numpy_helper.from_array(np.ones(3, F), "s")]
+    if op == "OneHot":
+        x = _vi("x", [2, 3], T.INT64)
+        inits = [numpy_helper.from_array(np.array(4, np.int64), "d"),
+                 numpy_helper.from_array(np.array([0, 1], F), "v")]
+    inputs = {"RMSNormalization": ["x", "s"], "OneHot": ["x", "d", "v"],
+              "Scatter": ["x", "i", "u"], "TensorScatter": ["x", "u"]}.get(op, ["x"])
+    if op == "Scatter":
+        inits = [numpy_helper.from_array(np.zeros((1, 1), np.int64), "i"),
+                 numpy_helper.from_array(np.ones((1, 1), F), "u")]
+    if op == "TensorScatter":
+        x, inits = _vi("x", [2, 3, 4]), [numpy_helper.from_array(np.ones((2, 1, 4), F), "u")]
+    nodes = [h.make_node(op, inputs, ["y"], name="n", axis=axis)]
+    if op == "SplitToSequence":
+        inits = [numpy_helper.from_array(np.array(0, np.int64), "p")]
+        nodes = [h.make_node(op, ["x"], ["q"], name="n", axis=axis),
+                 h.make_node("SequenceAt", ["q", "p"], ["y"])]
+    model = _model(nodes, [x], [y], inits, opset=opset)
+    with ir.Context():
+        if ok:
+            import_onnx(model)
+        else:
+            with pytest.raises(ImportFailure, match=rf"'n' \({op}\): axis {axis} is out of range"):
+                import_onnx(model)
+
+
 def test_structural_errors_are_import_failures():
     k = numpy_helper.from_array(np.array([1], np.int64), "k")
     _bad(_model([h.make_node("TopK", ["x", "k"], ["v"], name="top")], [_vi("x", [3])],

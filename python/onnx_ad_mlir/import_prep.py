@@ -360,7 +360,7 @@ def _propagates_data(graph: onnx.GraphProto, rows: list[NodeRow], inits: list[In
     return bool(constants) and any(name in constants for names in reads for name in names)
 
 
-def _integer_constant(attributes) -> bool:
+def _integer_constant(attributes: list[onnx.AttributeProto]) -> bool:
     """Whether a Constant's value is integer data of rank <= 1, the only
     data ONNX's propagation carries (a transformer's float scalars are not)."""
     for a in attributes:

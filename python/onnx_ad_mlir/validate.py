@@ -208,8 +208,9 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
           "BatchNormalization": ("training_mode",)}
 # The ops _check_node_attributes looks at (with Reduce*): filtered first, as
 # building attribute dicts for every node costs more than all the checks.
-_ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS, *_AXES_OPS, *_FLAGS,
-             "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace", "SpaceToDepth"}
+_ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS,
+             *_AXES_OPS, *_FLAGS, "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace",
+             "SpaceToDepth"}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,

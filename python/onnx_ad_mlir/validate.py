@@ -137,7 +137,7 @@ def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> Non
     axes = None
     if "axes" in attrs and attrs["axes"].type == onnx.AttributeProto.INTS:
         axes = list(attrs["axes"].ints)
-    else:
+    elif node.op_type not in _AXES_ATTRIBUTE_OPS:  # (their operand 1 is not axes)
         pos = 3 if node.op_type == "Slice" else 1
         if len(node.input) > pos and node.input[pos] in consts:
             axes = consts[node.input[pos]]
@@ -166,7 +166,11 @@ def _check_pads(node, attrs, inputs: list[str], r: int, consts: dict[str, list[i
     if len(inputs) > 3 and inputs[3]:
         if inputs[3] not in consts:
             return
-        count = len(consts[inputs[3]])
+        axes = consts[inputs[3]]
+        if any(not -r <= a < r for a in axes) or len({a % r for a in axes}) != len(axes):
+            raise ImportFailure(f"{_label(node)}: axes {axes} are out of range or repeated "
+                                f"for its rank-{r} input '{inputs[0]}'")
+        count = len(axes)
     if len(pads) != 2 * count:
         raise ImportFailure(f"{_label(node)}: {len(pads)} pads for {count} padded axes of "
                             f"its rank-{r} input '{inputs[0]}' (expected {2 * count})")
@@ -188,11 +192,20 @@ def _check_window(node, attrs, r: int) -> None:
         if len(v) != count or any(not low <= x <= MAX_DIM for x in v):
             raise ImportFailure(f"{_label(node)}: {name} {v} is invalid for a rank-{r} input "
                                 f"(expected {count} values >= {low})")
+    kernel, pads = attrs.get("kernel_shape"), attrs.get("pads")
+    if node.op_type in _POOLS and kernel is not None and pads is not None and \
+            any(p >= kernel.ints[i % n] for i, p in enumerate(pads.ints)):
+        # a window of padding only: ONNX Runtime refuses it
+        raise ImportFailure(f"{_label(node)}: pads {list(pads.ints)} are not all smaller "
+                            f"than the kernel {list(kernel.ints)}")
 
 
 _WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool")
-_AXES_OPS = ("Slice", "Squeeze", "Unsqueeze")  # and Reduce*: `axes` attribute or operand
-_CONST_OPS = (*_AXES_OPS, "Reshape", "Loop", "Pad")  # ops whose constant operands are checked
+_AXES_ATTRIBUTE_OPS = ("CenterCropPad", "MeanVarianceNormalization")  # `axes` attribute only
+# and Reduce*: `axes` attribute or operand
+_AXES_OPS = ("Slice", "Squeeze", "Unsqueeze", *_AXES_ATTRIBUTE_OPS)
+_CONST_OPS = (*_AXES_OPS, "Reshape", "Loop", "Pad", "CumSum")  # constant operands checked
+_POOLS = ("MaxPool", "AveragePool", "LpPool")
 # Flags ONNX defines for 0 and 1 only (and Reduce*'s keepdims and
 # noop_with_empty_axes); runtimes read other values differently: ONNX
 # Runtime's Reshape honours zeros for allowzero == 1 only, its Gemm takes any
@@ -210,7 +223,7 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
 # building attribute dicts for every node costs more than all the checks.
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS,
              *_AXES_OPS, *_FLAGS, "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace",
-             "SpaceToDepth"}
+             "SpaceToDepth", "CumSum", "ReverseSequence", "DFT", "GatherND", "LRN"}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
@@ -313,6 +326,48 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         if sorted(perm) != list(range(n)):
             raise ImportFailure(f"{_label(node)}: perm {perm} is not a permutation of "
                                 f"the {n} axes of input '{inputs[0]}'")
+    if op in ("CumSum", "ReverseSequence", "DFT", "GatherND", "LRN"):
+        _check_index_attributes(node, op, attrs, inputs, r, ranks, consts)
+
+
+def _int_attr(attrs: dict[str, onnx.AttributeProto], name: str) -> int | None:
+    a = attrs.get(name)
+    return a.i if a is not None and a.type == onnx.AttributeProto.INT else None
+
+
+def _check_index_attributes(node: onnx.NodeProto, op: str,
+                            attrs: dict[str, onnx.AttributeProto], inputs: list[str],
+                            r: int | None, ranks: dict[str, int],
+                            consts: dict[str, list[int]]) -> None:
+    """Axes and counts the rules index shapes by, which ONNX's checker and
+    inference let through and ONNX Runtime refuses (at load or at run)."""
+    if op == "CumSum" and r is not None and len(inputs) > 1 and inputs[1] in consts:
+        a = consts[inputs[1]][0] if len(consts[inputs[1]]) == 1 else None
+        if a is not None and not -r <= a < r:
+            raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its "
+                                f"rank-{r} input '{inputs[0]}'")
+    if op == "ReverseSequence":
+        batch, time = _int_attr(attrs, "batch_axis"), _int_attr(attrs, "time_axis")
+        batch, time = 1 if batch is None else batch, 0 if time is None else time
+        if {batch, time} != {0, 1}:
+            raise ImportFailure(f"{_label(node)}: batch_axis {batch} and time_axis {time} "
+                                "must be 0 and 1")
+    a = _int_attr(attrs, "axis")
+    if op == "DFT" and r is not None and a is not None and not (
+            -r <= a <= -2 or 0 <= a <= r - 2):
+        # the last axis holds the real and imaginary parts
+        raise ImportFailure(f"{_label(node)}: axis {a} is out of range for its rank-{r} "
+                            f"input '{inputs[0]}' (expected [-{r}, -2] or [0, {r - 2}])")
+    batch_dims = _int_attr(attrs, "batch_dims")
+    if op == "GatherND" and batch_dims is not None and len(inputs) > 1:
+        bound = min(k for k in (r, ranks.get(inputs[1])) if k is not None) \
+            if r is not None or inputs[1] in ranks else None
+        if batch_dims < 0 or bound is not None and batch_dims >= bound:
+            raise ImportFailure(f"{_label(node)}: batch_dims {batch_dims} is out of range "
+                                "for the ranks of its data and indices")
+    size = _int_attr(attrs, "size")
+    if op == "LRN" and size is not None and size < 1:
+        raise ImportFailure(f"{_label(node)}: size {size} is not positive")
 
 
 def _check_scan_axes(node: onnx.NodeProto, attrs: dict[str, onnx.AttributeProto],

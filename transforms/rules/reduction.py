@@ -11,7 +11,7 @@ from __future__ import annotations
 import onnx
 from mlir import ir
 
-from onnx_ad_mlir.errors import UnsupportedOp
+from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
 from ..builder import (Builder, attribute, constant_ints, dims, op_type,
                        operand_or_none, rank, tensor_type)
@@ -334,6 +334,12 @@ def _topk(b: Builder, op, tangents):
     r = rank(x)
     if r is None:
         raise UnsupportedOp("TopK needs its operand's rank")
+    k = constant_ints(op.operands[1]) if len(op.operands) > 1 else [attribute(op, "k")]
+    extent = dims(x)[_axis(op, r)]
+    if k is not None and len(k) == 1 and extent is not None and k[0] > extent:
+        # an invalid model ONNX's inference types as given (ONNX Runtime refuses it)
+        raise ImportFailure(f"K = {k[0]} is larger than the extent {extent} of axis "
+                            f"{attribute(op, 'axis')}")
     return [_gather_elements(b, tangents[0], _directed_indices(b, idx, tangents[0]),
                              _axis(op, r) + 1, op.results[0]), None]
 

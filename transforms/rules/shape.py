@@ -8,7 +8,7 @@ import math
 import numpy as np
 from mlir import ir
 
-from onnx_ad_mlir.errors import UnsupportedOp
+from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
 from .. import symdims
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
@@ -1236,6 +1236,14 @@ def _t_reverse_sequence(b: Builder, op, cts, linear):
 def _space_depth(b: Builder, t: ir.Value, y: ir.Value, to_space: bool, bs: int, mode: str):
     """DepthToSpace / SpaceToDepth on [k, N, C, H, W] by Reshape + Transpose."""
     td = dims(t)
+    channels, height, width = td[2:] if td is not None and len(td) == 5 else (None,) * 3
+    # invalid models ONNX's inference types by floor division (ONNX Runtime refuses them)
+    if to_space and channels is not None and channels % (bs * bs):
+        raise ImportFailure(f"its {channels} channels are not a multiple of blocksize^2 = "
+                            f"{bs * bs}")
+    if not to_space and any(e is not None and e % bs for e in (height, width)):
+        raise ImportFailure(f"its spatial extents {height} x {width} are not multiples of "
+                            f"blocksize {bs}")
     k = b.shape(t, 0, 1)
     n = b.shape(t, 1, 2)
     if to_space:
@@ -1255,7 +1263,6 @@ def _space_depth(b: Builder, t: ir.Value, y: ir.Value, to_space: bool, bs: int, 
         # DCR: channel (bh, bw, c); CRD: channel (c, bh, bw)
         perm = [0, 1, 2, 4, 6, 3, 5] if mode == "CRD" else [0, 1, 4, 6, 2, 3, 5]
     moved = b.transpose(split, perm)
-    del td
     return b.reshape(moved, b.concat([k, b.shape(y)], 0), dims(b.derivative_type(y)))
 
 

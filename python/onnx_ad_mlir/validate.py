@@ -200,7 +200,12 @@ def _check_window(node, attrs, r: int) -> None:
                             f"than the kernel {list(kernel.ints)}")
 
 
-_WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool")
+_WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "MaxUnpool")
+# ops whose attribute names an element type
+_DTYPE_ATTRIBUTE = {"Cast": "to", "Bernoulli": "dtype", "RandomNormal": "dtype",
+                    "RandomUniform": "dtype", "RandomNormalLike": "dtype",
+                    "RandomUniformLike": "dtype", "EyeLike": "dtype", "Multinomial": "dtype"}
+_ELEMENT_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v)
 _AXES_ATTRIBUTE_OPS = ("CenterCropPad", "MeanVarianceNormalization")  # `axes` attribute only
 # and Reduce*: `axes` attribute or operand
 _AXES_OPS = ("Slice", "Squeeze", "Unsqueeze", *_AXES_ATTRIBUTE_OPS)
@@ -214,7 +219,12 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
           "ArgMax": ("keepdims", "select_last_index"),
           "ArgMin": ("keepdims", "select_last_index"),
           "CumSum": ("exclusive", "reverse"), "TopK": ("largest", "sorted"),
-          "AveragePool": ("ceil_mode", "count_include_pad"), "MaxPool": ("ceil_mode",),
+          "AveragePool": ("ceil_mode", "count_include_pad"),
+          "MaxPool": ("ceil_mode", "storage_order"), "CumProd": ("exclusive", "reverse"),
+          "Cast": ("saturate",), "CastLike": ("saturate",), "Unique": ("sorted",),
+          "Attention": ("is_causal",), "DFT": ("inverse", "onesided"), "Mod": ("fmod",),
+          "Resize": ("exclude_outside",), "GridSample": ("align_corners",),
+          "AffineGrid": ("align_corners",),
           "LpPool": ("ceil_mode",), "GRU": ("linear_before_reset", "layout"),
           "LSTM": ("input_forget", "layout"), "RNN": ("layout",),
           "IsInf": ("detect_negative", "detect_positive"), "Trilu": ("upper",),
@@ -223,7 +233,8 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
 # building attribute dicts for every node costs more than all the checks.
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS,
              *_AXES_OPS, *_FLAGS, "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace",
-             "SpaceToDepth", "CumSum", "ReverseSequence", "DFT", "GatherND", "LRN"}
+             "SpaceToDepth", "CumSum", "ReverseSequence", "DFT", "GatherND", "LRN",
+             "MaxUnpool", "Col2Im", "Split", *_DTYPE_ATTRIBUTE}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
@@ -328,6 +339,48 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
                                 f"the {n} axes of input '{inputs[0]}'")
     if op in ("CumSum", "ReverseSequence", "DFT", "GatherND", "LRN"):
         _check_index_attributes(node, op, attrs, inputs, r, ranks, consts)
+    _check_counts(node, op, attrs)
+
+
+def _check_counts(node: onnx.NodeProto, op: str,
+                  attrs: dict[str, onnx.AttributeProto]) -> None:
+    """Element types, enumerations and counts that ONNX's checker lets
+    through and ONNX Runtime refuses."""
+    dtype = _int_attr(attrs, _DTYPE_ATTRIBUTE.get(op, ""))
+    if dtype is not None and dtype not in _ELEMENT_TYPES:
+        raise ImportFailure(f"{_label(node)}: {_DTYPE_ATTRIBUTE[op]} {dtype} is not an ONNX "
+                            "element type")
+    mode = _int_attr(attrs, "qk_matmul_output_mode")
+    if op == "Attention" and mode is not None and mode not in range(4):
+        raise ImportFailure(f"{_label(node)}: qk_matmul_output_mode {mode} is not 0 to 3")
+    n = _int_attr(attrs, "num_outputs")
+    if op == "Split" and n is not None and n != len(node.output):
+        raise ImportFailure(f"{_label(node)}: num_outputs {n} but {len(node.output)} "
+                            "outputs")
+    if op == "Col2Im":
+        for name, low in (("strides", 1), ("dilations", 1), ("pads", 0)):
+            a = attrs.get(name)
+            if a is not None and a.type == onnx.AttributeProto.INTS and \
+                    any(v < low for v in a.ints):
+                raise ImportFailure(f"{_label(node)}: {name} {list(a.ints)} has values "
+                                    f"below {low}")
+    out_pad = attrs.get("output_padding")
+    if op == "ConvTranspose" and out_pad is not None and \
+            out_pad.type == onnx.AttributeProto.INTS:
+        strides, dilations = (list(attrs[k].ints) if k in attrs else [] for k in
+                              ("strides", "dilations"))
+        bound = [max(s, d) for s, d in zip(strides or [1] * len(out_pad.ints),
+                                           dilations or [1] * len(out_pad.ints))]
+        if any(p >= b for p, b in zip(out_pad.ints, bound)):
+            raise ImportFailure(f"{_label(node)}: output_padding {list(out_pad.ints)} is not "
+                                f"smaller than its stride or dilation")
+    shape = attrs.get("output_shape")
+    if op == "ConvTranspose" and shape is not None and any(v < 0 for v in shape.ints):
+        raise ImportFailure(f"{_label(node)}: output_shape {list(shape.ints)} has negative "
+                            "extents")
+    size = _int_attr(attrs, "hidden_size")
+    if op in ("RNN", "GRU", "LSTM") and size is not None and size < 1:
+        raise ImportFailure(f"{_label(node)}: hidden_size {size} is not positive")
 
 
 def _int_attr(attrs: dict[str, onnx.AttributeProto], name: str) -> int | None:

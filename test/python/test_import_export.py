@@ -599,6 +599,46 @@ _INVALID = {
     "DepthToSpace blocksize": (h.make_node("DepthToSpace", ["x"], ["y"], name="n", blocksize=2),
                                [_x4()], [2, 0, 8, 10], 17, [],
                                r"3 channels are not a multiple of blocksize\^2 = 4"),
+    "Cast to": (h.make_node("Cast", ["x"], ["y"], name="n", to=0), [_x4()], [2, 3, 4, 5], 17,
+                [], r"to 0 is not an ONNX element type"),
+    "RandomNormalLike dtype": (h.make_node("RandomNormalLike", ["x"], ["y"], name="n",
+                                           dtype=-7), [_x4()], [2, 3, 4, 5], 17, [],
+                               r"dtype -7 is not an ONNX element type"),
+    "MaxPool storage_order": (h.make_node("MaxPool", ["x"], ["y"], name="n",
+                                          kernel_shape=[2, 2], storage_order=7),
+                              [_x4()], [2, 3, 3, 4], 17, [], r"storage_order is 7"),
+    "Split num_outputs": (h.make_node("Split", ["x"], ["y", "z"], name="n", axis=1,
+                                      num_outputs=3), [_x4()], [2, 1, 4, 5], 18, [],
+                          r"num_outputs 3 but 2 outputs"),
+    "Col2Im strides": (h.make_node("Col2Im", ["c", "i", "b"], ["y"], name="n", strides=[0, 1]),
+                       [_vi("c", [1, 4, 6])], [1, 1, 3, 4], 18,
+                       [_i64("i", [3, 4]), _i64("b", [2, 2])], r"strides \[0, 1\] has values"),
+    "Col2Im blocks": (h.make_node("Col2Im", ["c", "i", "b"], ["y"], name="n", strides=[2, 1]),
+                      [_vi("c", [1, 4, 6])], [1, 1, 3, 4], 18,
+                      [_i64("i", [3, 4]), _i64("b", [2, 2])], r"its input has 6 blocks"),
+    "ConvTranspose output_padding": (
+        h.make_node("ConvTranspose", ["x", "w"], ["y"], name="n", output_padding=[1, 0]),
+        [_x4()], [2, 1, 7, 7], 17, [numpy_helper.from_array(np.ones((3, 1, 3, 3), F), "w")],
+        r"output_padding \[1, 0\] is not smaller than its stride"),
+    "Conv kernel_shape": (h.make_node("Conv", ["x", "w"], ["y"], name="n", kernel_shape=[2, 2]),
+                          [_x4()], [2, 1, 3, 4], 17,
+                          [numpy_helper.from_array(np.ones((1, 3, 3, 3), F), "w")],
+                          r"kernel_shape \[2, 2\] contradicts W \[1, 3, 3, 3\]"),
+    "RNN hidden_size": (h.make_node("RNN", ["x", "w", "r"], ["", "y"], name="n", hidden_size=0),
+                        [_vi("x", [2, 1, 3])], [1, 1, 4], 17,
+                        [numpy_helper.from_array(np.ones((1, 4, 3), F), "w"),
+                         numpy_helper.from_array(np.ones((1, 4, 4), F), "r")],
+                        r"hidden_size 0 is not positive"),
+    "GRU hidden_size": (h.make_node("GRU", ["x", "w", "r"], ["", "y"], name="n", hidden_size=3),
+                        [_vi("x", [2, 1, 3])], [1, 1, 3], 17,
+                        [numpy_helper.from_array(np.ones((1, 12, 3), F), "w"),
+                         numpy_helper.from_array(np.ones((1, 12, 4), F), "r")],
+                        r"hidden_size 3 and 1 direction\(s\) do not fit"),
+    "LSTM direction": (h.make_node("LSTM", ["x", "w", "r"], ["", "y"], name="n", hidden_size=4,
+                                   direction="sideways"), [_vi("x", [2, 1, 3])], [1, 1, 4], 17,
+                       [numpy_helper.from_array(np.ones((1, 16, 3), F), "w"),
+                        numpy_helper.from_array(np.ones((1, 16, 4), F), "r")],
+                       r"direction 'sideways' is not forward, reverse or bidirectional"),
 }
 
 
@@ -615,7 +655,8 @@ def test_invalid_index_attributes_refused(case):
 def test_valid_index_attributes_accepted():
     # the bounds of the checks above: the last allowed axis, pads just below
     # the kernel, ReverseSequence's axes swapped, an even LRN size (ONNX
-    # defines it; ONNX Runtime runs odd ones only)
+    # defines it; ONNX Runtime runs odd ones only), output_padding below the
+    # stride, kernel_shape and hidden_size as W and R have them
     from onnx_ad_mlir import forward
     for node, inputs, out, opset, inits in [
             (h.make_node("CumSum", ["x", "a"], ["y"], name="n"), [_x4()], [2, 3, 4, 5], 17,
@@ -628,7 +669,17 @@ def test_valid_index_attributes_accepted():
              [_x4()], [2, 3, 5, 6], 17, []),
             (h.make_node("LRN", ["x"], ["y"], size=2), [_x4()], [2, 3, 4, 5], 17, []),
             (h.make_node("TopK", ["x", "k"], ["y", "i"], axis=1), [_x4()], [2, 3, 4, 5], 17,
-             [_i64("k", [3])])]:
+             [_i64("k", [3])]),
+            (h.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[2, 1],
+                         output_padding=[1, 0]), [_x4()], [2, 1, 10, 7], 17,
+             [numpy_helper.from_array(np.ones((3, 1, 3, 3), F), "w")]),
+            (h.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3]), [_x4()], [2, 1, 2, 3],
+             17, [numpy_helper.from_array(np.ones((1, 3, 3, 3), F), "w")]),
+            (h.make_node("GRU", ["x", "w", "r"], ["", "y"], hidden_size=4),
+             [_vi("x", [2, 1, 3])], [1, 1, 4], 17,
+             [numpy_helper.from_array(np.ones((1, 12, 3), F), "w"),
+              numpy_helper.from_array(np.ones((1, 12, 4), F), "r")]),
+            (h.make_node("Cast", ["x"], ["y"], to=T.FLOAT), [_x4()], [2, 3, 4, 5], 17, [])]:
         forward(_model([node], inputs, [_vi("y", out)], inits, opset=opset), layout="onnx")
 
 

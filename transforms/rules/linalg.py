@@ -405,6 +405,11 @@ def _conv_jvp(kind: str):
                                 "both have two leading axes and the same spatial ones")
         if rank(x) >= 2:
             _check_channels(kind, x, w, attribute(op, "group") or 1)
+        kernel = attribute(op, "kernel_shape") if "kernel_shape" in op.attributes else None
+        if kernel is not None and any(k != e for k, e in zip(kernel, dims(w)[2:])
+                                      if e is not None):
+            # ONNX Runtime refuses it; inference sizes the result by the attribute
+            raise UnsupportedOp(f"kernel_shape {list(kernel)} contradicts W {dims(w)}")
         attrs = _conv_attrs(op, kind == "ConvTranspose")
         terms = []
         if tangents[0] is not None:

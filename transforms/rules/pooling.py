@@ -27,6 +27,7 @@ grid of an identity theta (its sizes may be known only at run time).
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -1084,6 +1085,14 @@ def _col2im_geometry(op) -> tuple[list[int], list[int], list[int], list[int], li
     strides = attribute(op, "strides") or [1] * n
     dil = attribute(op, "dilations") or [1] * n
     pads = attribute(op, "pads") or [0] * (2 * n)
+    blocks = math.prod((img[i] + pads[i] + pads[n + i] - dil[i] * (blk[i] - 1) - 1)
+                       // strides[i] + 1 for i in range(n))
+    xd = dims(op.operands[0])
+    if xd is not None and len(xd) == 3 and xd[2] is not None and xd[2] != blocks:
+        # ONNX's inference does not compare them; ONNX Runtime refuses the model
+        raise UnsupportedOp(f"its input has {xd[2]} blocks where image_shape {img}, "
+                            f"block_shape {blk} and the strides, dilations and pads give "
+                            f"{blocks}")
     return img, blk, list(strides), list(dil), list(pads)
 
 
@@ -1092,6 +1101,7 @@ def _col2im(b: Builder, op, tangents):
     t = tangents[0]
     if t is None:
         return [None, None, None]
+    _col2im_geometry(op)  # (checks the block count)
     return [_on_merged_batch(b, op, t), None, None]
 
 

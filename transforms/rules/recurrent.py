@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 from mlir import ir
 
-from onnx_ad_mlir.errors import UnsupportedOp
+from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
 from .. import symdims
 from ..builder import Builder, attribute, constant_ints, constant_uniform, constant_value, \
@@ -939,6 +939,8 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
         return False
     direction = attribute(op, "direction") or "forward"
     direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("forward", "reverse", "bidirectional"):
+        raise ImportFailure(f"direction {direction!r} is not forward, reverse or bidirectional")
     D = 2 if direction == "bidirectional" else 1
     revs = [False, True] if D == 2 else [direction == "reverse"]
     acts, layout = _check(op, kind, D)
@@ -946,6 +948,11 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             dims(R)[-1] is None:
         raise UnsupportedOp("needs the ranks of X and the sizes of W and R")
     H = dims(R)[-1]
+    size = attribute(op, "hidden_size") if "hidden_size" in op.attributes else None
+    if size is not None and size != H or dims(W)[0] not in (None, D):
+        # invalid models the rule would read by R's and W's shapes alone
+        raise ImportFailure(f"hidden_size {size} and {D} direction(s) do not fit W "
+                            f"{dims(W)} and R {dims(R)}")
     if isinstance(op.results[0].type, ir.NoneType):
         _with_y(op, D, H, layout)
     results = list(op.results)

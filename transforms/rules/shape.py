@@ -147,11 +147,14 @@ def _t_squeeze(b: Builder, op, cts, linear):
 
 def _perm(op: ir.Operation) -> list[int]:
     perm = attribute(op, "perm")
+    r = rank(op.operands[0])
     if perm is None:
-        r = rank(op.operands[0])
         if r is None:
             raise UnsupportedOp("Transpose without perm needs its operand's rank")
         perm = list(range(r - 1, -1, -1))
+    if r is not None and sorted(perm) != list(range(r)):
+        # an invalid model: the import checks perm where the rank was known then
+        raise ImportFailure(f"perm {perm} is not a permutation of the {r} axes of its input")
     return perm
 
 

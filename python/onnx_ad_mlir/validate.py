@@ -193,7 +193,8 @@ def _check_window(node, attrs, r: int) -> None:
             raise ImportFailure(f"{_label(node)}: {name} {v} is invalid for a rank-{r} input "
                                 f"(expected {count} values >= {low})")
     kernel, pads = attrs.get("kernel_shape"), attrs.get("pads")
-    if node.op_type in _POOLS and kernel is not None and pads is not None and \
+    if node.op_type in _POOLS and kernel is not None and pads is not None and n > 0 and \
+            len(kernel.ints) == n and len(pads.ints) == 2 * n and \
             any(p >= kernel.ints[i % n] for i, p in enumerate(pads.ints)):
         # a window of padding only: ONNX Runtime refuses it
         raise ImportFailure(f"{_label(node)}: pads {list(pads.ints)} are not all smaller "
@@ -413,9 +414,8 @@ def _check_index_attributes(node: onnx.NodeProto, op: str,
                             f"input '{inputs[0]}' (expected [-{r}, -2] or [0, {r - 2}])")
     batch_dims = _int_attr(attrs, "batch_dims")
     if op == "GatherND" and batch_dims is not None and len(inputs) > 1:
-        bound = min(k for k in (r, ranks.get(inputs[1])) if k is not None) \
-            if r is not None or inputs[1] in ranks else None
-        if batch_dims < 0 or bound is not None and batch_dims >= bound:
+        known = [k for k in (r, ranks.get(inputs[1])) if k is not None]
+        if batch_dims < 0 or known and batch_dims >= min(known):
             raise ImportFailure(f"{_label(node)}: batch_dims {batch_dims} is out of range "
                                 "for the ranks of its data and indices")
     size = _int_attr(attrs, "size")

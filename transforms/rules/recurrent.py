@@ -948,11 +948,13 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             dims(R)[-1] is None:
         raise UnsupportedOp("needs the ranks of X and the sizes of W and R")
     H = dims(R)[-1]
+    # invalid models the rule would read by R's and W's shapes alone
     size = attribute(op, "hidden_size") if "hidden_size" in op.attributes else None
-    if size is not None and size != H or dims(W)[0] not in (None, D):
-        # invalid models the rule would read by R's and W's shapes alone
-        raise ImportFailure(f"hidden_size {size} and {D} direction(s) do not fit W "
-                            f"{dims(W)} and R {dims(R)}")
+    if size is not None and size != H:
+        raise ImportFailure(f"hidden_size {size} differs from R's hidden extent {H}")
+    if dims(W)[0] not in (None, D):
+        raise ImportFailure(f"W {dims(W)} is for {dims(W)[0]} direction(s), the op "
+                            f"runs {D}")
     if isinstance(op.results[0].type, ir.NoneType):
         _with_y(op, D, H, layout)
     results = list(op.results)

@@ -336,7 +336,7 @@ def _topk(b: Builder, op, tangents):
         raise UnsupportedOp("TopK needs its operand's rank")
     k = constant_ints(op.operands[1]) if len(op.operands) > 1 else [attribute(op, "k")]
     extent = dims(x)[_axis(op, r)]
-    if k is not None and len(k) == 1 and extent is not None and k[0] > extent:
+    if k is not None and len(k) == 1 and None not in (k[0], extent) and k[0] > extent:
         # an invalid model ONNX's inference types as given (ONNX Runtime refuses it)
         raise ImportFailure(f"K = {k[0]} is larger than the extent {extent} of axis "
                             f"{attribute(op, 'axis')}")

@@ -338,7 +338,7 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         if sorted(perm) != list(range(n)):
             raise ImportFailure(f"{_label(node)}: perm {perm} is not a permutation of "
                                 f"the {n} axes of input '{inputs[0]}'")
-    if op in ("CumSum", "ReverseSequence", "DFT", "GatherND", "LRN"):
+    if op in ("CumSum", "ReverseSequence", "DFT", "GatherND"):
         _check_index_attributes(node, op, attrs, inputs, r, ranks, consts)
     _check_counts(node, op, attrs)
 
@@ -379,9 +379,10 @@ def _check_counts(node: onnx.NodeProto, op: str,
     if op == "ConvTranspose" and shape is not None and any(v < 0 for v in shape.ints):
         raise ImportFailure(f"{_label(node)}: output_shape {list(shape.ints)} has negative "
                             "extents")
-    size = _int_attr(attrs, "hidden_size")
-    if op in ("RNN", "GRU", "LSTM") and size is not None and size < 1:
-        raise ImportFailure(f"{_label(node)}: hidden_size {size} is not positive")
+    for name, ops in (("hidden_size", ("RNN", "GRU", "LSTM")), ("size", ("LRN",))):
+        size = _int_attr(attrs, name)
+        if op in ops and size is not None and size < 1:
+            raise ImportFailure(f"{_label(node)}: {name} {size} is not positive")
 
 
 def _int_attr(attrs: dict[str, onnx.AttributeProto], name: str) -> int | None:
@@ -393,8 +394,8 @@ def _check_index_attributes(node: onnx.NodeProto, op: str,
                             attrs: dict[str, onnx.AttributeProto], inputs: list[str],
                             r: int | None, ranks: dict[str, int],
                             consts: dict[str, list[int]]) -> None:
-    """Axes and counts the rules index shapes by, which ONNX's checker and
-    inference let through and ONNX Runtime refuses (at load or at run)."""
+    """Axes the rules index shapes by, which ONNX's checker and inference
+    let through and ONNX Runtime refuses (at load or at run)."""
     if op == "CumSum" and r is not None and len(inputs) > 1 and inputs[1] in consts:
         a = consts[inputs[1]][0] if len(consts[inputs[1]]) == 1 else None
         if a is not None and not -r <= a < r:
@@ -418,9 +419,6 @@ def _check_index_attributes(node: onnx.NodeProto, op: str,
         if batch_dims < 0 or known and batch_dims >= min(known):
             raise ImportFailure(f"{_label(node)}: batch_dims {batch_dims} is out of range "
                                 "for the ranks of its data and indices")
-    size = _int_attr(attrs, "size")
-    if op == "LRN" and size is not None and size < 1:
-        raise ImportFailure(f"{_label(node)}: size {size} is not positive")
 
 
 def _check_scan_axes(node: onnx.NodeProto, attrs: dict[str, onnx.AttributeProto],

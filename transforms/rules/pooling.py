@@ -1077,7 +1077,10 @@ def _roi_align(b: Builder, op, tangents):
 
 # ---- Col2Im ---------------------------------------------------------------------------
 
-def _col2im_geometry(op) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+def _col2im_geometry(op) -> tuple[list[int], list[int], list[int], list[int], list[int],
+                                  list[int]]:
+    """image_shape, block_shape, strides, dilations, pads and the block
+    count per image axis; the input's block count checked against them."""
     img, blk = constant_ints(op.operands[1]), constant_ints(op.operands[2])
     if img is None or blk is None:
         raise UnsupportedOp("Col2Im with image_shape/block_shape computed at run time")
@@ -1085,15 +1088,15 @@ def _col2im_geometry(op) -> tuple[list[int], list[int], list[int], list[int], li
     strides = attribute(op, "strides") or [1] * n
     dil = attribute(op, "dilations") or [1] * n
     pads = attribute(op, "pads") or [0] * (2 * n)
-    blocks = math.prod((img[i] + pads[i] + pads[n + i] - dil[i] * (blk[i] - 1) - 1)
-                       // strides[i] + 1 for i in range(n))
+    outs = [(img[i] + pads[i] + pads[n + i] - dil[i] * (blk[i] - 1) - 1) // strides[i] + 1
+            for i in range(n)]
     xd = dims(op.operands[0])
-    if xd is not None and len(xd) == 3 and xd[2] is not None and xd[2] != blocks:
+    if xd is not None and len(xd) == 3 and xd[2] is not None and xd[2] != math.prod(outs):
         # ONNX's inference does not compare them; ONNX Runtime refuses the model
         raise UnsupportedOp(f"its input has {xd[2]} blocks where image_shape {img}, "
                             f"block_shape {blk} and the strides, dilations and pads give "
-                            f"{blocks}")
-    return img, blk, list(strides), list(dil), list(pads)
+                            f"{math.prod(outs)}")
+    return img, blk, list(strides), list(dil), list(pads), outs
 
 
 @jvp("Col2Im")
@@ -1108,12 +1111,11 @@ def _col2im(b: Builder, op, tangents):
 @transpose("Col2Im")
 def _t_col2im(b: Builder, op, cts, linear):
     """The adjoint of Col2Im is im2col: strided Slices of the padded cotangent."""
-    img, blk, s, d, p = _col2im_geometry(op)
+    img, blk, s, d, p, outs = _col2im_geometry(op)
     ct = cts[0]
     cd = dims(ct)
     n = len(img)
     elem = element_type(ct)
-    outs = [(img[i] + p[i] + p[n + i] - d[i] * (blk[i] - 1) - 1) // s[i] + 1 for i in range(n)]
     xp = ct
     if any(p):
         xp = b.pad(ct, [0, 0] + p[:n] + [0, 0] + p[n:], tensor_type(

@@ -158,6 +158,7 @@ def _sink(scan: ir.Operation, opset: int) -> int:
             total = scan.operands[i]
             for t in terms:
                 total = b.add(total, _summed(b, t, stacked, mapping))
+            _keep_state_type(total, scan.results[i])
             scan.results[i].replace_all_uses_with(total)
     for k, i in enumerate(keep):
         scan.results[i].replace_all_uses_with(new.results[k])
@@ -167,6 +168,19 @@ def _sink(scan: ir.Operation, opset: int) -> int:
     scan.erase()
     _erase_dead(blk)
     return len(found)
+
+
+def _keep_state_type(total: ir.Value, state: ir.Value) -> None:
+    """Gives the sum that replaces a final state (a new Add) the state's type:
+    the state keeps one shape through the steps, which the body's types may
+    know better than broadcasting the start with the step sums tells (fuzz
+    seed 175 case 1883: a start of ?x?x? and a body state of 2x3x1 summed to
+    2x3x?, which a function's 2x3x1 result then did not accept)."""
+    td, sd = dims(total), dims(state)
+    if td is None or sd is None or td == sd or len(td) != len(sd) or \
+            any(a is not None and c is not None and a != c for a, c in zip(td, sd)):
+        return
+    total.set_type(state.type)
 
 
 def _accumulation(arg: ir.Value, yielded: ir.Value, slot: int,

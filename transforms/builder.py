@@ -655,9 +655,14 @@ class Builder:
             target = self.concat([self.ints([1]), self.shape(like, start or None)], 0)
         return self.expand(t, target, out)
 
-    def unbroadcast(self, ct: ir.Value, target: ir.Value) -> ir.Value:
+    def unbroadcast(self, ct: ir.Value, target: ir.Value, extents: list | None = None
+                    ) -> ir.Value:
         """Sum cotangent `ct` back to the shape of derivative value `target`
-        (both carry the direction axis, which is never summed)."""
+        (both carry the direction axis, which is never summed). `extents`:
+        ct's symbolic extents past that axis (symdims), where the transpose
+        rule knows them by construction (those of the op's result, whose
+        cotangent ct is built from): worked out from ct's own ops instead,
+        they cost a walk back through the cotangent's whole chain."""
         cd, td = dims(ct), dims(target)
         if cd is not None and td is not None and cd == td and None not in cd[1:]:
             return ct
@@ -672,7 +677,9 @@ class Builder:
                 out = self.squeeze(out, list(range(1, 1 + lead)))
             return out
         if cd is not None and td is not None and len(cd) >= len(td):
-            axes = self._symbolic_unbroadcast_axes(ct, target)
+            if extents is None or len(extents) + 1 != len(cd):
+                extents = symdims.dims(ct)[1:]
+            axes = self._symbolic_unbroadcast_axes(extents, symdims.dims(target)[1:])
             if axes is not None:
                 lead = len(cd) - len(td)
                 out = self.reduce("ReduceSum", ct, axes, keepdims=True) if axes else ct
@@ -681,17 +688,18 @@ class Builder:
                 return out
         return self._unbroadcast_dynamic(ct, target)
 
-    def _symbolic_unbroadcast_axes(self, ct: ir.Value, target: ir.Value) -> list[int] | None:
-        """The axes of `ct` to sum, when symbolic extents decide them all."""
-        sc, st = symdims.dims(ct), symdims.dims(target)
+    @staticmethod
+    def _symbolic_unbroadcast_axes(sc: list, st: list) -> list[int] | None:
+        """The axes (counting the direction axis) of a cotangent of symbolic
+        extents `sc` to sum to `st`, when the symbols decide them all."""
         lead = len(sc) - len(st)
         axes = list(range(1, 1 + lead))
-        for i in range(1, len(st)):
+        for i in range(len(st)):
             c, t = symdims.claimed(sc[lead + i]), symdims.claimed(st[i])
             if c == t:
                 continue
             if t == 1:
-                axes.append(lead + i)
+                axes.append(lead + i + 1)
                 continue
             return None
         return axes

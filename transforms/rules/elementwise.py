@@ -16,6 +16,7 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from .. import symdims
 from ..builder import (Builder, attribute, constant_floats, constant_ints, constant_value,
                        defining_op, dims, element_type, is_float, op_type, rank, takes_bfloat16,
                        tensor_type)
@@ -503,14 +504,22 @@ def _one_hot(b: Builder, op, tangents):
 
 # ---- transposes of the linear ops the rules above emit ----------------------
 
+def _extents(op: ir.Operation) -> list | None:
+    """The symbolic extents, past the direction axis, of a broadcasting op's
+    result: those of its cotangent and of the cotangent times (or Where'd
+    with) any operand, which broadcast into the result."""
+    d = symdims.dims(op.results[0])
+    return None if d is None else d[1:]
+
+
 @transpose("Add", "Sub")
 def _t_add_sub(b: Builder, op, cts, linear):
-    ct = cts[0]
+    ct, r = cts[0], _extents(op)
     a, c = op.operands
-    out = [b.unbroadcast(ct, a) if linear[0] else None, None]
+    out = [b.unbroadcast(ct, a, r) if linear[0] else None, None]
     if linear[1]:
         neg = b.neg(ct) if op.name == "onnx.Sub" else ct
-        out[1] = b.unbroadcast(neg, c)
+        out[1] = b.unbroadcast(neg, c, r)
     return out
 
 
@@ -524,9 +533,10 @@ def _t_mul(b: Builder, op, cts, linear):
     a, c = op.operands
     if linear[0] and linear[1]:
         raise UnsupportedOp("Mul of two linear values is not linear")
+    r = _extents(op)
     if linear[0]:
-        return [b.unbroadcast(b.mul(cts[0], c), a), None]
-    return [None, b.unbroadcast(b.mul(cts[0], a), c)]
+        return [b.unbroadcast(b.mul(cts[0], c), a, r), None]
+    return [None, b.unbroadcast(b.mul(cts[0], a), c, r)]
 
 
 @transpose("Div")
@@ -534,22 +544,24 @@ def _t_div(b: Builder, op, cts, linear):
     a, c = op.operands
     if linear[1]:
         raise UnsupportedOp("Div by a linear value is not linear")
-    return [b.unbroadcast(b.div(cts[0], c), a), None]
+    return [b.unbroadcast(b.div(cts[0], c), a, _extents(op)), None]
 
 
 @transpose("Sum")
 def _t_sum(b: Builder, op, cts, linear):
-    return [b.unbroadcast(cts[0], v) if lin else None for v, lin in zip(op.operands, linear)]
+    r = _extents(op)
+    return [b.unbroadcast(cts[0], v, r) if lin else None
+            for v, lin in zip(op.operands, linear)]
 
 
 @transpose("Where")
 def _t_where(b: Builder, op, cts, linear):
     cond, a, c = op.operands
-    ct = cts[0]
+    ct, r = cts[0], _extents(op)
     zero = _c(b, 0.0, ct)
     return [None,
-            b.unbroadcast(b.where(cond, ct, zero), a) if linear[1] else None,
-            b.unbroadcast(b.where(cond, zero, ct), c) if linear[2] else None]
+            b.unbroadcast(b.where(cond, ct, zero), a, r) if linear[1] else None,
+            b.unbroadcast(b.where(cond, zero, ct), c, r) if linear[2] else None]
 
 
 @transpose("CastLike")

@@ -77,9 +77,20 @@ def _t_matmul(b: Builder, op, cts, linear):
     ct = cts[0]
     if linear[0] and linear[1]:
         raise UnsupportedOp("MatMul of two linear values is not linear")
+    extents = _cotangent_extents(op, 0 if linear[0] else 1)
     if linear[0]:
-        return [b.unbroadcast(matmul(b, ct, _swap_last(b, c)), a), None]
-    return [None, b.unbroadcast(matmul(b, _swap_last(b, a), ct), c)]
+        return [b.unbroadcast(matmul(b, ct, _swap_last(b, c)), a, extents), None]
+    return [None, b.unbroadcast(matmul(b, _swap_last(b, a), ct), c, extents)]
+
+
+def _cotangent_extents(op: ir.Operation, which: int) -> list | None:
+    """Symbolic extents, past the direction axis, of the product the
+    transpose above sums to operand `which`: the result's batch axes (every
+    operand's batch broadcasts into them), then [M, K] or [K, N]."""
+    r, a, c = (symdims.dims(v) for v in (op.results[0], *op.operands))
+    if r is None or a is None or c is None:
+        return None
+    return r[1:-1] + [c[-2]] if which == 0 else r[1:-2] + [a[-1], r[-1]]
 
 
 @jvp("Gemm")

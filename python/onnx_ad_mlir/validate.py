@@ -733,7 +733,8 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "of wrong rank", "expected to have rank", "incompatible shapes",
                    "Mismatch between the sum of", "-dimensional", "must have rank",
                    "must have at least", "Input rank must be",
-                   "shall be 3 or 4 dimensions")  # (Attention's inputs)
+                   "shall be 3 or 4 dimensions",  # (Attention's inputs)
+                   "'Repeats' input has incorrect number of values")  # (Tile's)
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

@@ -270,9 +270,17 @@ INVALID = {
                                            "its rank-1 input 'loop30'",
     # an input's rank mutated under an Einsum and a Tile: ONNX's inference
     # rejects both, the import went on without it and the rules took the
-    # equation and repeats as fitting (seed 67 cases 2317, 2537)
+    # equation and repeats as fitting (seed 67 cases 2317, 2537); the Tile's
+    # rule refused it until import did (Tile's inference error counts as a
+    # contradiction since seed 176 case 1968, next)
     "bad_einsum_term_rank.onnx": "term 'ab' has 2 subscripts for operand 0 of rank 3",
-    "bad_tile_repeats_length.onnx": "repeats [2] do not fit an input of rank 2",
+    "bad_tile_repeats_length.onnx": "node 'n_Tile5' (Tile): strict ONNX shape inference "
+                                    "rejects the model: 'Repeats' input has incorrect",
+    # a Tile of repeats of the wrong length listed before the Gather it reads
+    # (an empty one: a zero tangent, so no rule checked it) was accepted:
+    # ONNX's inference visits nodes as listed (seed 176 case 1968)
+    "bad_tile_repeats_unsorted.onnx": "node 'n_Tile6' (Tile): strict ONNX shape inference "
+                                      "rejects the model: 'Repeats' input has incorrect",
     # Split's axis attribute dropped: split sizes [1, 2] along axis 0 of
     # extent 2; inference's complaint was not among the contradictions it
     # refuses for (differentiated anyway; seed 109 case 1748)

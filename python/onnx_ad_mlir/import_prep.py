@@ -77,7 +77,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     validate.check_dims(model.graph, rows=rows)
     model = validate.clear_negative_subgraph_dims(model, rows)
     if not _in_order(model.graph, rows):
-        model = _sorted_copy(model)
+        model = sorted_copy(model)
         rows = validate.node_fields(model.graph)
     model = _infer_shapes(model, rows, inits)
     lowered = ml_ops.lower(model, lambda m: _infer_again(m, inits))
@@ -474,8 +474,9 @@ def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
                       a.graphs if a.type == onnx.AttributeProto.GRAPHS else [])]
 
 
-def _sorted_copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of the model with every graph's nodes in topological order."""
+def sorted_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the model with every graph's nodes in topological order
+    (the order ONNX's checker and shape inference need)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
 

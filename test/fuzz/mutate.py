@@ -129,6 +129,24 @@ def m_cycle(m, r):
     return m
 
 
+def m_shuffle(m, r):
+    """The nodes of every graph in a random order: a valid model still (ONNX
+    Runtime and the importer sort them; the checker is given a sorted copy)."""
+    # innermost first: shuffling a graph copies its nodes, bodies included
+    graphs = [a.g for _, a in _bodies(m.graph)][::-1] + [m.graph]
+    if all(len(g.node) < 2 for g in graphs):
+        return None
+    for g in graphs:
+        nodes = list(g.node)
+        r.shuffle(nodes)
+        copies = [onnx.NodeProto() for _ in nodes]
+        for c, n in zip(copies, nodes):
+            c.CopyFrom(n)
+        del g.node[:]
+        g.node.extend(copies)
+    return m
+
+
 def m_duplicate_output(m, r):
     if len(m.graph.node) >= 2 and r.random() < 0.6:
         a, b = r.sample(list(m.graph.node), 2)
@@ -242,7 +260,7 @@ def m_input_rank(m, r):
 
 MUTATIONS = {f.__name__[2:]: f for f in (
     m_truncate, m_bitflip, m_garbage, m_attr_type, m_attr_value, m_drop_attr, m_unknown_attr,
-    m_dangling, m_dangling_output, m_cycle, m_duplicate_output, m_duplicate_input,
+    m_dangling, m_dangling_output, m_cycle, m_shuffle, m_duplicate_output, m_duplicate_input,
     m_region_signature, m_unknown_op, m_huge_dims, m_huge_tensor, m_bad_dtype, m_bad_opset,
     m_empty_name, m_input_rank)}
 

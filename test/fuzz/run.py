@@ -587,16 +587,10 @@ def _declared_feeds(m, feeds):
 
 
 def _sorted_copy(m):
-    """The model with its main graph topologically sorted, as the importer
-    sorts it (ONNX's checker insists on the order; ORT and we do not)."""
-    import onnx
-    from onnx_ad_mlir.import_prep import sorted_nodes
-    c = onnx.ModelProto()
-    c.CopyFrom(m)
-    nodes = sorted_nodes(c.graph, lambda name: None)
-    c.graph.ClearField("node")
-    c.graph.node.extend(nodes)
-    return c
+    """The model with its graphs topologically sorted, as the importer sorts
+    them (ONNX's checker insists on the order; ORT and we do not)."""
+    from onnx_ad_mlir.import_prep import sorted_copy
+    return sorted_copy(m)
 
 
 def _validity(data: bytes, feeds):

@@ -7,6 +7,7 @@ the node, op and attribute."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Sequence
 
@@ -106,6 +107,42 @@ def _ranks(graph: onnx.GraphProto, outer: dict[str, int], declared: Declared | N
     for _, name, _, dims in initializer_fields(graph) if inits is None else inits:
         ranks[name] = len(dims)
     return ranks
+
+
+# the operand of each sequence op that is a position: ONNX asks for a scalar
+_POSITIONS = {"SequenceAt": 1, "SequenceInsert": 2, "SequenceErase": 1}
+
+
+def check_sequence_positions(graph: onnx.GraphProto, outer: dict[str, list] | None = None
+                             ) -> None:
+    """Positions of one element, where their extents are known (declared,
+    inferred, initializers, Constants), subgraphs included. ONNX asks for a
+    scalar; ONNX Runtime reads the first element of any longer one, and the
+    sequence lowering gathered them all into a derivative model ONNX Runtime
+    then refused (seed 182 case 1638). One element of rank 1 passes, as
+    ONNX Runtime runs it alike."""
+    nodes = [n for n in graph.node if n.op_type in _POSITIONS or n.op_type in _GRAPH_OPS]
+    if not nodes:
+        return
+    shapes = dict(outer or {})
+    for v in list(graph.input) + list(graph.value_info) + list(graph.output):
+        t = v.type.tensor_type
+        if v.type.HasField("tensor_type") and t.HasField("shape"):
+            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None
+                              for d in t.shape.dim]
+    shapes.update({t.name: list(t.dims) for t in graph.initializer})
+    shapes.update({n.output[0]: list(n.attribute[0].t.dims) for n in graph.node
+                   if n.op_type == "Constant" and n.output and n.attribute
+                   and n.attribute[0].type == onnx.AttributeProto.TENSOR})
+    for node in nodes:
+        i = _POSITIONS.get(node.op_type)
+        shape = shapes.get(node.input[i]) if i is not None and len(node.input) > i else None
+        if shape is not None and None not in shape and math.prod(shape) != 1 and \
+                node.domain in ("", "ai.onnx"):
+            raise ImportFailure(f"{_label(node)}: position '{node.input[i]}' has shape "
+                                f"{shape}; ONNX asks for a scalar")
+        for g in node_subgraphs(node) if node.op_type in _GRAPH_OPS else ():
+            check_sequence_positions(g, shapes)
 
 
 def _label(node: onnx.NodeProto) -> str:

@@ -152,6 +152,11 @@ INVALID = {
     # seed 157 case 1308: a SplitToSequence of a mutated 2^40 extent: the
     # lowering listed its pieces (MemoryError); such a list stays a sequence
     "bad_sequence_split_huge_extent.onnx": "node 'n_SplitToSequence6'",
+    # a SequenceAt at a position of two elements, read by nothing: ONNX
+    # Runtime refused the primal at run time (index 1 of 1), we accepted it
+    # (seed 182 case 1638); read, its lowering Gathered both
+    "bad_sequence_position_two_elements.onnx": "node 'n_SequenceAt10' (SequenceAt): position "
+                                               "'i7' has shape [2]; ONNX asks for a scalar",
     # opset 7's Constant holds float types only (seed 163 case 1648)
     "bad_constant_int64_opset7.onnx": "node 'n_const4' (Constant): a Constant of element "
                                       "type int64 does not exist at opset 7",

@@ -298,6 +298,25 @@ def test_malformed_read_is_refused_not_lowered_away():
         reverse(m, inputs=["x"], outputs=["y"])
 
 
+@pytest.mark.parametrize("position", [[1, 0], [], [1], 1])
+def test_position_of_one_element(position):
+    """ONNX asks for a scalar position. ONNX Runtime reads the first of
+    several: the lowering gathered them all, into a derivative ONNX Runtime
+    refused (fuzz seed 182 case 1638). Refused where the extents are known;
+    a one-element [1] runs as the scalar does."""
+    nodes = [h.make_node("SplitToSequence", ["x", "sizes"], ["parts"], name="split", axis=1),
+             const("sizes", [1, 2]), const("pos", position),
+             h.make_node("SequenceAt", ["parts", "pos"], ["t"], name="at"),
+             h.make_node("Tanh", ["t"], ["y"])]
+    m = model(nodes, [("x", D, [2, 3])], [("y", D, [2, 2])])
+    if np.size(position) != 1:
+        with pytest.raises(OnnxAdError, match=r"node 'at' \(SequenceAt\): position 'pos' "
+                           rf"has shape \[{len(position)}\]; ONNX asks for a scalar"):
+            reverse(m, inputs=["x"], outputs=["y"])
+        return
+    check(m, {"x": np.linspace(-1, 1, 6).reshape(2, 3)})
+
+
 def _appending_loop(name, start, x, steps, body_nodes, state, out):
     """Loop `name` over `steps` appending the new state `out` (computed by
     body_nodes from the state argument `state`) to a list started empty."""

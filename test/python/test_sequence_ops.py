@@ -298,6 +298,31 @@ def test_malformed_read_is_refused_not_lowered_away():
         reverse(m, inputs=["x"], outputs=["y"])
 
 
+def test_unbound_row_split_again():
+    """torch.unbind's row (ONNX Runtime drops the axis, ONNX's inference
+    keeps it) split again in chunks of 3 and summed by a Loop: the second
+    split waits for the row's lowering, whose inference has its rank right
+    (lowered in the same pass, it was one piece: fuzz seed 183 case 2)."""
+    nodes = [const("one", 1), const("zero", 0), const("three", 3),
+             h.make_node("SplitToSequence", ["x", "one"], ["rows"], name="unbind", axis=0,
+                         keepdims=0),
+             h.make_node("SequenceAt", ["rows", "zero"], ["row"]),
+             h.make_node("SplitToSequence", ["row", "three"], ["chunks"], axis=0),
+             h.make_node("SequenceLength", ["chunks"], ["n"]),
+             const("true", True, B), const("acc0", 1.0, D),
+             h.make_node("Loop", ["n", "true", "acc0"], ["y"], body=h.make_graph(
+                 [h.make_node("SequenceAt", ["chunks", "i"], ["c"]),
+                  h.make_node("ReduceSum", ["c"], ["s"], keepdims=0),
+                  h.make_node("Tanh", ["s"], ["t"]),
+                  h.make_node("Mul", ["acc", "t"], ["p"]),
+                  h.make_node("Add", ["p", "s"], ["acc1"]),
+                  h.make_node("Identity", ["cond"], ["cond1"])], "body",
+                 [vi("i", I64, []), vi("cond", B, []), vi("acc", D, [])],
+                 [vi("cond1", B, []), vi("acc1", D, [])]))]
+    m = model(nodes, [("x", D, [1, 4])], [("y", D, [])])
+    check(m, {"x": np.array([[0.3, -0.5, 0.8, 0.1]])})
+
+
 @pytest.mark.parametrize("position", [[1, 0], [], [1], 1])
 def test_position_of_one_element(position):
     """ONNX asks for a scalar position. ONNX Runtime reads the first of

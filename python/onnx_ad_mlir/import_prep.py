@@ -466,13 +466,7 @@ def _in_order(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> bool
     rows = validate.node_fields(graph) if rows is None else rows
     if [id(r[0]) for r in node_rows(graph, lambda name: None, rows)] != [id(r[0]) for r in rows]:
         return False
-    return all(_in_order(g) for node in graph.node for g in _subgraphs(node))
-
-
-def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
-    return [g for a in node.attribute
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
-                      a.graphs if a.type == onnx.AttributeProto.GRAPHS else [])]
+    return all(_in_order(g) for node in graph.node for g in validate.node_subgraphs(node))
 
 
 def sorted_copy(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -488,7 +482,7 @@ def sorted_copy(model: onnx.ModelProto) -> onnx.ModelProto:
         del graph.node[:]
         graph.node.extend(nodes)
         for node in graph.node:
-            for g in _subgraphs(node):
+            for g in validate.node_subgraphs(node):
                 sort(g)
     sort(copy.graph)
     return copy

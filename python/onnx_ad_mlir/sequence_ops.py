@@ -315,10 +315,10 @@ class _Rewrite:
         # lowering, whose inference has the rank right (a Loop's list, a
         # split of the row: fuzz seed 183 case 2, whose pieces came out of
         # the row's rank by ONNX)
-        unbinds = any(_is(n, "SplitToSequence") and _unbinds(n, self)
-                      for _, n in _nodes(self.model.graph))
+        unbinds = {id(n) for _, n in _nodes(self.model.graph)
+                   if _is(n, "SplitToSequence") and _unbinds(n, self)}
         for g, n in list(_nodes(self.model.graph)):
-            if unbinds and not (_is(n, "SplitToSequence") and _unbinds(n, self)):
+            if unbinds and id(n) not in unbinds:
                 continue
             if _is(n, "Loop"):
                 self._appends(n)

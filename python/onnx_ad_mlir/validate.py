@@ -126,10 +126,7 @@ def check_sequence_positions(graph: onnx.GraphProto, outer: dict[str, list] | No
         return
     shapes = dict(outer or {})
     for v in list(graph.input) + list(graph.value_info) + list(graph.output):
-        t = v.type.tensor_type
-        if v.type.HasField("tensor_type") and t.HasField("shape"):
-            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None
-                              for d in t.shape.dim]
+        shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in _dims(v)]
     shapes.update({t.name: list(t.dims) for t in graph.initializer})
     shapes.update({n.output[0]: list(n.attribute[0].t.dims) for n in graph.node
                    if n.op_type == "Constant" and n.output and n.attribute

@@ -128,8 +128,10 @@ def expand_zero_extents(f: ir.Operation, opset: int) -> int:
     for op in found:
         x, shape = op.operands
         # what ONNX Runtime folds: constants, Concats of Shape slices of
-        # statically shaped values... (unknown entries None)
-        target, xd = symdims.shape_value(shape, dims), dims(x)
+        # values its inference gives static shapes, which may be more than
+        # their types here say (a Reshape's -1 over no elements: fuzz seed
+        # 182); symdims proves those 0s too
+        target, xd = symdims.shape_value(shape, symdims.dims), dims(x)
         if not target or 0 not in target or xd is None:
             continue
         off = len(target) - len(xd)

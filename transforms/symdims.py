@@ -642,6 +642,8 @@ def _rule(ot, op, idx, ins) -> list | None:
                     extra.append(e)
             if len(rest) == 1 and not extra and st_in == st_out:
                 out[out.index(-1)] = rest[0]
+            elif st_in == 0 and st_out:  # no elements: -1 is 0 whatever the symbols
+                out[out.index(-1)] = 0
             elif not rest and not extra and st_out and st_in % st_out == 0:
                 out[out.index(-1)] = st_in // st_out
             else:

@@ -311,6 +311,9 @@ INVALID = {
     # among its contradictions either (seed 112 case 235)
     "bad_space_to_depth_rank.onnx": "node 'n_SpaceToDepth10' (SpaceToDepth): strict ONNX shape "
                                     "inference rejects the model: Input tensor must be 4-dimensional",
+    # an Attention whose expansion folds a division by zero (next test)
+    "bad_attention_fold_divides_by_zero.onnx": "node 'n_Attention6/Expand' (Expand): strict ONNX "
+                                               "shape inference rejects the model",
 }
 
 _CHILD = r"""
@@ -367,6 +370,21 @@ def test_invalid_model_found_by_fuzzer(name):
     out = _child(name, False)
     assert out["outcome"] == "refused", out
     assert INVALID[name] in out["message"]
+
+
+def test_cli_refusal_is_one_line_when_a_fold_divides_by_zero(tmp_path):
+    """Expanding an Attention folds its constant scale with ONNX's reference
+    evaluator, which divided by zero here: NumPy's RuntimeWarning went to
+    the CLI's stderr before its error line (fuzz seed 186 case 1446). An
+    IEEE inf is ONNX's result, not a fault: the folds run without warnings."""
+    out = tmp_path / "adj.onnx"
+    p = subprocess.run([sys.executable, "-m", "onnx_ad_mlir.tools.cli", "reverse",
+                        os.path.join(FIXTURES, "bad_attention_fold_divides_by_zero.onnx"),
+                        str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and not out.exists()
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: onnx.AttentionV24 (node "
+                                                   "'n_Attention6'): cannot expand"), p.stderr
 
 
 UNRANKED_SLICE = """

@@ -442,9 +442,13 @@ class _Rewrite:
         # [.., T, d_a, ..] with T before d_a: concatenation along a is
         # element-major. The merged extent is -1 only where every other
         # extent is known and non-zero: a -1 beside a 0 has no value (ONNX's
-        # checker rejects it, ONNX Runtime fails); else T * d_a at run time.
+        # checker rejects it, ONNX Runtime fails); else T * d_a at run time,
+        # where a 0 is an extent: allowzero (before opset 14 a 0 read at run
+        # time copies the input's extent there, as for the transposes'
+        # Reshapes).
         moved = self.node(out, "Transpose", [plan.stack], perm=perm)
         others = plan.extents[:a] + plan.extents[a + 1:]
+        zeros: dict = {}
         if all(isinstance(d, int) and d > 0 for d in others):
             target = self.const(out, np.array(others[:a] + [-1] + others[a:], np.int64))
         else:
@@ -456,7 +460,8 @@ class _Rewrite:
             merged = self.node(out, "Mul", [part(0, 1), part(a + 1, a + 2)])
             target = self.node(out, "Concat", [part(1, a + 1), merged, part(a + 2, 2 ** 62)],
                                axis=0)
-        self.node(out, "Reshape", [moved, target], y)
+            zeros = {"allowzero": 1} if self.opset >= 14 else {}
+        self.node(out, "Reshape", [moved, target], y, **zeros)
         return True
 
     # ---- builders

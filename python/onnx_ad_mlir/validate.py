@@ -768,7 +768,10 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "Mismatch between the sum of", "-dimensional", "must have rank",
                    "must have at least", "Input rank must be",
                    "shall be 3 or 4 dimensions",  # (Attention's inputs)
-                   "'Repeats' input has incorrect number of values")  # (Tile's)
+                   "'Repeats' input has incorrect number of values",  # (Tile's)
+                   "must not be larger than the rank of",  # (GatherND's index depth)
+                   "Axis has less than the requested k elements",  # (TopK's)
+                   "Invalid value for attribute axis", "has incorrect size")
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

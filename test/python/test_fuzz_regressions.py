@@ -315,6 +315,11 @@ INVALID = {
     # among its contradictions either (seed 112 case 235)
     "bad_space_to_depth_rank.onnx": "node 'n_SpaceToDepth10' (SpaceToDepth): strict ONNX shape "
                                     "inference rejects the model: Input tensor must be 4-dimensional",
+    # GatherND indices of depth 2 into a rank-1 input (mutated rank): ONNX's
+    # inference complaint was not among the contradictions, and the rule
+    # failed (RuleError IndexError; fuzz seed 188 case 405)
+    "bad_gathernd_index_depth.onnx": "node 'n_GatherND7' (GatherND): strict ONNX shape "
+                                     "inference rejects the model: Last dimension of `indices`",
     # an Attention whose expansion folds a division by zero (next test)
     "bad_attention_fold_divides_by_zero.onnx": "node 'n_Attention6/Expand' (Expand): strict ONNX "
                                                "shape inference rejects the model",

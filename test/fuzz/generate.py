@@ -10,8 +10,13 @@ sequence idioms exporters write: a list a Loop appends to, read after it
 (ConcatFromSequence, SequenceAt, SequenceLength), SplitToSequence read at
 constant positions or by a Loop over its pieces, SequenceConstruct; with 2,
 lists also read back inside the Loop that appends to them (multistep).
+With `wide`, the rest of the differentiable op set as well: inverse
+trigonometric/hyperbolic and other activations (each fed inside its domain),
+GatherElements/GatherND/ScatterElements/ScatterND/TopK/Trilu/
+ReverseSequence/Compress/CumProd, ReduceProd/L1/LogSum, PRelu/Mean/Sum,
+global and Lp pools, Lp/MeanVariance normalization, RNN/GRU/LSTM.
 
-    generate(seed, sequences=0) -> (model, feeds)
+    generate(seed, sequences=0, wide=False) -> (model, feeds)
 
 The same seed always gives the same model. Every model is checked with
 `onnx.checker.check_model(full_check=True)` and run once in ONNX Runtime
@@ -181,14 +186,15 @@ class Graph:
         r = self.gen.r
         s = self.pool[x]
         op = r.choice(["ReduceSum", "ReduceMean", "ReduceMax", "ReduceSumSquare", "ReduceMin",
-                       "ReduceL2", "ReduceLogSumExp"])
+                       "ReduceL2", "ReduceLogSumExp"] +
+                      (["ReduceProd", "ReduceL1", "ReduceLogSum"] if self.gen.wide else []))
         axes = sorted(r.sample(range(len(s)), r.randint(0, len(s)))) if s else []
         keep = r.randint(0, 1)
         red = axes if axes else list(range(len(s)))
-        if op in ("ReduceMax", "ReduceMin", "ReduceLogSumExp", "ReduceMean", "ReduceL2") \
-                and any(s[a] == 0 for a in red):
+        if op in ("ReduceMax", "ReduceMin", "ReduceLogSumExp", "ReduceMean", "ReduceL2",
+                  "ReduceLogSum") and any(s[a] == 0 for a in red):
             op = "ReduceSum"
-        if op == "ReduceL2":  # smooth away from 0: sqrt(sum x^2 + ...) of x*x+1
+        if op in ("ReduceL2", "ReduceLogSum"):  # smooth, positive: of x*x+1
             sq = self.node("Mul", [x, x])[0]
             x = self.node("Add", [sq, self.const(np.ones((), self.gen.npdtype))])[0]
         out = tuple((1 if keep else None) if i in red else d for i, d in enumerate(s))
@@ -568,6 +574,176 @@ class Graph:
             x = self.node("Relu", [x])[0]
         return self.add(self.node(op, [x], **attrs)[0], tuple(xs[:2]) + tuple(out))
 
+    # ---- the wider op set (`wide`) -------------------------------------------------------
+    def more_unary(self, x):
+        """An activation of ONNX Runtime's float32 kernels (its float64
+        Shrink rounds to float32: finite differences of it are noise), on x
+        moved inside its domain first; Shrink's bias equals its lambd
+        (continuous: finite differences cannot judge a jump)."""
+        r = self.gen.r
+        s = self.pool[x]
+        if self.gen.dtype != TP.FLOAT:
+            return None
+        ops = ["Shrink", "Acos", "Asin", "Atan", "Acosh", "Asinh", "Atanh", "Sinh", "Cosh", "Tan",
+               "Softsign", "Selu", "HardSigmoid", "Celu"]
+        ops += ["HardSwish"] if self.gen.opset >= 14 else []
+        ops += ["Mish"] if self.gen.opset >= 18 else []
+        ops += ["Gelu"] if self.gen.opset >= 20 else []
+        op = r.choice(ops)
+        scalar = lambda v: self.const(np.asarray(v, self.gen.npdtype))  # noqa: E731
+        if op in ("Acos", "Asin", "Atanh", "Tan", "Sinh", "Cosh"):  # into (-0.9, 0.9)
+            x = self.node("Mul", [self.node("Tanh", [x])[0], scalar(0.9)])[0]
+        elif op == "Acosh":  # x*x + 1.5 > 1
+            x = self.node("Add", [self.node("Mul", [x, x])[0], scalar(1.5)])[0]
+        attrs = {"Shrink": {"lambd": 0.3, "bias": 0.3}, "Celu": {"alpha": 0.5},
+                 "Gelu": {"approximate": r.choice(["none", "tanh"])}}.get(op, {})
+        return self.add(self.node(op, [x], **attrs)[0], s)
+
+    def more_binary(self, x):
+        """PRelu (slope broadcast to x), Mean or Sum of x and one or two
+        operands (PRelu and Mean: float32 in ONNX Runtime)."""
+        r = self.gen.r
+        s = self.pool[x]
+        op = r.choice(["PRelu", "Mean", "Sum"] if self.gen.dtype == TP.FLOAT else ["Sum"])
+        if op == "PRelu":
+            return self.add(self.node(op, [x, self.operand(s, allow_new=False)])[0], s)
+        ins = [x] + [self.operand(s) for _ in range(r.randint(1, 2))]
+        r.shuffle(ins)
+        return self.add(self.node(op, ins)[0], s)
+
+    def _ints(self, values, shape) -> str:
+        return self.const(np.asarray(values, np.int64).reshape(shape), "idx")
+
+    def indexing(self, x):
+        """GatherElements, GatherND, ScatterElements/ScatterND (updates from
+        the pool; distinct positions unless they reduce), TopK's values,
+        Trilu, ReverseSequence, Compress, CumProd, with constant indices."""
+        r, rng = self.gen.r, self.gen.np
+        s = self.pool[x]
+        if not s or 0 in s:
+            return None
+        op = r.choice(["GatherElements", "GatherND", "ScatterElements", "ScatterND", "TopK",
+                       "Trilu", "ReverseSequence", "Compress", "CumProd"])
+        axis = r.randrange(len(s))
+        if op == "GatherElements":
+            ishape = tuple(r.randint(1, 3) if i == axis else d for i, d in enumerate(s))
+            idx = rng.integers(-s[axis], s[axis], ishape)
+            return self.add(self.node(op, [x, self._ints(idx, ishape)], axis=axis)[0], ishape)
+        if op == "GatherND":
+            q = r.randint(1, len(s))
+            n = r.randint(1, 3)
+            idx = np.stack([rng.integers(0, s[i], n) for i in range(q)], 1)
+            return self.add(self.node(op, [x, self._ints(idx, (n, q))])[0], (n,) + s[q:])
+        if op == "ScatterElements":
+            red = r.choice(["none", "none", "add", "mul"] +
+                           (["max", "min"] if self.gen.opset >= 18 else []))
+            if red != "none" and self.gen.opset < 16:
+                red = "none"
+            k = r.randint(1, s[axis])
+            ishape = tuple(k if i == axis else r.randint(1, d) for i, d in enumerate(s))
+            # along the axis, distinct positions per row (a permutation's head)
+            perm = np.argsort(rng.random(ishape[:axis] + (s[axis],) + ishape[axis + 1:]), axis=axis)
+            idx = np.take(perm, range(k), axis=axis)
+            if red != "none" and r.random() < 0.5:  # repeated positions reduce
+                idx = rng.integers(0, s[axis], ishape)
+            attrs = {"axis": axis} | ({"reduction": red} if red != "none" else {})
+            upd = self._exact(ishape)
+            return self.add(self.node(op, [x, self._ints(idx, ishape), upd], **attrs)[0], s)
+        if op == "ScatterND":
+            q = r.randint(1, len(s))
+            cells = int(np.prod(s[:q]))
+            n = r.randint(1, min(3, cells))
+            flat = rng.choice(cells, n, replace=False)
+            idx = np.stack(np.unravel_index(flat, s[:q]), 1)
+            red = r.choice(["none", "add", "mul"]) if self.gen.opset >= 16 else "none"
+            attrs = {"reduction": red} if red != "none" else {}
+            upd = self._exact((n,) + s[q:])
+            return self.add(self.node(op, [x, self._ints(idx, (n, q)), upd], **attrs)[0], s)
+        if op == "TopK":
+            k = r.randint(1, s[axis])
+            vals, _ = self.node(op, [x, self.i64([k])], n_out=2, axis=axis,
+                                largest=r.randint(0, 1), sorted=r.randint(0, 1))
+            return self.add(vals, s[:axis] + (k,) + s[axis + 1:])
+        if op == "Trilu" and len(s) >= 2 and self.gen.opset >= 14:
+            ins = [x] + ([self.i64(r.randint(-1, 1))] if r.random() < 0.5 else [])
+            return self.add(self.node(op, ins, upper=r.randint(0, 1))[0], s)
+        if op == "ReverseSequence" and len(s) >= 2:
+            b, t = r.sample([0, 1], 2)
+            lens = rng.integers(1, s[t] + 1, s[b])
+            return self.add(self.node(op, [x, self.i64(lens)], batch_axis=b, time_axis=t)[0], s)
+        if op == "Compress":
+            cond = rng.random(r.randint(1, s[axis])) < 0.6
+            c = self.const(cond, "cond")
+            if r.random() < 0.3:  # no axis: of x flattened
+                return self.add(self.node(op, [x, c])[0], (int(cond[:int(np.prod(s))].sum()),))
+            out = s[:axis] + (int(cond.sum()),) + s[axis + 1:]
+            return self.add(self.node(op, [x, c], axis=axis)[0], out)
+        if op == "CumProd" and self.gen.opset >= 26:
+            return self.add(self.node(op, [x, self.i64(axis)], exclusive=r.randint(0, 1),
+                                      reverse=r.randint(0, 1))[0], s)
+        return None
+
+    def norm_pool(self, x):
+        """On [N, C, *S] float32: GlobalAverage/Max/LpPool, LpPool,
+        MeanVarianceNormalization; LpNormalization (any rank, float64 too)."""
+        r = self.gen.r
+        s = self.pool[x]
+        if s and 0 not in s and r.random() < 0.3:
+            axis = r.randrange(-len(s), len(s))
+            return self.add(self.node("LpNormalization", [x], axis=axis, p=r.choice([1, 2]))[0], s)
+        if self.gen.dtype != TP.FLOAT:  # ORT: float32 only
+            return None
+        if not 3 <= len(s) <= 4 or 0 in s:
+            s = (r.choice([1, 2]), r.choice([1, 2, 3]), *[r.randint(2, 4) for _ in range(r.choice([1, 2]))])
+            x = self.add(self.gen.input(s) if self.gen.main is self else self.fconst(s), s)
+        op = r.choice(["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool",
+                       "MeanVarianceNormalization"])
+        if op.startswith("Global"):
+            attrs = {"p": r.choice([1, 2, 3])} if op == "GlobalLpPool" else {}
+            return self.add(self.node(op, [x], **attrs)[0], s[:2] + (1,) * (len(s) - 2))
+        if op == "LpPool":
+            k = [r.randint(1, min(2, d)) for d in s[2:]]
+            st = [r.choice([1, 2]) for _ in k]
+            out = tuple((d - kk) // t + 1 for d, kk, t in zip(s[2:], k, st))
+            return self.add(self.node(op, [x], kernel_shape=k, strides=st,
+                                      p=r.choice([1, 2, 3]))[0], s[:2] + out)
+        axes = sorted(r.sample(range(len(s)), r.randint(1, len(s))))
+        return self.add(self.node(op, [x], axes=axes)[0], s)
+
+    def recurrent(self, x):
+        """RNN, GRU or LSTM (float32 in ONNX Runtime) over x [seq, batch,
+        input] (or a new input of that form): directions, biases, initial
+        states, GRU's linear_before_reset at random; Y or Y_h comes out."""
+        r = self.gen.r
+        if self.gen.dtype != TP.FLOAT:
+            return None
+        s = self.pool.get(x, ())
+        if len(s) != 3 or 0 in s:
+            s = (r.randint(1, 3), r.randint(1, 2), r.randint(1, 3))
+            x = self.add(self.gen.input(s) if self.gen.main is self else self.fconst(s), s)
+        op = r.choice(["RNN", "GRU", "LSTM"])
+        gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+        hid = r.randint(1, 3)
+        direction = r.choice(["forward", "reverse", "bidirectional"])
+        dirs = 2 if direction == "bidirectional" else 1
+        seq, batch, size = s
+        w = lambda shape: self._exact(shape) if r.random() < 0.3 else self.fconst(shape, 0.5)  # noqa: E731
+        ins = [x, w((dirs, gates * hid, size)), w((dirs, gates * hid, hid))]
+        optional = [("B", (dirs, 2 * gates * hid)), ("sequence_lens", None),
+                    ("initial_h", (dirs, batch, hid))] + \
+            ([("initial_c", (dirs, batch, hid))] if op == "LSTM" else [])
+        for name, shape in optional:
+            ins.append("" if shape is None or r.random() < 0.5 else w(shape))
+        while ins[-1] == "":
+            ins.pop()
+        attrs = {"hidden_size": hid, "direction": direction}
+        if op == "GRU":
+            attrs["linear_before_reset"] = r.randint(0, 1)
+        outs = self.node(op, ins, n_out=2, **attrs)
+        if r.random() < 0.5:
+            return self.add(outs[1], (dirs, batch, hid))
+        return self.add(outs[0], (seq, dirs, batch, hid))
+
     # ---- control flow ----------------------------------------------------------------------
     def body_chain(self, sub: "Graph", x: str, depth: int, steps: int) -> str:
         """Shape-preserving ops from x inside `sub` (captures come from its pool)."""
@@ -575,7 +751,7 @@ class Graph:
         for _ in range(steps):
             pick = r.random()
             if pick < 0.35:
-                x = sub.unary(x)
+                x = (self.gen.wide and r.random() < 0.3 and sub.more_unary(x)) or sub.unary(x)
             elif pick < 0.7:
                 x = sub.binary(x)
             elif pick < 0.8:
@@ -784,9 +960,10 @@ def _try_bcast(a, b):
 
 
 class Gen:
-    def __init__(self, seed: int, sequences: int = 0):
+    def __init__(self, seed: int, sequences: int = 0, wide: bool = False):
         self.seed = seed
         self.sequences = sequences
+        self.wide = wide
         self.r = random.Random(seed)
         self.np = np.random.default_rng(seed)
         self.dtype = self.r.choice([TP.FLOAT, TP.DOUBLE])
@@ -820,7 +997,9 @@ class Gen:
                     g.transpose, g.concat, g.slice, g.gather, g.softmax, g.layernorm, g.conv,
                     g.pool_op, g.pool_op, g.shaping, g.shaping, g.image_op, g.control,
                     g.control, g.attention, g.attention] + \
-            ([g.split_list, g.split_list] if self.sequences else [])
+            ([g.split_list, g.split_list] if self.sequences else []) + \
+            ([g.more_unary, g.more_binary, g.indexing, g.indexing, g.norm_pool, g.recurrent]
+             if self.wide else [])
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()
@@ -868,12 +1047,12 @@ def validate(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
             raise GeneratorRejected(f"output {o.name}: ORT shape {a.shape}, declared {want}")
 
 
-def generate(seed: int, tries: int = 20, sequences: int = 0
+def generate(seed: int, tries: int = 20, sequences: int = 0, wide: bool = False
              ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A valid model and feeds for `seed` (deterministic)."""
     last = None
     for t in range(tries):
-        gen = Gen(seed * 1000 + t, sequences)
+        gen = Gen(seed * 1000 + t, sequences, wide)
         try:
             model = gen.build()
             feeds = gen.feeds()
@@ -891,8 +1070,8 @@ def generate(seed: int, tries: int = 20, sequences: int = 0
 
 if __name__ == "__main__":
     level = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--sequences=")), 0)
-    m, f = generate(int(sys.argv[1]), sequences=level)
-    sys.argv = [a for a in sys.argv if not a.startswith("--sequences=")]
+    m, f = generate(int(sys.argv[1]), sequences=level, wide="--wide" in sys.argv)
+    sys.argv = [a for a in sys.argv if not a.startswith("--sequences=") and a != "--wide"]
     if len(sys.argv) > 2:
         onnx.save(m, sys.argv[2])
     else:

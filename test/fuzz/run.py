@@ -12,7 +12,9 @@ fourth with all input and output extents made run-time ones,
 Loop or Scan also reversed with checkpoint=2 against the default), 5..8 a
 mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt. From base
 seed 144 on, generated models also hold sequence idioms (SEQUENCE_SEEDS),
-from 147 on lists read back inside their Loops too (WINDOW_SEEDS).
+from 147 on lists read back inside their Loops too (WINDOW_SEEDS), from 188
+on the generator's wider op set (WIDE_SEEDS: indexing, recurrent, pools,
+the remaining activations).
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes
@@ -90,6 +92,7 @@ CASE_STRIDE = 1_000_003
 # logs name).
 SEQUENCE_SEEDS = 144
 WINDOW_SEEDS = 147
+WIDE_SEEDS = 188
 
 
 def sequence_level(base: int) -> int:
@@ -197,7 +200,7 @@ def run_case(i: int, base: int, cli: bool | None = None) -> dict:
         cli = (kind == "gen" and i % 20 == 0) or (kind == "mut" and i % 3 == 0)
     try:
         _stage("ort-primal")  # the generator checks and runs its model in ORT
-        model, feeds = generate(seed, sequences=sequence_level(base))
+        model, feeds = generate(seed, sequences=sequence_level(base), wide=base >= WIDE_SEEDS)
         _stage(None)
     except GeneratorRejected as e:
         rec.update(outcome="gen-rejected", detail=str(e)[:300])

@@ -40,3 +40,21 @@ def test_fuzz_sample_with_sequences():
     with_sequences = [r for r in results if r["outcome"] == "ok" and
                       any("Sequence" in op for op in r.get("ops", []))]
     assert len(with_sequences) >= 3, fuzz.summary(results)
+
+
+def test_fuzz_sample_with_the_wider_op_set():
+    """20 generated models from a base seed whose models also draw on the
+    generator's wider op set (indexing, RNN/GRU/LSTM, global and Lp pools,
+    the remaining activations)."""
+    cases = [i for i in range(40) if fuzz.case_kind(i) == "gen"]
+    results = fuzz.run_cases(cases, base=fuzz.WIDE_SEEDS, jobs=1, timeout=60)
+    bugs = [r for r in results if r["outcome"] in fuzz.BUGS]
+    assert not bugs, fuzz.summary(results)
+    wide = {"GatherElements", "GatherND", "ScatterElements", "ScatterND", "TopK", "Trilu",
+            "ReverseSequence", "Compress", "CumProd", "RNN", "GRU", "LSTM", "PRelu", "Mean",
+            "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "LpPool", "LpNormalization",
+            "MeanVarianceNormalization", "ReduceProd", "ReduceL1", "ReduceLogSum", "Shrink",
+            "Acos", "Asin", "Atan", "Acosh", "Asinh", "Atanh", "Sinh", "Cosh", "Tan",
+            "Softsign", "Selu", "HardSigmoid", "Celu", "HardSwish", "Mish", "Gelu"}
+    checked = [r for r in results if r["outcome"] == "ok" and wide & set(r.get("ops", []))]
+    assert len(checked) >= 5, fuzz.summary(results)

@@ -118,6 +118,23 @@ def test_runtime_axes_empty():
         check(f"runtime-empty-noop{noop}", m, feeds, inputs=["x"], hessian=False)
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceProd", "ReduceMax",
+                                "ReduceMin", "ReduceLogSum", "ReduceLogSumExp",
+                                "ReduceSumSquare", "ReduceL1", "ReduceL2"])
+def test_nothing_reduced_is_pointwise(op):
+    """With no axis to reduce (a rank-0 input, or empty axes with
+    noop_with_empty_axes) a reduction is its pointwise form in ONNX Runtime
+    and ONNX's reference: log x for ReduceLogSum (its derivative was taken as
+    the identity's, fuzz seed 189 case 156), x^2, |x| for the squares and
+    norms, x for the rest."""
+    x = rand([2, 3], low=0.5, high=2.0)
+    for shape, noop, feed in (([], 0, np.asarray(x[0, 0])), ([2, 3], 1, x)):
+        attrs = {"noop_with_empty_axes": 1} if noop else {}
+        m = model([h.make_node(op, ["x", "ax"], ["y"], keepdims=0, **attrs)],
+                  [("x", D, shape)], [("y", D, shape)], initializers=[const("ax", [])])
+        check(f"{op}-nothing-reduced-{shape}", m, {"x": feed})
+
+
 def test_dynamic_batch_mean_twice_differentiated():
     # Unbroadcasting over a symbolic batch emits ReduceSum with run-time axes;
     # forward(reverse) must differentiate it again.

@@ -173,8 +173,9 @@ def _t_reduce_sum(b: Builder, op, cts, linear):
 def _weighted(b: Builder, op, tangents, weight, pointwise=None) -> list:
     """JVP reduce(t * weight(axes)) for a nonlinear reduction. With no axis
     reduced (noop_with_empty_axes, or a rank-0 input) the op is pointwise:
-    x^2 for ReduceSumSquare, |x| for ReduceL1/L2 (ONNX Runtime's results),
-    the identity for the others; `pointwise()` is then its derivative."""
+    x^2 for ReduceSumSquare, |x| for ReduceL1/L2, log x for ReduceLogSum
+    (ONNX Runtime's and ONNX's reference results), the identity for the
+    others; `pointwise()` is then its derivative."""
     if tangents[0] is None:
         return [None]
     axes = Axes(b, op)
@@ -228,9 +229,10 @@ def _reduce_logsumexp(b: Builder, op, tangents):
 
 @jvp("ReduceLogSum")
 def _reduce_logsum(b: Builder, op, tangents):
-    y = op.results[0]
+    x, y = op.operands[0], op.results[0]
     return _weighted(b, op, tangents,
-                     lambda axes: b.ew("Reciprocal", b.ew("Exp", axes.expand_back(y))))
+                     lambda axes: b.ew("Reciprocal", b.ew("Exp", axes.expand_back(y))),
+                     lambda: b.ew("Reciprocal", x))
 
 
 def zero_aware(b: Builder, x: ir.Value):

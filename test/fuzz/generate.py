@@ -10,13 +10,14 @@ sequence idioms exporters write: a list a Loop appends to, read after it
 (ConcatFromSequence, SequenceAt, SequenceLength), SplitToSequence read at
 constant positions or by a Loop over its pieces, SequenceConstruct; with 2,
 lists also read back inside the Loop that appends to them (multistep).
-With `wide`, the rest of the differentiable op set as well: inverse
+With `wide` (1), the rest of the differentiable op set as well: inverse
 trigonometric/hyperbolic and other activations (each fed inside its domain),
 GatherElements/GatherND/ScatterElements/ScatterND/TopK/Trilu/
 ReverseSequence/Compress/CumProd, ReduceProd/L1/LogSum, PRelu/Mean/Sum,
-global and Lp pools, Lp/MeanVariance normalization, RNN/GRU/LSTM.
+global and Lp pools, Lp/MeanVariance normalization, RNN/GRU/LSTM; with 2,
+the shape-keeping ones of them inside If/Scan/Loop bodies too.
 
-    generate(seed, sequences=0, wide=False) -> (model, feeds)
+    generate(seed, sequences=0, wide=0) -> (model, feeds)
 
 The same seed always gives the same model. Every model is checked with
 `onnx.checker.check_model(full_check=True)` and run once in ONNX Runtime
@@ -614,16 +615,19 @@ class Graph:
     def _ints(self, values, shape) -> str:
         return self.const(np.asarray(values, np.int64).reshape(shape), "idx")
 
-    def indexing(self, x):
+    def indexing(self, x, same: bool = False):
         """GatherElements, GatherND, ScatterElements/ScatterND (updates from
         the pool; distinct positions unless they reduce), TopK's values,
-        Trilu, ReverseSequence, Compress, CumProd, with constant indices."""
+        Trilu, ReverseSequence, Compress, CumProd, with constant indices;
+        `same`: only those keeping x's shape (a loop body's state)."""
         r, rng = self.gen.r, self.gen.np
         s = self.pool[x]
         if not s or 0 in s:
             return None
-        op = r.choice(["GatherElements", "GatherND", "ScatterElements", "ScatterND", "TopK",
-                       "Trilu", "ReverseSequence", "Compress", "CumProd"])
+        ops = ["GatherElements", "GatherND", "ScatterElements", "ScatterND", "TopK", "Trilu",
+               "ReverseSequence", "Compress", "CumProd"]
+        op = r.choice([o for o in ops if o not in ("GatherElements", "GatherND", "TopK",
+                                                   "Compress")] if same else ops)
         axis = r.randrange(len(s))
         if op == "GatherElements":
             ishape = tuple(r.randint(1, 3) if i == axis else d for i, d in enumerate(s))
@@ -753,7 +757,9 @@ class Graph:
             if pick < 0.35:
                 x = (self.gen.wide and r.random() < 0.3 and sub.more_unary(x)) or sub.unary(x)
             elif pick < 0.7:
-                x = sub.binary(x)
+                x = (self.gen.wide > 1 and r.random() < 0.3 and
+                     (sub.more_binary(x) if r.random() < 0.4 else sub.indexing(x, same=True))) \
+                    or sub.binary(x)
             elif pick < 0.8:
                 x = sub.same_window(x) or x
             elif depth > 0:
@@ -960,7 +966,7 @@ def _try_bcast(a, b):
 
 
 class Gen:
-    def __init__(self, seed: int, sequences: int = 0, wide: bool = False):
+    def __init__(self, seed: int, sequences: int = 0, wide: int = 0):
         self.seed = seed
         self.sequences = sequences
         self.wide = wide
@@ -1047,7 +1053,7 @@ def validate(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
             raise GeneratorRejected(f"output {o.name}: ORT shape {a.shape}, declared {want}")
 
 
-def generate(seed: int, tries: int = 20, sequences: int = 0, wide: bool = False
+def generate(seed: int, tries: int = 20, sequences: int = 0, wide: int = 0
              ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A valid model and feeds for `seed` (deterministic)."""
     last = None
@@ -1070,8 +1076,9 @@ def generate(seed: int, tries: int = 20, sequences: int = 0, wide: bool = False
 
 if __name__ == "__main__":
     level = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--sequences=")), 0)
-    m, f = generate(int(sys.argv[1]), sequences=level, wide="--wide" in sys.argv)
-    sys.argv = [a for a in sys.argv if not a.startswith("--sequences=") and a != "--wide"]
+    wide = next((int(a.split("=")[1]) for a in sys.argv if a.startswith("--wide=")), 0)
+    m, f = generate(int(sys.argv[1]), sequences=level, wide=wide)
+    sys.argv = [a for a in sys.argv if not a.startswith(("--sequences=", "--wide="))]
     if len(sys.argv) > 2:
         onnx.save(m, sys.argv[2])
     else:

@@ -14,7 +14,7 @@ mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt. From base
 seed 144 on, generated models also hold sequence idioms (SEQUENCE_SEEDS),
 from 147 on lists read back inside their Loops too (WINDOW_SEEDS), from 188
 on the generator's wider op set (WIDE_SEEDS: indexing, recurrent, pools,
-the remaining activations).
+the remaining activations), from 190 on inside bodies too (WIDE_BODY_SEEDS).
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes
@@ -93,10 +93,15 @@ CASE_STRIDE = 1_000_003
 SEQUENCE_SEEDS = 144
 WINDOW_SEEDS = 147
 WIDE_SEEDS = 188
+WIDE_BODY_SEEDS = 190
 
 
 def sequence_level(base: int) -> int:
     return 2 if base >= WINDOW_SEEDS else 1 if base >= SEQUENCE_SEEDS else 0
+
+
+def wide_level(base: int) -> int:
+    return 2 if base >= WIDE_BODY_SEEDS else 1 if base >= WIDE_SEEDS else 0
 
 
 def case_kind(i: int) -> str:
@@ -200,7 +205,7 @@ def run_case(i: int, base: int, cli: bool | None = None) -> dict:
         cli = (kind == "gen" and i % 20 == 0) or (kind == "mut" and i % 3 == 0)
     try:
         _stage("ort-primal")  # the generator checks and runs its model in ORT
-        model, feeds = generate(seed, sequences=sequence_level(base), wide=base >= WIDE_SEEDS)
+        model, feeds = generate(seed, sequences=sequence_level(base), wide=wide_level(base))
         _stage(None)
     except GeneratorRejected as e:
         rec.update(outcome="gen-rejected", detail=str(e)[:300])

@@ -269,7 +269,7 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS,
              *_AXES_OPS, *_FLAGS, "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace",
              "SpaceToDepth", "CumSum", "ReverseSequence", "DFT", "GatherND", "LRN",
-             "MaxUnpool", "Col2Im", "Split", *_DTYPE_ATTRIBUTE}
+             "MaxUnpool", "Col2Im", "Split", "GlobalLpPool", *_DTYPE_ATTRIBUTE}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
@@ -335,6 +335,12 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
                 attrs[flag].i not in (0, 1):
             raise ImportFailure(f"{_label(node)}: {flag} is {attrs[flag].i}, "
                                 "expected 0 or 1")
+    if op in ("LpPool", "GlobalLpPool") and "p" in attrs and \
+            attrs["p"].type == onnx.AttributeProto.INT and attrs["p"].i < 1:
+        # (ONNX Runtime computes p <= 0 anyway: inf for 0, an underflow to 0
+        # whose derivative is 0 * inf for p -2^62, fuzz seed 189 case 486)
+        raise ImportFailure(f"{_label(node)}: p is {attrs['p'].i}: the Lp norm it pools "
+                            "with needs p >= 1")
     for needed in _REGIONS.get(op, ()):
         if needed not in attrs or attrs[needed].type != onnx.AttributeProto.GRAPH:
             raise ImportFailure(f"{_label(node)}: the graph attribute '{needed}' "

@@ -320,6 +320,9 @@ INVALID = {
     # failed (RuleError IndexError; fuzz seed 188 case 405)
     "bad_gathernd_index_depth.onnx": "node 'n_GatherND7' (GatherND): strict ONNX shape "
                                      "inference rejects the model: Last dimension of `indices`",
+    # GlobalLpPool with p -2^62 (mutated): ONNX Runtime's result underflows to
+    # 0 and the derivative was 0 * inf (fuzz seed 189 case 486)
+    "bad_lppool_p.onnx": "p is -4611686018427387904: the Lp norm it pools with needs p >= 1",
     # an Attention whose expansion folds a division by zero (next test)
     "bad_attention_fold_divides_by_zero.onnx": "node 'n_Attention6/Expand' (Expand): strict ONNX "
                                                "shape inference rejects the model",

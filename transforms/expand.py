@@ -37,6 +37,7 @@ from onnx import defs, helper, numpy_helper
 
 from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.errors import OnnxAdError, UnsupportedOp
+from onnx_ad_mlir.import_prep import long_vectors
 from onnx_ad_mlir.passes import register_pass
 
 from .builder import constant_value, is_float, nested_ops, resolve
@@ -394,9 +395,25 @@ def expand_model(model: onnx.ModelProto, opset: int, kept: Callable[[str], bool]
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
-        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, data_prop=_propagation_safe(model.graph))
     except Exception:
         return model
+
+
+_HUGE_EXTENT = 10 ** 7
+
+
+def _propagation_safe(graph: onnx.GraphProto) -> bool:
+    """Whether ONNX's data propagation can run: it materializes every 1-D
+    value it follows, Range's and ConstantOfShape's included (14 GB and 30 s
+    for a [10^8] one), so not when a value's extent is huge (a causal
+    Attention's mask Range over a key length of 10^12 was killed for memory,
+    fuzz seed 189 case 937), nor over long 1-D values (as at import)."""
+    for v in list(graph.input) + list(graph.value_info) + list(graph.output):
+        t = v.type.tensor_type
+        if t.HasField("shape") and any(d.dim_value > _HUGE_EXTENT for d in t.shape.dim):
+            return False
+    return not long_vectors(graph)
 
 
 class _Names:
@@ -509,7 +526,10 @@ class _Round:
                 start = next((a.i for a in node.attribute if a.name == "start"), 0)
                 end = next((a.i for a in node.attribute if a.name == "end"), None)
                 values = [s[start:end]]
-        elif all(not n or n in self.consts for n in node.input):
+        elif all(not n or n in self.consts for n in node.input) and \
+                not any(self.static(n) is not None and np.prod(self.static(n)) > _MAX_FOLD
+                        for n in node.output if n) and \
+                _made_size(node, self.consts) <= _MAX_FOLD:
             try:
                 values = _evaluate(node, self.consts, self.opset)
             except Exception:
@@ -807,6 +827,32 @@ def _finite_mask_constant(node: onnx.NodeProto) -> None:
                 a.t.CopyFrom(numpy_helper.from_array(value.astype(value.dtype)))
         elif a.name == "value_float" and np.isneginf(a.f):
             a.f = float(np.finfo(np.float32).min)
+
+
+def _made_size(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> float:
+    """How many elements a node that makes a tensor of a size its operands'
+    values give (ConstantOfShape, Range, Expand, Tile) would make; 0 for the
+    others. Asked before folding: a causal Attention's mask over a key
+    length of 10^12 filled memory until the process was killed (fuzz seed
+    189 case 937)."""
+    vals = [None if not n else np.asarray(consts[n]) for n in node.input]
+    try:
+        if node.op_type == "ConstantOfShape":
+            return float(np.prod(vals[0].astype(np.float64)))
+        if node.op_type == "Range":
+            start, limit, delta = (float(v.reshape(-1)[0]) for v in vals[:3])
+            return max(0.0, np.ceil((limit - start) / delta)) if delta else float("inf")
+        if node.op_type == "Expand":
+            shape = [float(d) for d in vals[1].reshape(-1)]
+            x = [float(d) for d in vals[0].shape]
+            n = max(len(x), len(shape))
+            x, shape = [1.0] * (n - len(x)) + x, [1.0] * (n - len(shape)) + shape
+            return float(np.prod([max(a, b) for a, b in zip(x, shape)]))
+        if node.op_type == "Tile":
+            return float(vals[0].size) * float(np.prod(vals[1].astype(np.float64)))
+    except (IndexError, ValueError, TypeError, AttributeError):
+        return float("inf")
+    return 0.0
 
 
 def _evaluate(node: onnx.NodeProto, consts: dict[str, np.ndarray], opset: int) -> list:

@@ -146,7 +146,7 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
             skeleton, stand_ins = stand_ins
             inferred = validate.infer_shapes(skeleton, data_prop=False)
         data_prop = _propagates_data(model.graph, rows, inits) and \
-            not _long_vectors(inferred.graph)
+            not long_vectors(inferred.graph)
         if data_prop:
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
         if model.graph.value_info:
@@ -402,7 +402,7 @@ def _data_sources(graph: onnx.GraphProto, constants: set[str], reads: list,
     return False
 
 
-def _long_vectors(graph: onnx.GraphProto, limit: int = 4096) -> bool:
+def long_vectors(graph: onnx.GraphProto, limit: int = 4096) -> bool:
     """Whether some value is a 1-D tensor longer than `limit`. ONNX's data
     propagation evaluates binary elementwise ops on every 1-D tensor, in time
     linear in its length (minutes for a [10**9] input; found by the fuzzer):
@@ -417,7 +417,7 @@ def _long_vectors(graph: onnx.GraphProto, limit: int = 4096) -> bool:
             return True
     for n in graph.node:  # bodies: their values are listed in their own graphs
         for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH and _long_vectors(a.g, limit):
+            if a.type == onnx.AttributeProto.GRAPH and long_vectors(a.g, limit):
                 return True
     return False
 

@@ -766,7 +766,8 @@ def check_io_types(graph: onnx.GraphProto) -> None:
 
 # ONNX shape inference messages that mean the model contradicts itself (a
 # declared shape or type against what its ops produce), not that inference
-# could not follow a valid model.
+# could not follow a valid model. (Not TopK's k beyond its axis or an axis
+# out of range: import's own checks refuse those first, naming the values.)
 _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shape info",
                    "Incompatible dimensions", "Dimension mismatch in unification",
                    "Inferred elem type differs", "Type Error:", "has incorrect length",
@@ -776,8 +777,7 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "shall be 3 or 4 dimensions",  # (Attention's inputs)
                    "'Repeats' input has incorrect number of values",  # (Tile's)
                    "must not be larger than the rank of",  # (GatherND's index depth)
-                   "Axis has less than the requested k elements",  # (TopK's)
-                   "Invalid value for attribute axis", "has incorrect size")
+                   "has incorrect size")  # (LpPool's kernel_shape)
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

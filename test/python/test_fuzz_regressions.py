@@ -328,6 +328,9 @@ INVALID = {
     # and the constant folds its ConstantOfShape, until the process was
     # killed for memory (24 GB; fuzz seed 189 case 937)
     "bad_attention_huge_kv_length.onnx": "onnx.Attention (node 'n_Attention12'): cannot expand",
+    # an RNN's W of rank 2 (mutated; ONNX's inference does not check it):
+    # IndexError in the rule (fuzz seed 191 case 416)
+    "bad_rnn_weight_rank.onnx": "onnx.RNN (node 'n_RNN14'): W has rank 2, expected 3",
     # an Attention whose expansion folds a division by zero (next test)
     "bad_attention_fold_divides_by_zero.onnx": "node 'n_Attention6/Expand' (Expand): strict ONNX "
                                                "shape inference rejects the model",

@@ -944,6 +944,12 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
     D = 2 if direction == "bidirectional" else 1
     revs = [False, True] if D == 2 else [direction == "reverse"]
     acts, layout = _check(op, kind, D)
+    for name, v, r in (("X", X, 3), ("W", W, 3), ("R", R, 3), ("B", Bv, 2),
+                       ("initial_h", H0, 3), ("initial_c", C0, 3), ("P", P, 2)):
+        # (ONNX's inference does not check them: a rank-2 W met an IndexError
+        # here, fuzz seed 191 case 416)
+        if v is not None and dims(v) is not None and len(dims(v)) != r:
+            raise ImportFailure(f"{name} has rank {len(dims(v))}, expected {r}")
     if dims(X) is None or dims(W) is None or dims(R) is None or None in dims(W)[1:] or \
             dims(R)[-1] is None:
         raise UnsupportedOp("needs the ranks of X and the sizes of W and R")

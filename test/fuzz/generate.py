@@ -743,10 +743,10 @@ class Graph:
         seq, batch, size = s
         w = lambda shape: self._exact(shape) if r.random() < 0.3 else self.fconst(shape, 0.5)  # noqa: E731
         ins = [x, w((dirs, gates * hid, size)), w((dirs, gates * hid, hid))]
-        optional = [("B", (dirs, 2 * gates * hid)), ("sequence_lens", None),
-                    ("initial_h", (dirs, batch, hid))] + \
-            ([("initial_c", (dirs, batch, hid))] if op == "LSTM" else [])
-        for name, shape in optional:
+        # B, sequence_lens (never: full length), initial_h, LSTM's initial_c
+        optional = [(dirs, 2 * gates * hid), None, (dirs, batch, hid)] + \
+            ([(dirs, batch, hid)] if op == "LSTM" else [])
+        for shape in optional:
             ins.append("" if shape is None or r.random() < 0.5 else w(shape))
         while ins[-1] == "":
             ins.pop()

@@ -516,13 +516,13 @@ def _shape_parts(v: ir.Value) -> list | None:
 def _compute(v: ir.Value, op, ins, sig) -> list:
     """v's extents; `sig` is its _signature."""
     hit = _primal.get(v)  # a registered derivative: [k] + its primal's extents
-    if hit is not None and hit[0] == sig:
-        pd = dims(hit[1])
+    if hit is not None and hit[0] == sig and v not in _following:
+        pd = _followed(v, hit[1])
         if pd is not None and len(pd) + 1 == len(v.type.shape):
             return _fill([v.type.shape[0] if v.type.shape[0] != DYN else fresh()] + pd, v)
     hit = _alike.get(v)
-    if hit is not None and hit[0] == sig:
-        ld = dims(hit[1])
+    if hit is not None and hit[0] == sig and v not in _following:
+        ld = _followed(v, hit[1])
         first = hit[2]
         if ld is not None and len(ld) == len(v.type.shape):
             # the axes before `first` as the op gives them (a merged batch
@@ -540,6 +540,20 @@ def _compute(v: ir.Value, op, ins, sig) -> list:
     if name == "onnx.Loop":
         return _fill(_loop_result_dims(op, ir.OpResult(v).result_number, len(v.type.shape)), v)
     return _fill(_own(v, op, ins), v)
+
+
+_following: set = set()  # values whose registered alias is being resolved
+
+
+def _followed(v: ir.Value, alias: ir.Value) -> list | None:
+    """dims(alias) for v's registered primal or alike value; an alias that
+    leads back to v (a cycle of registrations: RecursionError, fuzz seed 196
+    case 973) is not followed again, v then takes its own op's extents."""
+    _following.add(v)
+    try:
+        return dims(alias)
+    finally:
+        _following.discard(v)
 
 
 def _own(v: ir.Value, op, ins) -> list | None:

@@ -11,10 +11,6 @@ from onnx_ad_mlir.transforms.registry import JVP, mlir_names
 
 # Cases whose finite-difference check fails for reasons outside the rules.
 KNOWN_FAILURES: dict[str, str] = {
-    "test_mvn": "the primal model itself fails onnx.checker's full check (ONNX's own "
-                "MeanVarianceNormalization function body at opset 13 has a Constant its "
-                "shape inference rejects), so every model keeping the op does; its "
-                "derivatives match finite differences when that check is skipped",
     **{f"test_shrink_{kind}": "ONNX Runtime 1.32's float64 Shrink rounds through float32 "
                               "(Shrink(2 + 1e-9) = 2), so float64 finite differences of it are "
                               "noise; test_ad_elementwise checks the rule in float32, and the "

@@ -36,8 +36,6 @@ EXPECTED_FAILURES: dict[str, str] = {
         "test_flexattention_fp16", "test_flexattention_gqa", "test_flexattention_prob_mod",
         "test_flexattention_relative_positional", "test_flexattention_scaled",
         "test_flexattention_score_mod", "test_flexattention_soft_cap")},
-    "test_mvn": "the original model already fails full_check: ONNX's own function "
-                "body of MeanVarianceNormalization-13 has a Constant without value",
     "test_loop16_seq_none": "Loop carries optional(seq) into a seq result; the "
                             "dialect's Loop verifier requires identical types "
                             "(needs Opt<T>~T in areTypesCompatible, a dialect change)",

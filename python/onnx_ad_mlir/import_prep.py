@@ -93,7 +93,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     # lowering round).
     big = _big(inits)
     start = work = _without_big_data(model) if big else model
-    lowered = sequence_ops.lower(work)
+    lowered = sequence_ops.lower(work, lambda m: _infer_again(m, inits))
     if lowered is not None:
         work = _infer_again(lowered, inits)
         rows = validate.node_fields(work.graph)

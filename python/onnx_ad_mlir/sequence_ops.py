@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import onnx
@@ -98,11 +98,14 @@ class _Slices:
 _Plan = _Stacked | _Pieces | _Slices
 
 
-def lower(model: onnx.ModelProto) -> onnx.ModelProto | None:
+def lower(model: onnx.ModelProto,
+          infer: Callable[[onnx.ModelProto], onnx.ModelProto]) -> onnx.ModelProto | None:
     """A copy of `model` with the sequences described above as tensors, or
-    None when it has none of them. In passes, inferred again between them:
-    a list a Loop starts with pieces of a split is proved on the types the
-    split's lowering gives its reads (ONNX Runtime's ranks, see _split)."""
+    None when it has none of them. In passes, inferred again (by `infer`,
+    import's inference: ONNX's alone declares its wrong extents, a 3-D
+    Attention's 0, for every later round to keep) between them: a list a
+    Loop starts with pieces of a split is proved on the types the split's
+    lowering gives its reads (ONNX Runtime's ranks, see _split)."""
     opset = default_opset(model)
     if opset < 11 or not _has_builders(model):
         return None
@@ -121,7 +124,7 @@ def lower(model: onnx.ModelProto) -> onnx.ModelProto | None:
         if not _has_builders(out):
             break
         try:
-            out = onnx.shape_inference.infer_shapes(out)
+            out = infer(out)
         except Exception:  # noqa: BLE001 - the next pass reads the types it has
             pass
     return out

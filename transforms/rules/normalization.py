@@ -330,14 +330,15 @@ def _mvn(b: Builder, op, tangents):
     # ONNX's function: y = (x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9).
     # With c = x - mean, sd, D = sd + 1e-9:
     # t_y = (t - mean(t)) / D - c / (D^2 sd) mean(c t).
+    # sd from E[c^2]: the two terms cancel only if mean(c^2) = sd^2 as
+    # computed, which E[x^2] - E[x]^2 loses to rounding when sd << |x|.
     x = op.operands[0]
     r = _rank(x, "MeanVarianceNormalization")
     axes = sorted(a + r if a < 0 else a for a in attribute(op, "axes"))
     mean = b.reduce("ReduceMean", x, axes, True)
-    var = b.sub(b.reduce("ReduceMean", b.mul(x, x), axes, True), b.mul(mean, mean))
-    sd = b.ew("Sqrt", var)
-    inv_d = b.ew("Reciprocal", b.add(sd, b.scalar(1e-9, x)))
     c = b.sub(x, mean)
+    sd = b.ew("Sqrt", b.reduce("ReduceMean", b.mul(c, c), axes, True))
+    inv_d = b.ew("Reciprocal", b.add(sd, b.scalar(1e-9, x)))
     inv_n = _inv_count(b, x, axes)
     t = tangents[0]
     t_mean = b.mul(_sum(b, t, axes), inv_n)

@@ -8,8 +8,9 @@ A benchmark-style script, not part of the test suite (a small seeded sample
 runs in CI: test/python/test_fuzz_sample.py). Case i with base seed S uses
 seed S*1_000_003 + i; i % 10 in 0..4 is a generated valid model (every
 fourth with all input and output extents made run-time ones,
-"gen:dynamic"; every fourth also in second order, and every fourth with a
-Loop or Scan also reversed with checkpoint=2 against the default), 5..8 a
+"gen:dynamic"; every fourth also in second order, every eighth also in
+third order, and every fourth with a Loop or Scan also reversed with
+checkpoint=2 against the default), 5..8 a
 mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt. From base
 seed 144 on, generated models also hold sequence idioms (SEQUENCE_SEEDS),
 from 147 on lists read back inside their Loops too (WINDOW_SEEDS), from 188
@@ -60,7 +61,8 @@ Outcomes:
               lacks, an index out of range at run time...); not compared
   wrong       derivative disagrees with finite differences          (bug)
               (every fourth generated case also checks its reverse model
-              as a model: second derivatives, "second order" in the detail)
+              as a model: second derivatives, "second order" in the detail;
+              every eighth the Hessian-vector model too, "third order")
   bad-export  a derivative model fails onnx.checker or ORT           (bug)
   crash       the child died, or a non-OnnxAdError escaped           (bug)
   hang        no answer within --timeout                            (bug)
@@ -270,7 +272,9 @@ def _run_generated(model, feeds, folder, i) -> dict:
     except Exception as e:  # noqa: BLE001
         out = _judged(e, model, feeds, i)
     if out["outcome"] == "ok" and i % 4 == 1:
-        out = _second_order(model, feeds, i) or out
+        out = _higher_order(model, feeds, i, 2) or out
+    if out["outcome"] == "ok" and i % 8 == 5:
+        out = _higher_order(model, feeds, i, 3) or out
     if out["outcome"] == "ok" and i % 4 == 2:
         out = _checkpointed(model, feeds, i) or out
     if _sha(path) != before:
@@ -293,30 +297,43 @@ def _judged(e: BaseException, model, feeds, i) -> dict:
     return {"outcome": outcome, "detail": detail}
 
 
-def _second_order(model, feeds, i) -> dict | None:
-    """Every fourth generated case: the reverse model, a function of the
-    inputs and the output seeds, checked like a model of its own, so
+def _higher_order(model, feeds, i, order: int) -> dict | None:
+    """Order 2, every fourth generated case: the reverse model, a function
+    of the inputs and the output seeds, checked like a model of its own, so
     forward(reverse(m)) meets finite differences of the gradient and
     reverse(reverse(m)) the dot test (closure of the rules under their own
-    output). None when it checks out or finite differences cannot judge."""
+    output). Order 3, every eighth (after order 2): forward(reverse(m)),
+    the Hessian-vector product, checked the same way. None when it checks
+    out or finite differences cannot judge."""
     import numpy as np
+    from onnx import helper
     from adcheck import check_derivatives, run
     from onnx_ad_mlir import api
-    adj = api.reverse(model, layout="onnx")  # (the first-order check built it already)
+    derived = api.reverse(model, layout="onnx")  # (the first-order check built it already)
+    if order == 3:
+        derived = api.forward(derived, layout="onnx")
     ys = run(model, feeds)
+    shapes = {**{k: v.shape for k, v in feeds.items()}, **{k: v.shape for k, v in ys.items()}}
+
+    def shape(name: str) -> tuple:  # a seed is its value's shape and one direction
+        for prefix in ("adj_", "fwd_"):
+            if name.startswith(prefix) and name not in shapes:
+                return shape(name[len(prefix):]) + (1,)
+        return shapes[name]
     rng = np.random.default_rng(i)
-    wanted = {vi.name for vi in adj.graph.input}
     feeds2 = dict(feeds)
-    for o in model.graph.output:
-        if f"adj_{o.name}" in wanted:
-            y = ys[o.name]
-            feeds2[f"adj_{o.name}"] = rng.standard_normal(y.shape + (1,)).astype(y.dtype)
+    for vi in derived.graph.input:
+        if vi.name not in feeds2:
+            dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+            feeds2[vi.name] = rng.standard_normal(shape(vi.name)).astype(dtype)
     try:
-        check_derivatives(adj, feeds2, seed=i)
+        check_derivatives(derived, feeds2, seed=i)
     except Exception as e:  # noqa: BLE001
-        out = _judged(e, adj, feeds2, i)
+        out = _judged(e, derived, feeds2, i)
         if not out["outcome"].startswith("ok"):
-            out["detail"] = "second order (the reverse model differentiated): " + out["detail"]
+            what = "second order (the reverse model" if order == 2 else \
+                "third order (the forward model of the reverse model"
+            out["detail"] = f"{what} differentiated): " + out["detail"]
             return out
     return None
 

@@ -275,6 +275,32 @@ def test_max_pool_before_opset16(name, shape, attrs):
     check_derivatives(m, feeds)
 
 
+@pytest.mark.parametrize("opset", [11, 13, 15])
+@pytest.mark.parametrize("name,shape,attrs", MAXPOOL[1:3], ids=[c[0] for c in MAXPOOL[1:3]])
+def test_max_pool_before_opset16_run_time_extents(name, shape, attrs, opset):
+    """The window masks with the spatial extents named (a ResNet stem
+    exported with dynamic H and W at opset 13): the window Slices end at
+    run-time extents (was refused); at two input sizes, with a Hessian."""
+    attrs = dict(attrs)
+    attrs.pop("ceil_mode", None)  # (auto_pad and ceil_mode need static extents)
+    m, feeds = case("MaxPool", shape, opset=opset, **attrs)
+    for i, d in enumerate(m.graph.input[0].type.tensor_type.shape.dim):
+        d.dim_param = "nchw"[i]
+    m.graph.output[0].type.tensor_type.ClearField("shape")
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)
+    bigger = np.random.default_rng(2).permutation(3 * 7 * 8).reshape(1, 3, 7, 8) * 0.1
+    check_derivatives(m, {"x": bigger.astype(np.float32)})
+
+
+def test_max_pool_before_opset11_run_time_extents_refused():
+    m, _ = case("MaxPool", (1, 1, 5, 5), opset=10, kernel_shape=[3, 3], strides=[2, 2])
+    for i, d in enumerate(m.graph.input[0].type.tensor_type.shape.dim):
+        d.dim_param = "nchw"[i]
+    with pytest.raises(UnsupportedOp, match="MaxPool before opset 11 needs static output"):
+        reverse(m)
+
+
 def test_closure_second_order():
     builders = [
         lambda: case("MaxPool", (1, 2, 4, 4), kernel_shape=[2, 2])[0],

@@ -378,13 +378,16 @@ def _t_average_pool(b: Builder, op, cts, linear):
     return [_upsample(b, scaled, kernel, [dims(cts[0])[0]] + dims(x)[1:])]
 
 
-def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list[int],
-             fill: float | None) -> ir.Value:
+def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list,
+             fill: float | None, y: ir.Value) -> ir.Value:
     """Windows of v (spatial axes from `first`) stacked on a new axis first-1+... :
-    [.., C, K, *O] by strided Slices of v padded with `fill` (0 when None)."""
+    [.., C, K, *O] by strided Slices of v padded with `fill` (0 when None);
+    O the pool output y's extents, read at run time where `outs` has None."""
     v, geom = _cropped(b, v, first, geom)
     vd = dims(v)
     n = len(outs)
+    # ends = start + (O - 1) * stride + 1: O * stride as one tensor when run-time
+    spans = None if None not in outs else b.mul(b.shape(y, 2), b.ints(geom["strides"]))
     k, s, d, p = geom["kernel_shape"], geom["strides"], geom["dilations"], geom["pads"]
     elem = element_type(v)
     if any(p):
@@ -395,11 +398,16 @@ def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list[int],
                            for i in range(n)]
         v = b.pad(v, pads, tensor_type(pd, elem), fill)
     parts = []
+    axes = list(range(first, first + n))
     for off in np.indices(k).reshape(n, -1).T:
         starts = [int(o) * di for o, di in zip(off, d)]
-        ends = [st + (o - 1) * si + 1 for st, o, si in zip(starts, outs, s)]
-        sl = b.slice(v, list(range(first, first + n)), starts, ends,
-                     tensor_type(vd[:first] + outs, elem), s)
+        part = tensor_type(vd[:first] + outs, elem)
+        if spans is None:
+            ends = [st + (o - 1) * si + 1 for st, o, si in zip(starts, outs, s)]
+            sl = b.slice(v, axes, starts, ends, part, s)
+        else:
+            ends = b.add(spans, b.ints([st - si + 1 for st, si in zip(starts, s)]))
+            sl = b.op("Slice", [v, b.ints(starts), ends, b.ints(axes), b.ints(s)], part)
         parts.append(b.unsqueeze(sl, [first]))
     return b.concat(parts, first) if len(parts) > 1 else parts[0]
 
@@ -408,14 +416,17 @@ def _max_pool_masks(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value) -> ir
     """MaxPool's tangent without Indices: per window, the tangent at the
     positions equal to the max (shared among ties); Slices and a ReduceSum."""
     yd = dims(y)
-    if yd is None or None in yd[2:]:
-        raise UnsupportedOp("MaxPool before opset 16 needs static output extents")
+    if yd is None or (None in yd[2:] and b.opset < 11):
+        # (Slice-10's transpose needs Range, from opset 11)
+        raise UnsupportedOp("MaxPool before opset 11 needs static output extents")
     geom = _pool_pads(op, x, y)
+    if min(geom["pads"]) < 0 and None in dims(x)[2:]:
+        raise UnsupportedOp("MaxPool with negative pads needs static extents")
     outs = yd[2:]
-    xs = _patches(b, x, 2, geom, outs, float("-inf"))      # [N, C, K, *O]
+    xs = _patches(b, x, 2, geom, outs, float("-inf"), y)   # [N, C, K, *O]
     hit = b.cast_like(_at_max(b, xs, b.unsqueeze(y, [2])), x)
     weight = b.div(hit, b.reduce("ReduceSum", hit, [2], True))
-    ts = _patches(b, t, 3, geom, outs, None)               # [k, N, C, K, *O]
+    ts = _patches(b, t, 3, geom, outs, None, y)            # [k, N, C, K, *O]
     return b.reduce("ReduceSum", b.mul(ts, weight), [3], False)
 
 

@@ -10,7 +10,8 @@ seed S*1_000_003 + i; i % 10 in 0..4 is a generated valid model (every
 fourth with all input and output extents made run-time ones,
 "gen:dynamic"; every fourth also in second order, every eighth also in
 third order, and every fourth with a Loop or Scan also reversed with
-checkpoint=2 against the default), 5..8 a
+checkpoint=2 against the default; each one's model in the default CasADi
+layout against the onnx layout's, two directions), 5..8 a
 mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt. From base
 seed 144 on, generated models also hold sequence idioms (SEQUENCE_SEEDS),
 from 147 on lists read back inside their Loops too (WINDOW_SEEDS), from 188
@@ -264,10 +265,11 @@ def _run_generated(model, feeds, folder, i) -> dict:
     try:
         # one mode from the file (path import) in the default (CasADi) layout,
         # checked as ONNX; then both against finite differences (onnx layout)
-        onnx.checker.check_model((api.reverse if i % 2 else api.forward)(path),
-                                 full_check=True)
+        casadi = (api.reverse if i % 2 else api.forward)(path)
+        onnx.checker.check_model(casadi, full_check=True)
         _ort_primal(model, feeds)
         errs = check_derivatives(model, feeds, seed=i)
+        _casadi_agrees(casadi, model, feeds, i)
         out = {"outcome": "ok", "detail": json.dumps(errs)}
     except Exception as e:  # noqa: BLE001
         out = _judged(e, model, feeds, i)
@@ -280,6 +282,56 @@ def _run_generated(model, feeds, folder, i) -> dict:
     if _sha(path) != before:
         out = {"outcome": "io", "detail": "input file changed"}
     return out
+
+
+def _to_casadi(v, shape: tuple):
+    """An onnx-layout seed or derivative (shape + [k]) in CasADi's matrix
+    view: [n, k] for rank <= 1, [r, k*c] (seed j in columns j*c...) for
+    rank 2, [numel, k] (row-major) above."""
+    k = v.shape[-1]
+    if len(shape) <= 1:
+        return v.reshape(shape[0] if shape else 1, k)
+    if len(shape) == 2:
+        return v.transpose(0, 2, 1).reshape(shape[0], k * shape[1])
+    return v.reshape(-1, k)
+
+
+def _casadi_agrees(casadi, model, feeds, i) -> None:
+    """The default (CasADi) layout's model gives the onnx layout's results,
+    which the finite differences just checked, on two directions at once
+    (so the interleaving of k and the columns counts). Raises AssertionError
+    (a "wrong" outcome) when not."""
+    import numpy as np
+    from adcheck import run
+    from onnx_ad_mlir import api
+    mode = api.reverse if i % 2 else api.forward
+    plain = mode(model, layout="onnx")
+    values = {**{k: v.shape for k, v in feeds.items()},
+              **{k: np.asarray(v).shape for k, v in run(model, feeds).items()}}
+    rng = np.random.default_rng(i)
+    onnx_feeds, casadi_feeds = dict(feeds), dict(feeds)
+    for vi in plain.graph.input:
+        if vi.name in feeds:
+            continue
+        primal = vi.name.split("_", 1)[1]
+        seed = rng.standard_normal(values[primal] + (2,)).astype(_dtype(vi))
+        onnx_feeds[vi.name] = seed
+        casadi_feeds[vi.name] = _to_casadi(seed, values[primal])
+    want = run(plain, onnx_feeds)
+    got = run(casadi, casadi_feeds)
+    for name, v in want.items():
+        if name in values:  # a primal output
+            continue
+        primal = name.split("_", 1)[1]
+        expected = _to_casadi(v, values[primal])
+        scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+        np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5 * scale,
+                                   err_msg=f"CasADi layout of {name} against the onnx layout")
+
+
+def _dtype(vi):
+    from onnx import helper
+    return helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
 
 
 def _judged(e: BaseException, model, feeds, i) -> dict:

@@ -11,7 +11,8 @@ fourth with all input and output extents made run-time ones,
 "gen:dynamic"; every fourth also in second order, every eighth also in
 third order, and every fourth with a Loop or Scan also reversed with
 checkpoint=2 against the default; each one's model in the default CasADi
-layout against the onnx layout's, two directions), 5..8 a
+layout against the onnx layout's, two directions, every fourth one's built
+for exactly two directions too), 5..8 a
 mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt. From base
 seed 144 on, generated models also hold sequence idioms (SEQUENCE_SEEDS),
 from 147 on lists read back inside their Loops too (WINDOW_SEEDS), from 188
@@ -299,8 +300,9 @@ def _to_casadi(v, shape: tuple):
 def _casadi_agrees(casadi, model, feeds, i) -> None:
     """The default (CasADi) layout's model gives the onnx layout's results,
     which the finite differences just checked, on two directions at once
-    (so the interleaving of k and the columns counts). Raises AssertionError
-    (a "wrong" outcome) when not."""
+    (so the interleaving of k and the columns counts); every fourth case
+    also the model built for exactly two directions (`directions=2`, static
+    seed extents). Raises AssertionError (a "wrong" outcome) when not."""
     import numpy as np
     from adcheck import run
     from onnx_ad_mlir import api
@@ -319,6 +321,7 @@ def _casadi_agrees(casadi, model, feeds, i) -> None:
         casadi_feeds[vi.name] = _to_casadi(seed, values[primal])
     want = run(plain, onnx_feeds)
     got = run(casadi, casadi_feeds)
+    static = run(mode(model, layout="onnx", directions=2), onnx_feeds) if i % 8 in (0, 3) else {}
     for name, v in want.items():
         if name in values:  # a primal output
             continue
@@ -327,6 +330,9 @@ def _casadi_agrees(casadi, model, feeds, i) -> None:
         scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
         np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5 * scale,
                                    err_msg=f"CasADi layout of {name} against the onnx layout")
+        if static:
+            np.testing.assert_allclose(static[name], v, rtol=1e-4, atol=1e-5 * scale,
+                                       err_msg=f"{name} with directions=2 against any k")
 
 
 def _dtype(vi):

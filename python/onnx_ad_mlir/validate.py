@@ -171,6 +171,8 @@ def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> Non
     axes = None
     if "axes" in attrs and attrs["axes"].type == onnx.AttributeProto.INTS:
         axes = list(attrs["axes"].ints)
+    elif node.op_type == "MeanVarianceNormalization" and "axes" not in attrs:
+        axes = [0, 2, 3]  # its default: an NCHW input's
     elif node.op_type not in _AXES_ATTRIBUTE_OPS:  # (their operand 1 is not axes)
         pos = 3 if node.op_type == "Slice" else 1
         if len(node.input) > pos and node.input[pos] in consts:

@@ -202,6 +202,11 @@ INVALID = {
     # a SequenceConstruct of an undefined name, read only at a defined
     # position: the lowering dropped it with the name (fuzz seed 161 case 1386)
     "bad_sequence_construct_undefined_input.onnx": "input 'dangling_sin4' is not defined",
+    # MeanVarianceNormalization's default axes [0, 2, 3] (its axes dropped)
+    # on a rank-3 input: the rule indexed axis 3 (IndexError; seed 202 case 277)
+    "bad_mvn_default_axes_rank3.onnx": "node 'n_MeanVarianceNormalization7' "
+                                       "(MeanVarianceNormalization): axes [0, 2, 3] are out "
+                                       "of range or repeated for its rank-3 input",
     # an Attention's value input mutated to rank 2 (seed 130 case 875)
     "bad_attention_value_rank.onnx": "node 'n_Attention17' (Attention): strict ONNX shape "
                                      "inference rejects the model: Inputs 2 (value) shall be 3 "

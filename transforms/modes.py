@@ -93,7 +93,8 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     seeds = sig.append_arguments(f, [sig.boundary_type(x, layout, directions)
                                      for x in primal_x], [
         (prefix + in_names[i], sig.boundary_dim_params(
-            block.arguments[i], sig.dim_params(f, "arg_attrs", i), dim)[layout]) for i in xs])
+            block.arguments[i], sig.dim_params(f, "arg_attrs", i), dim,
+            prefix + in_names[i])[layout]) for i in xs])
     state = Tangents(opset)
     b = Builder(opset, f.location)
     with ir.InsertionPoint.at_block_begin(block):
@@ -118,7 +119,8 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
                                         lambda: sig.pack(b, t, y, layout)))
     sig.append_results(f, results, [
         (prefix + out_names[i], sig.boundary_dim_params(
-            ret.operands[i], sig.dim_params(f, "res_attrs", i), dim)[layout]) for i in ys])
+            ret.operands[i], sig.dim_params(f, "res_attrs", i), dim,
+            prefix + out_names[i])[layout]) for i in ys])
     simplify(f, opset, seeds)
     expand_zero_extents(f, opset)  # ONNX Runtime's Expand elimination bug (legalize.py)
     if _has_regions(f):
@@ -174,9 +176,10 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     seeds = sig.append_arguments(f, [sig.boundary_type(y, layout, directions)
                                      for y in primal_y], [
         (prefix + out_names[i], sig.boundary_dim_params(
-            y, sig.dim_params(f, "res_attrs", i), dim)[layout]) for i, y in zip(ys, primal_y)])
+            y, sig.dim_params(f, "res_attrs", i), dim, prefix + out_names[i])[layout])
+        for i, y in zip(ys, primal_y)])
     x_params = [sig.boundary_dim_params(block.arguments[i], sig.dim_params(f, "arg_attrs", i),
-                                        dim)[layout] for i in xs]
+                                        dim, prefix + in_names[i])[layout] for i in xs]
     _, ret = _entry(f)
     with ir.InsertionPoint(ret):
         unpacked = [_at_boundary(f"the seed of output '{out_names[i]}'",

@@ -102,11 +102,15 @@ def dim_params(f: func.FuncOp, key: str, index: int) -> list[str]:
     return [ir.StringAttr(p).value for p in attrs[index][DIM_PARAMS]]
 
 
-def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str) -> dict[str, list[str]]:
-    """Names for the `?` dims of a seed or derivative, per layout: the primal's
-    own names, and `seed_dim` (nfwd, nadj...) for the seed count. In CasADi's
-    packed matrix the columns are seed_dim * c: named `<seed_dim>_<c>` as
-    CasADi's derivative wrapper expects."""
+def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str,
+                        name: str) -> dict[str, list[str]]:
+    """Names for the `?` dims of a seed or derivative `name`, per layout: the
+    primal's own names, and `seed_dim` (nfwd, nadj...) for the seed count. In
+    CasADi's packed matrix the columns are seed_dim * c: named `<seed_dim>_<c>`
+    as CasADi's derivative wrapper expects; the rows of [numel, k] the
+    product of the primal's names. An extent without a name gets one of this
+    value's own: ONNX Runtime takes equal names for equal extents (and reuses
+    buffers on it), so two values' different extents must not share one."""
     d = dims(primal)
     params = params + [""] * (len(d) - len(params))
     # an unnamed extent that is provably an input's named one gets its name:
@@ -121,9 +125,12 @@ def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str) -> d
     elif len(d) == 2:
         cols = d[1]
         casadi = [named[0], seed_dim if cols == 1 else
-                  f"{seed_dim}_{named[1] or 'cols'}" if cols is None else f"{seed_dim}_x{cols}"]
+                  f"{seed_dim}_{named[1] or name + '_cols'}" if cols is None else
+                  f"{seed_dim}_x{cols}"]
+    elif None not in d or 0 in d:  # a static count of rows
+        casadi = ["", seed_dim]
     else:
-        casadi = ["" if None not in d else "rows", seed_dim]
+        casadi = ["*".join(named) if all(named) else f"{name}_numel", seed_dim]
     return {"onnx": onnx_layout, "casadi": casadi}
 
 
@@ -138,7 +145,7 @@ def boundary_type(primal: ir.Value, layout: str, k: int | None = None) -> ir.Typ
         return tensor_type([d[0] if d else 1, k], elem)
     if len(d) == 2:
         return tensor_type([d[0], None if k is None or d[1] is None else k * d[1]], elem)
-    numel = None if None in d else math.prod(d)
+    numel = 0 if 0 in d else None if None in d else math.prod(d)
     return tensor_type([numel, k], elem)
 
 
@@ -159,6 +166,8 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Valu
         return None
     if layout == "onnx":
         return b.transpose(seed, [r] + list(range(r)))
+    if _static_empty(b, d):
+        return zeros(b, primal, seed_count(b, seed, primal, layout), "the empty seed")
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
         if d[0] in (None, 0):  # r may be 0 (-1 is then refused): k = (k*c) / c
             # (c known only at run time may be 0 too: then k*c is 0 and k reads 0)
@@ -178,6 +187,15 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Valu
     return b.reshape(flat, b.ints([-1] + d), [None] + d)
 
 
+def _static_empty(b: Builder, d: list) -> bool:
+    """A value with no elements, known statically, before opset 14: its
+    CasADi layout is built as zeros, not reshaped. Reshape-13 has no
+    allowzero (a 0 in a target copies), and ONNX Runtime's Reshape fusion
+    turns the targets' Shape reads into -1, which it refuses beside a 0 when
+    it loads the model."""
+    return b.opset < 14 and None not in d and 0 in d
+
+
 def _at_least_one(b: Builder, n: ir.Value) -> ir.Value:
     """max(n, 1) of a 1-D i64 extent (Max takes integers from opset 12)."""
     one = b.ints([1])
@@ -195,6 +213,12 @@ def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
                         [d[0], 0])
     if layout == "onnx":
         return b.transpose(t, list(range(1, r + 1)) + [0])
+    if _static_empty(b, d):  # [r, k*c] or [0, k] zeros
+        k = b.shape(t, 0, 1)
+        shape = [d[0], None] if r == 2 else [0, None]
+        target = b.concat([b.ints([d[0]]), b.mul(k, b.ints([d[1]]))], 0) if r == 2 else \
+            b.concat([b.ints([0]), k], 0)
+        return b.expand(b.scalar(0.0, primal), target, shape)
     if r == 2:  # [k, r, c] -> [r, k, c] -> [r, k*c]
         moved = b.transpose(t, [1, 0, 2])
         if d[0] in (None, 0):  # r may be 0 (-1 is then refused)

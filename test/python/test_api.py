@@ -257,6 +257,57 @@ def test_casadi_layout_with_static_empty_values():
         forward(empty)
 
 
+@pytest.mark.parametrize("shape", [[0], [0, 2], [0, 2, 3], [2, 0, 3], [2, 3, 0]])
+def test_casadi_layout_of_static_empty_values_before_opset14(shape):
+    """Before opset 14 (no allowzero) the CasADi layouts of a value without
+    elements were reshaped with Shape reads that ONNX Runtime's Reshape
+    fusion turns into a -1 it refuses beside a 0 (the model did not load;
+    fuzz seed 203 case 1301), or refused ([2, 0, 3]). They are zeros now:
+    both modes load and run with ONNX Runtime's optimizations, k = 2, the
+    empty derivative beside a non-empty one."""
+    vi = h.make_tensor_value_info
+    m = h.make_model(h.make_graph(
+        [h.make_node("Tanh", ["x"], ["y"]), h.make_node("Sin", ["z"], ["w"])], "g",
+        [vi("x", TP.DOUBLE, shape), vi("z", TP.DOUBLE, [3])],
+        [vi("y", TP.DOUBLE, shape), vi("w", TP.DOUBLE, [3])]), opset_imports=[h.make_opsetid("", 13)])
+    rows = 0 if len(shape) != 2 else shape[0]
+    empty = np.zeros((rows, 2 * shape[1]) if len(shape) == 2 else (0, 2))
+    z = np.array([0.1, 0.2, 0.3])
+    v = np.arange(6.0).reshape(3, 2)
+    got = run(forward(m), {"x": np.zeros(shape), "z": z, "fwd_x": empty, "fwd_z": v})
+    assert got["fwd_y"].shape == empty.shape
+    np.testing.assert_allclose(got["fwd_w"], np.cos(z)[:, None] * v)
+    got = run(reverse(m), {"x": np.zeros(shape), "z": z, "adj_y": empty, "adj_w": v})
+    assert got["adj_x"].shape == empty.shape
+    np.testing.assert_allclose(got["adj_z"], np.cos(z)[:, None] * v)
+
+
+def test_casadi_rows_of_run_time_extents_are_named_per_value():
+    """The [numel, k] rows of two values with run-time extents were both
+    named "rows": ONNX Runtime takes equal names for equal extents and
+    reused one's buffer for the other (a failure running the reverse model;
+    fuzz seed 203 cases 611 and 1163). Rows are the product of the value's
+    extent names, or a name of its own."""
+    vi = h.make_tensor_value_info
+    m = h.make_model(h.make_graph(
+        [h.make_node("Tanh", ["x"], ["y"]), h.make_node("ReduceSum", ["x"], ["s"], axes=[2]),
+         h.make_node("Exp", ["s"], ["e"])], "g",
+        [vi("x", TP.DOUBLE, ["a", "b", "c"])],
+        [vi("y", TP.DOUBLE, ["a", "b", "c"]), vi("e", TP.DOUBLE, None)]),
+        opset_imports=[h.make_opsetid("", 12)])
+    adj = reverse(m)
+    rows = {v.name: v.type.tensor_type.shape.dim[0].dim_param for v in adj.graph.input
+            if v.name.startswith("adj_")}
+    assert rows["adj_y"] == "a*b*c" and rows["adj_e"] == "adj_e_numel", rows
+    x = np.random.default_rng(3).standard_normal((2, 3, 4))
+    u = np.random.default_rng(4).standard_normal((24, 2))
+    w = np.random.default_rng(5).standard_normal((6, 2))
+    got = run(adj, {"x": x, "adj_y": u, "adj_e": w})["adj_x"]
+    want = (1 - np.tanh(x) ** 2)[..., None] * u.reshape(2, 3, 4, 2) + \
+        (np.exp(x.sum(2)).reshape(2, 3, 1, 1) * w.reshape(2, 3, 1, 2))
+    np.testing.assert_allclose(got, want.reshape(24, 2), rtol=1e-12)
+
+
 def test_family_with_an_empty_input(tmp_path):
     """The adjoint of a model with an empty input has an empty [0, nadj]
     result; its forward derivative (the family's second order) packed that

@@ -108,9 +108,10 @@ def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str,
     primal's own names, and `seed_dim` (nfwd, nadj...) for the seed count. In
     CasADi's packed matrix the columns are seed_dim * c: named `<seed_dim>_<c>`
     as CasADi's derivative wrapper expects; the rows of [numel, k] the
-    product of the primal's names. An extent without a name gets one of this
-    value's own: ONNX Runtime takes equal names for equal extents (and reuses
-    buffers on it), so two values' different extents must not share one."""
+    product of the primal's extents ("b*3*4"). An extent without a name
+    gets one of this value's own: ONNX Runtime takes equal names for equal
+    extents (and reuses buffers on it), so two values' different extents
+    must not share one."""
     d = dims(primal)
     params = params + [""] * (len(d) - len(params))
     # an unnamed extent that is provably an input's named one gets its name:
@@ -130,7 +131,8 @@ def boundary_dim_params(primal: ir.Value, params: list[str], seed_dim: str,
     elif None not in d or 0 in d:  # a static count of rows
         casadi = ["", seed_dim]
     else:
-        casadi = ["*".join(named) if all(named) else f"{name}_numel", seed_dim]
+        factors = [str(e) if e is not None else p for e, p in zip(d, named)]
+        casadi = ["*".join(factors) if all(factors) else f"{name}_numel", seed_dim]
     return {"onnx": onnx_layout, "casadi": casadi}
 
 

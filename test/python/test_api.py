@@ -287,7 +287,7 @@ def test_casadi_rows_of_run_time_extents_are_named_per_value():
     named "rows": ONNX Runtime takes equal names for equal extents and
     reused one's buffer for the other (a failure running the reverse model;
     fuzz seed 203 cases 611 and 1163). Rows are the product of the value's
-    extent names, or a name of its own."""
+    extents (their names where run-time), or a name of its own."""
     vi = h.make_tensor_value_info
     m = h.make_model(h.make_graph(
         [h.make_node("Tanh", ["x"], ["y"]), h.make_node("ReduceSum", ["x"], ["s"], axes=[2]),
@@ -298,7 +298,7 @@ def test_casadi_rows_of_run_time_extents_are_named_per_value():
     adj = reverse(m)
     rows = {v.name: v.type.tensor_type.shape.dim[0].dim_param for v in adj.graph.input
             if v.name.startswith("adj_")}
-    assert rows["adj_y"] == "a*b*c" and rows["adj_e"] == "adj_e_numel", rows
+    assert rows == {"adj_y": "a*b*c", "adj_e": "a*b*1"}, rows
     x = np.random.default_rng(3).standard_normal((2, 3, 4))
     u = np.random.default_rng(4).standard_normal((24, 2))
     w = np.random.default_rng(5).standard_normal((6, 2))

@@ -9,7 +9,8 @@ runs in CI: test/python/test_fuzz_sample.py). Case i with base seed S uses
 seed S*1_000_003 + i; i % 10 in 0..4 is a generated valid model (every
 fourth with all input and output extents made run-time ones,
 "gen:dynamic"; every fourth also in second order, every eighth also in
-third order, and every fourth with a Loop or Scan also reversed with
+third order, every fourth for a random part of its inputs and outputs
+against the whole, and every fourth with a Loop or Scan also reversed with
 checkpoint=2 against the default; each one's model in the default CasADi
 layout against the onnx layout's, two directions, every fourth one's built
 for exactly two directions too), 5..8 a
@@ -287,6 +288,8 @@ def _run_generated(model, feeds, folder, i) -> dict:
         out = _higher_order(model, feeds, i, 3) or out
     if out["outcome"] == "ok" and i % 4 == 2:
         out = _checkpointed(model, feeds, i) or out
+    if out["outcome"] == "ok" and i % 4 == 0:
+        out = _subset_judged(model, feeds, i) or out
     if _sha(path) != before:
         out = {"outcome": "io", "detail": "input file changed"}
     return out
@@ -327,6 +330,50 @@ def _casadi_judged(casadi, model, feeds, i) -> dict | None:
         pass
     outcome = "wrong" if isinstance(error, AssertionError) else "bad-export"
     return {"outcome": outcome, "detail": "CasADi layout: " + _short(error)}
+
+
+def _subset_judged(model, feeds, i) -> dict | None:
+    """Every fourth generated case: the derivative model for a random part
+    of the float inputs and outputs (`inputs=`, `outputs=`) gives the whole
+    model's results there, the other seeds zero. None when it does or the
+    model has one float input and one output."""
+    import numpy as np
+    from adcheck import run
+    from onnx_ad_mlir import api
+    floats = [n for n, v in feeds.items() if np.issubdtype(v.dtype, np.floating)]
+    outs = [o.name for o in model.graph.output]
+    if len(floats) < 2 and len(outs) < 2:
+        return None
+    rng = np.random.default_rng(i)
+    xs = sorted(rng.choice(floats, size=max(1, len(floats) // 2), replace=False).tolist())
+    ys = sorted(rng.choice(outs, size=max(1, len(outs) // 2), replace=False).tolist())
+    mode, prefix = (api.reverse, "adj_") if i % 8 == 4 else (api.forward, "fwd_")
+    try:
+        part = mode(model, inputs=xs, outputs=ys, layout="onnx")
+        whole = mode(model, layout="onnx")
+        values = {**feeds, **run(model, feeds)}
+        seeded = ys if mode is api.reverse else xs
+        every = [o.name for o in model.graph.output] if mode is api.reverse else floats
+        seeds = {f"{prefix}{n}": rng.standard_normal(np.shape(values[n]) + (1,)).astype(
+            np.asarray(values[n]).dtype) for n in seeded}
+        zeros = {f"{prefix}{n}": np.zeros(np.shape(values[n]) + (1,), np.asarray(values[n]).dtype)
+                 for n in every if n not in seeded}
+        whole_feeds = {**feeds, **seeds, **zeros}
+        want = run(whole, {k: v for k, v in whole_feeds.items()
+                           if k in {x.name for x in whole.graph.input}})
+        got = run(part, {**feeds, **seeds})
+        for name in (f"{prefix}{n}" for n in (xs if mode is api.reverse else ys)):
+            scale = max(1.0, float(np.abs(want[name]).max(initial=0.0)))
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6 * scale,
+                                       err_msg=f"{name} for inputs {xs}, outputs {ys}")
+    except Exception as e:  # noqa: BLE001
+        from onnx_ad_mlir.errors import OnnxAdError
+        if isinstance(e, OnnxAdError):  # a part the whole model's derivative did not refuse
+            return {"outcome": "rule-error", "detail": f"inputs {xs}, outputs {ys}: "
+                    + _short(e)}
+        outcome = "wrong" if isinstance(e, AssertionError) else "bad-export"
+        return {"outcome": outcome, "detail": f"inputs {xs}, outputs {ys}: " + _short(e)}
+    return None
 
 
 def _short(e: BaseException) -> str:

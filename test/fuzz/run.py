@@ -91,6 +91,7 @@ import sys
 import tempfile
 import time
 import traceback
+from typing import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -265,7 +266,7 @@ def _dynamized(model):
 
 def _run_generated(model, feeds, folder, i) -> dict:
     import onnx
-    from adcheck import check_derivatives
+    from adcheck import check_derivatives, run
     from onnx_ad_mlir import api
     path = os.path.join(folder, "in.onnx")
     onnx.save(model, path)
@@ -281,9 +282,11 @@ def _run_generated(model, feeds, folder, i) -> dict:
     except Exception as e:  # noqa: BLE001
         out = _judged(e, model, feeds, i)
     if out["outcome"] == "ok":
-        out = _casadi_judged(casadi, model, feeds, i) or out
+        out = _casadi_judged(lambda: _casadi_agrees(casadi, model, feeds, i), model, feeds,
+                             _float_values(feeds.values()) if i % 2 == 0 else
+                             _float_values(run(model, feeds).values())) or out
     if out["outcome"] == "ok" and i % 4 == 1:
-        out = _higher_order(model, feeds, i, 2) or out
+        out = _higher_order(model, feeds, i, 2) or _casadi_second_order(model, feeds, i) or out
     if out["outcome"] == "ok" and i % 8 == 5:
         out = _higher_order(model, feeds, i, 3) or out
     if out["outcome"] == "ok" and i % 4 == 2:
@@ -295,20 +298,20 @@ def _run_generated(model, feeds, folder, i) -> dict:
     return out
 
 
-def _casadi_judged(casadi, model, feeds, i) -> dict | None:
-    """_casadi_agrees's outcome: None when the layouts agree; else a known
-    limitation, ONNX Runtime's optimizers (the same model agrees with them
-    off), or a bug ("wrong" for other numbers, "bad-export" for a failure)."""
+def _casadi_judged(check: Callable[[], None], model, feeds, seeded: list) -> dict | None:
+    """The outcome of `check` (a CasADi layout's model against the onnx
+    layout's): None when they agree; else a known limitation, ONNX Runtime's
+    optimizers (it agrees with them off), or a bug ("wrong" for other
+    numbers, "bad-export" for a failure). `seeded`: the values whose seeds
+    carry the direction count (a mode's inputs or outputs)."""
     import numpy as np
     from adcheck import run
     try:
-        _casadi_agrees(casadi, model, feeds, i)
+        check()
         return None
     except Exception as e:  # noqa: BLE001
         error = e
     values = list(feeds.values()) + list(run(model, feeds).values())
-    seeded = [v for v in (feeds.values() if i % 2 == 0 else run(model, feeds).values())
-              if np.issubdtype(np.asarray(v).dtype, np.floating)]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if seeded and all(np.ndim(v) == 2 and np.shape(v)[1] == 0 for v in seeded):
         return {"outcome": "ok-casadi-k-lost", "detail": "every seed is a CasADi [r, k*c] "
@@ -321,7 +324,7 @@ def _casadi_judged(casadi, model, feeds, i) -> dict | None:
         import adcheck
         saved, adcheck.session = adcheck.session, _sessions_at("ORT_DISABLE_ALL")
         try:
-            _casadi_agrees(casadi, model, feeds, i)
+            check()
         finally:
             adcheck.session = saved
         return {"outcome": "ok-ort-bug", "detail": "ONNX Runtime's graph optimizations break "
@@ -330,6 +333,69 @@ def _casadi_judged(casadi, model, feeds, i) -> dict | None:
         pass
     outcome = "wrong" if isinstance(error, AssertionError) else "bad-export"
     return {"outcome": outcome, "detail": "CasADi layout: " + _short(error)}
+
+
+def _float_values(values) -> list:
+    import numpy as np
+    return [v for v in values if np.issubdtype(np.asarray(v).dtype, np.floating)]
+
+
+def _casadi_second_order(model, feeds, i) -> dict | None:
+    """Every fourth generated case (with its second-order check): CasADi's
+    Hessian model, forward(reverse(m)) in the default layout as `family`
+    writes it, against the onnx layout's on two directions of each kind:
+    the seeds of seeds are CasADi's matrix view of the adjoint's matrix
+    view."""
+    import numpy as np
+    from adcheck import run
+    from onnx_ad_mlir import api
+    ys = run(model, feeds)
+    shapes = {**{k: v.shape for k, v in feeds.items()}, **{k: np.shape(v) for k, v in ys.items()}}
+
+    def check() -> None:
+        casadi = api.forward(api.reverse(model))
+        plain = api.forward(api.reverse(model, layout="onnx"), layout="onnx")
+        rng = np.random.default_rng(i)
+        onnx_feeds, casadi_feeds = dict(feeds), dict(feeds)
+        for vi in plain.graph.input:
+            if vi.name in feeds:
+                continue
+            levels, base = _levels(vi.name)
+            seed = rng.standard_normal(shapes[base] + (2,) * levels).astype(_dtype(vi))
+            onnx_feeds[vi.name] = seed
+            casadi_feeds[vi.name] = _nested_casadi(seed, shapes[base], levels)
+        want, got = run(plain, onnx_feeds), run(casadi, casadi_feeds)
+        for name, v in want.items():
+            levels, base = _levels(name)
+            if not levels:
+                continue
+            expected = _nested_casadi(v, shapes[base], levels)
+            scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+            np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5 * scale,
+                                       err_msg=f"CasADi layout of {name} against the onnx layout")
+    out = _casadi_judged(check, model, feeds, _float_values(ys.values()))
+    if out is not None:
+        out["detail"] = "second order: " + out["detail"]
+    return out
+
+
+def _levels(name: str) -> tuple[int, str]:
+    """How many derivative prefixes a boundary name has, and its primal's name."""
+    levels = 0
+    while name.startswith(("fwd_", "adj_")):
+        name, levels = name[4:], levels + 1
+    return levels, name
+
+
+def _nested_casadi(v, shape: tuple, levels: int):
+    """An onnx-layout derivative of `levels` orders (shape + [k1, k2, ...])
+    in CasADi's matrix view of the matrix view."""
+    import numpy as np
+    if levels == 1:
+        return _to_casadi(v, shape)
+    inner = np.stack([_nested_casadi(v[..., j], shape, levels - 1) for j in range(v.shape[-1])],
+                     -1)
+    return _to_casadi(inner, inner.shape[:-1])
 
 
 def _subset_judged(model, feeds, i) -> dict | None:

@@ -11,7 +11,8 @@ fourth with all input and output extents made run-time ones,
 "gen:dynamic"; every fourth also in second order, every eighth also in
 third order, every fourth for a random part of its inputs and outputs
 against the whole, and every fourth with a Loop or Scan also reversed with
-checkpoint=2 against the default; each one's model in the default CasADi
+checkpoint=2 against the default and (with an If too) unrolled against the
+original; each one's model in the default CasADi
 layout against the onnx layout's, two directions, every fourth one's built
 for exactly two directions too), 5..8 a
 mutated model (mutate.py), 9 garbage MLIR text for onnx-ad-opt. From base
@@ -290,7 +291,7 @@ def _run_generated(model, feeds, folder, i) -> dict:
     if out["outcome"] == "ok" and i % 8 == 5:
         out = _higher_order(model, feeds, i, 3) or out
     if out["outcome"] == "ok" and i % 4 == 2:
-        out = _checkpointed(model, feeds, i) or out
+        out = _checkpointed(model, feeds, i) or _unrolled(model, feeds, i) or out
     if out["outcome"] == "ok" and i % 4 == 0:
         out = _subset_judged(model, feeds, i) or out
     if _sha(path) != before:
@@ -585,6 +586,39 @@ def _checkpointed(model, feeds, i) -> dict | None:
     except Exception as e:  # noqa: BLE001 - (no re-judging: the reference is our default)
         outcome, detail = _classify_exception(e)
         return {"outcome": outcome, "detail": "checkpoint=2: " + detail}
+    return None
+
+
+def _unrolled(model, feeds, i) -> dict | None:
+    """Every fourth generated case with a Loop, Scan or If: `unroll` (loops
+    of constant trip count flattened, constant Ifs inlined) gives the same
+    outputs in ONNX Runtime, and its forward derivative the original's (a
+    second, loop-free derivation of the same function). None when it does,
+    or when there is nothing to unroll."""
+    import numpy as np
+    import onnx
+    from adcheck import run
+    from onnx_ad_mlir import api
+    if not any(n.op_type in ("Loop", "Scan", "If") for n in model.graph.node):
+        return None
+    rng = np.random.default_rng(i)
+    seeds = {f"fwd_{k}": rng.standard_normal(v.shape + (1,)).astype(v.dtype)
+             for k, v in feeds.items() if np.issubdtype(v.dtype, np.floating)}
+    try:
+        flat = api.unroll(model)
+        onnx.checker.check_model(flat, full_check=True)
+        for name, want in run(model, feeds).items():
+            np.testing.assert_allclose(run(flat, feeds)[name], want, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"unroll: {name}")
+        plain = run(api.forward(model, layout="onnx"), {**feeds, **seeds})
+        got = run(api.forward(flat, layout="onnx"), {**feeds, **seeds})
+        for name, want in plain.items():
+            scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+            np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6 * scale,
+                                       err_msg=f"forward of unroll vs forward: {name}")
+    except Exception as e:  # noqa: BLE001 - (no re-judging: the reference is the original)
+        outcome, detail = _classify_exception(e)
+        return {"outcome": outcome, "detail": "unroll: " + detail}
     return None
 
 

@@ -98,18 +98,20 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     state = Tangents(opset)
     b = Builder(opset, f.location)
     with ir.InsertionPoint.at_block_begin(block):
+        carrier = _k_carrier(primal_x, layout, "input")
+        k = sig.direction_count(b, seeds, primal_x, layout) if layout == "casadi" else None
         for i, x, seed in zip(xs, primal_x, seeds):
             t = _at_boundary(f"the seed of input '{in_names[i]}'",
-                             lambda: sig.unpack(b, seed, x, layout))
+                             lambda: sig.unpack(b, seed, x, layout, k))
             if t is not None:  # (else empty: a zero tangent)
                 state.of[x] = t
-        carrier = _k_carrier(primal_x, layout, "input")
         state.k = b.shape(state.of[primal_x[carrier]], 0, 1)
     linearize(f, state, loops=regions)
     _, ret = _entry(f)
     results = []
     with ir.InsertionPoint(ret):
-        k = sig.seed_count(b, seeds[carrier], primal_x[carrier], layout)
+        if k is None:
+            k = sig.seed_count(b, seeds[carrier], primal_x[carrier], layout)
         for i in ys:
             y = ret.operands[i]
             t = state.get(y)
@@ -181,11 +183,12 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     x_params = [sig.boundary_dim_params(block.arguments[i], sig.dim_params(f, "arg_attrs", i),
                                         dim, prefix + in_names[i])[layout] for i in xs]
     _, ret = _entry(f)
-    with ir.InsertionPoint(ret):
-        unpacked = [_at_boundary(f"the seed of output '{out_names[i]}'",
-                                 lambda: sig.unpack(b, seed, y, layout))
-                    for i, y, seed in zip(ys, primal_y, seeds)]
     carrier = _k_carrier(primal_y, layout, "output")
+    with ir.InsertionPoint(ret):
+        k = sig.direction_count(b, seeds, primal_y, layout) if layout == "casadi" else None
+        unpacked = [_at_boundary(f"the seed of output '{out_names[i]}'",
+                                 lambda: sig.unpack(b, seed, y, layout, k))
+                    for i, y, seed in zip(ys, primal_y, seeds)]
     cts = reverse_block(block, f, primal_x, [(y, ct) for y, ct in zip(primal_y, unpacked)
                                              if ct is not None], opset, before=ret)
     # reverse_block may replace the ops producing the outputs (a Scan/Loop
@@ -193,7 +196,8 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     _, ret = _entry(f)
     primal_y = [ret.operands[i] for i in ys]
     with ir.InsertionPoint(ret):
-        k = sig.seed_count(b, seeds[carrier], primal_y[carrier], layout)
+        if k is None:
+            k = sig.seed_count(b, seeds[carrier], primal_y[carrier], layout)
         results = []
         for i, x, ct in zip(xs, primal_x, cts):
             ct = sig.zeros(b, x, k, prefix + in_names[i]) if ct is None else b.fit(ct, x)

@@ -159,9 +159,12 @@ def carries_k(primal: ir.Value, layout: str) -> bool:
     return layout == "onnx" or len(d) != 2 or d[1] != 0
 
 
-def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Value | None:
+def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str,
+           k: ir.Value | None = None) -> ir.Value | None:
     """Boundary layout -> internal [k] + shape; None (a zero tangent: it has
-    no elements) for a seed that does not carry k."""
+    no elements) for a seed that does not carry k. `k`: the direction count
+    (direction_count), for a CasADi [r, k*c] seed whose c is read at run
+    time: 0 there loses k."""
     d = dims(primal)
     r = len(d)
     if not carries_k(primal, layout):
@@ -171,7 +174,10 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Valu
     if _static_empty(b, d):
         return zeros(b, primal, seed_count(b, seed, primal, layout), "the empty seed")
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
-        if d[0] in (None, 0):  # r may be 0 (-1 is then refused): k = (k*c) / c
+        if k is not None and (d[0] in (None, 0) or d[1] is None):
+            target = b.concat([b.shape(primal, 0, 1), k, b.shape(primal, 1, 2)], 0)
+            split = b.reshape_to(seed, target, [d[0], None, d[1]])
+        elif d[0] in (None, 0):  # r may be 0 (-1 is then refused): k = (k*c) / c
             # (c known only at run time may be 0 too: then k*c is 0 and k reads 0)
             c = b.ints([d[1]]) if d[1] else _at_least_one(b, b.shape(primal, 1, 2))
             k = b.div(b.shape(seed, 1, 2), c)
@@ -235,6 +241,29 @@ def pack(b: Builder, t: ir.Value, primal: ir.Value, layout: str) -> ir.Value:
     else:
         flat = b.reshape(t, [0, -1], [None, math.prod(d) if None not in d else None])
     return b.transpose(flat, [1, 0])  # [k, numel] -> [numel, k]
+
+
+def direction_count(b: Builder, seeds: list[ir.Value], primals: list[ir.Value],
+                    layout: str) -> ir.Value:
+    """k as a 1-element i64 tensor, from the seeds that carry it: one that
+    holds it exactly (the onnx layout's last extent, CasADi's [numel, k] or
+    an [r, k*c] of a static c > 0) if there is one; else the largest
+    (k*c) / max(c, 1) of the [r, k*c] seeds whose c is read at run time
+    (k, unless every c is 0: then it is lost)."""
+    carrying = [(s, p) for s, p in zip(seeds, primals) if carries_k(p, layout)]
+    exact = next(((s, p) for s, p in carrying if layout == "onnx" or len(dims(p)) != 2 or
+                  dims(p)[1] is not None), None)
+    if exact is not None:
+        return seed_count(b, *exact, layout)
+    if len(carrying) == 1 or b.opset < 12:  # (Max of integers from opset 12)
+        return seed_count(b, *carrying[0], layout)
+    one = tensor_type([1], ir.IntegerType.get_signless(64))
+    cs = [b.shape(p, 1, 2) for _, p in carrying]
+    counts = [b.ew("Div", b.shape(s, 1, 2), _at_least_one(b, c)) for (s, _), c in zip(carrying, cs)]
+    # divided by min(1, max c): by 0 when every c is 0, which ONNX Runtime
+    # reports, as for a single such seed, rather than a silent k of 0
+    some = b.op("Min", [b.ints([1]), b.op("Max", cs, one)], one)
+    return b.ew("Div", b.op("Max", counts, one), some)
 
 
 def seed_count(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.Value:

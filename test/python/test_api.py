@@ -308,6 +308,38 @@ def test_casadi_rows_of_run_time_extents_are_named_per_value():
     np.testing.assert_allclose(got, want.reshape(24, 2), rtol=1e-12)
 
 
+def test_casadi_direction_count_beside_a_matrix_empty_at_run_time():
+    """Two [r, k*c] seeds whose c is read at run time, one of them 0 (a
+    Slice past the end): k was read from the first, k*0 / max(0, 1) = 0,
+    and its [0, r, 0] cotangent met the other's [k, r, c] (ONNX Runtime
+    failed broadcasting; fuzz seed 205 case 1543). k comes from every such
+    seed now (the largest (k*c) / max(c, 1)). Both modes, k = 2, against
+    the onnx layout."""
+    vi = h.make_tensor_value_info
+    ints = lambda name, v: h.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(
+        np.array(v, np.int64), name))
+    m = h.make_model(h.make_graph(
+        [ints("s", [1]), ints("e", [9]), ints("a", [1]),
+         h.make_node("Slice", ["x", "s", "e", "a"], ["tail"]), h.make_node("Tanh", ["x"], ["t"]),
+         h.make_node("Mul", ["t", "z"], ["y"])], "g",
+        [vi("x", TP.DOUBLE, ["r", "c"]), vi("z", TP.DOUBLE, ["r", "c"])],
+        [vi("tail", TP.DOUBLE, ["r", "c1"]), vi("y", TP.DOUBLE, ["r", "c"])]),
+        opset_imports=[h.make_opsetid("", 17)])
+    rng = np.random.default_rng(6)
+    x, z = rng.standard_normal((3, 1)), rng.standard_normal((3, 1))
+    casadi = lambda v: v.transpose(0, 2, 1).reshape(v.shape[0], -1)  # [r, c, k] -> [r, k*c]
+    u, w = np.zeros((3, 0, 2)), rng.standard_normal((3, 1, 2))
+    got = run(reverse(m), {"x": x, "z": z, "adj_tail": casadi(u), "adj_y": casadi(w)})
+    want = run(reverse(m, layout="onnx"), {"x": x, "z": z, "adj_tail": u, "adj_y": w})
+    for name in ("adj_x", "adj_z"):
+        np.testing.assert_allclose(got[name], casadi(want[name]), rtol=1e-12)
+    v = rng.standard_normal((3, 1, 2))
+    got = run(forward(m), {"x": x, "z": z, "fwd_x": casadi(v), "fwd_z": casadi(v)})
+    want = run(forward(m, layout="onnx"), {"x": x, "z": z, "fwd_x": v, "fwd_z": v})
+    for name in ("fwd_tail", "fwd_y"):
+        np.testing.assert_allclose(got[name], casadi(want[name]), rtol=1e-12)
+
+
 def test_family_with_an_empty_input(tmp_path):
     """The adjoint of a model with an empty input has an empty [0, nadj]
     result; its forward derivative (the family's second order) packed that

@@ -256,6 +256,10 @@ INVALID = {
     # Slice of a Loop result (shape unknown to ONNX) with 4 starts and 2 ends:
     # IndexError in the Slice transpose rule (fuzz seed 12 case 1405)
     "bad_slice_ends_length_of_loop_result.onnx": "starts has 4, ends has 2",
+    # GatherND of a Loop's scalar result (its rank known only after import)
+    # with indices of depth 1: IndexError in its rule (fuzz seed 204 case 1758)
+    "bad_gathernd_of_loop_scalar.onnx": "(node 'n_GatherND6'): indices of depth 1 for its "
+                                        "rank-0 input",
     # Transpose perm [-5, 3] of a Loop result (rank unknown): IndexError in
     # its rule (fuzz seed 13 case 1038)
     "bad_perm_of_loop_result.onnx": "perm [-5, 3] is not a permutation of the 3 axes of "

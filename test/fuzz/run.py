@@ -361,13 +361,13 @@ def _casadi_second_order(model, feeds, i) -> dict | None:
         for vi in plain.graph.input:
             if vi.name in feeds:
                 continue
-            levels, base = _levels(vi.name)
+            levels, base = _levels(vi.name, shapes)
             seed = rng.standard_normal(shapes[base] + (2,) * levels).astype(_dtype(vi))
             onnx_feeds[vi.name] = seed
             casadi_feeds[vi.name] = _nested_casadi(seed, shapes[base], levels)
         want, got = run(plain, onnx_feeds), run(casadi, casadi_feeds)
         for name, v in want.items():
-            levels, base = _levels(name)
+            levels, base = _levels(name, shapes)
             if not levels:
                 continue
             expected = _nested_casadi(v, shapes[base], levels)
@@ -380,10 +380,11 @@ def _casadi_second_order(model, feeds, i) -> dict | None:
     return out
 
 
-def _levels(name: str) -> tuple[int, str]:
-    """How many derivative prefixes a boundary name has, and its primal's name."""
+def _levels(name: str, known: dict) -> tuple[int, str]:
+    """How many derivative prefixes a boundary name has, and its primal's
+    name (the first of `known`'s names met)."""
     levels = 0
-    while name.startswith(("fwd_", "adj_")):
+    while name not in known and name.startswith(("fwd_", "adj_")):
         name, levels = name[4:], levels + 1
     return levels, name
 
@@ -477,7 +478,7 @@ def _casadi_agrees(casadi, model, feeds, i) -> None:
     for vi in plain.graph.input:
         if vi.name in feeds:
             continue
-        primal = vi.name.split("_", 1)[1]
+        primal = _levels(vi.name, values)[1]
         seed = rng.standard_normal(values[primal] + (2,)).astype(_dtype(vi))
         onnx_feeds[vi.name] = seed
         casadi_feeds[vi.name] = _to_casadi(seed, values[primal])
@@ -487,7 +488,7 @@ def _casadi_agrees(casadi, model, feeds, i) -> None:
     for name, v in want.items():
         if name in values:  # a primal output
             continue
-        primal = name.split("_", 1)[1]
+        primal = _levels(name, values)[1]
         expected = _to_casadi(v, values[primal])
         scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
         np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5 * scale,
@@ -526,7 +527,6 @@ def _higher_order(model, feeds, i, order: int) -> dict | None:
     the Hessian-vector product, checked the same way. None when it checks
     out or finite differences cannot judge."""
     import numpy as np
-    from onnx import helper
     from adcheck import check_derivatives, run
     from onnx_ad_mlir import api
     derived = api.reverse(model, layout="onnx")  # (the first-order check built it already)
@@ -534,18 +534,13 @@ def _higher_order(model, feeds, i, order: int) -> dict | None:
         derived = api.forward(derived, layout="onnx")
     ys = run(model, feeds)
     shapes = {**{k: v.shape for k, v in feeds.items()}, **{k: v.shape for k, v in ys.items()}}
-
-    def shape(name: str) -> tuple:  # a seed is its value's shape and one direction
-        for prefix in ("adj_", "fwd_"):
-            if name.startswith(prefix) and name not in shapes:
-                return shape(name[len(prefix):]) + (1,)
-        return shapes[name]
     rng = np.random.default_rng(i)
     feeds2 = dict(feeds)
     for vi in derived.graph.input:
-        if vi.name not in feeds2:
-            dtype = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
-            feeds2[vi.name] = rng.standard_normal(shape(vi.name)).astype(dtype)
+        if vi.name not in feeds2:  # a seed: its value's shape, one direction per order
+            levels, base = _levels(vi.name, shapes)
+            feeds2[vi.name] = rng.standard_normal(shapes[base] + (1,) * levels).astype(
+                _dtype(vi))
     try:
         check_derivatives(derived, feeds2, seed=i)
     except Exception as e:  # noqa: BLE001
@@ -607,8 +602,9 @@ def _unrolled(model, feeds, i) -> dict | None:
     try:
         flat = api.unroll(model)
         onnx.checker.check_model(flat, full_check=True)
+        outputs = run(flat, feeds)
         for name, want in run(model, feeds).items():
-            np.testing.assert_allclose(run(flat, feeds)[name], want, rtol=1e-5, atol=1e-6,
+            np.testing.assert_allclose(outputs[name], want, rtol=1e-5, atol=1e-6,
                                        err_msg=f"unroll: {name}")
         plain = run(api.forward(model, layout="onnx"), {**feeds, **seeds})
         got = run(api.forward(flat, layout="onnx"), {**feeds, **seeds})

@@ -172,7 +172,8 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str,
     if layout == "onnx":
         return b.transpose(seed, [r] + list(range(r)))
     if _static_empty(b, d):
-        return zeros(b, primal, seed_count(b, seed, primal, layout), "the empty seed")
+        return zeros(b, primal, seed_count(b, seed, primal, layout) if k is None else k,
+                     "the empty seed")
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
         if k is not None and (d[0] in (None, 0) or d[1] is None):
             target = b.concat([b.shape(primal, 0, 1), k, b.shape(primal, 1, 2)], 0)

@@ -358,6 +358,15 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
                 raise ImportFailure(f"{_label(node)}: its {role} '{name}' is not a scalar "
                                     f"(rank {ranks.get(name)}"
                                     + ("" if count is None else f", {count} elements") + ")")
+    if op in ("GatherElements", "ScatterElements", "Scatter"):
+        # ONNX's inference does not compare them (the result takes the
+        # indices' shape); ONNX Runtime refuses them when running
+        known = [(n, ranks[n]) for n in inputs[:3] if n in ranks]
+        if len({k for _, k in known}) > 1:
+            roles = "data and indices" if op == "GatherElements" else \
+                "data, indices and updates"
+            raise ImportFailure(f"{_label(node)}: {roles} must have one rank, not "
+                                + ", ".join(f"{n!r} ({k})" for n, k in known))
     if op == "Concat":
         known = [(n, ranks[n]) for n in inputs if n in ranks]
         if len({k for _, k in known}) > 1:

@@ -256,6 +256,11 @@ INVALID = {
     # Slice of a Loop result (shape unknown to ONNX) with 4 starts and 2 ends:
     # IndexError in the Slice transpose rule (fuzz seed 12 case 1405)
     "bad_slice_ends_length_of_loop_result.onnx": "starts has 4, ends has 2",
+    # GatherElements of rank-1 indices into rank-2 data (mutated): ONNX's
+    # inference does not compare the ranks, ONNX Runtime refuses them when
+    # running (accepted; seed 207 case 368)
+    "bad_gather_elements_index_rank.onnx": "(GatherElements): data and indices must have "
+                                           "one rank, not 'logsoftmax2' (2), 'idx4' (1)",
     # GatherND of a Loop's scalar result (its rank known only after import)
     # with indices of depth 1: IndexError in its rule (fuzz seed 204 case 1758)
     "bad_gathernd_of_loop_scalar.onnx": "(node 'n_GatherND6'): indices of depth 1 for its "

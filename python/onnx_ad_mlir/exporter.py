@@ -126,7 +126,7 @@ class _Names:
 class _OpInfo:
     """What the exporter needs per onnx op name, derived once from `_op_table`."""
     __slots__ = ("mlir_name", "op_type", "op_type_field", "kinds", "regions", "simple",
-                 "attribute_fields")
+                 "attribute_fields", "written_defaults")
 
     def __init__(self, mlir_name: str, spec: dict):
         self.mlir_name = mlir_name
@@ -139,6 +139,14 @@ class _OpInfo:
         # (name, attribute) -> serialized NodeProto.attribute entry: attributes
         # are uniqued, and the same few values recur on many ops
         self.attribute_fields: dict[tuple[str, ir.Attribute], bytes] = {}
+        self.written_defaults = [onnx.helper.make_attribute(n, self.kinds[n][2])
+                                 for n in _WRITTEN_DEFAULTS.get(self.op_type, ())]
+
+
+# Schema defaults written when an op leaves them out: ONNX's checker infers
+# MeanVarianceNormalization's function body with its `axes` reference left
+# empty then, and rejects every model holding the op.
+_WRITTEN_DEFAULTS: dict[str, tuple[str, ...]] = {"MeanVarianceNormalization": ("axes",)}
 
 
 class _Exporter:
@@ -340,7 +348,8 @@ class _Exporter:
         if not name or name in taken or node_name in node_names:
             return False
         attrs = op.attributes
-        attribute_fields = self._attribute_fields(attrs, info) if len(attrs) else b""
+        attribute_fields = self._attribute_fields(attrs, info) \
+            if len(attrs) or info.written_defaults else b""
         if attribute_fields is None:
             return False
         r = op.result
@@ -385,12 +394,14 @@ class _Exporter:
             else:  # Names.node's common case, inlined
                 node_names.add(node_name)
         attrs = op.attributes
-        attribute_fields = self._attribute_fields(attrs, info) if len(attrs) else b""
+        attribute_fields = self._attribute_fields(attrs, info) \
+            if len(attrs) or info.written_defaults else b""
         if attribute_fields is None or info.regions:  # built as a message
             node = onnx.NodeProto(op_type=info.op_type, input=inputs, output=outputs)
             if node_name:
                 node.name = node_name
             self._attributes(node, attrs, info.kinds, info.mlir_name)
+            node.attribute.extend(a for a in info.written_defaults if a.name not in attrs)
             for region_name, region in zip(info.regions, op.regions):
                 a = node.attribute.add(name=region_name, type=_A.GRAPH)
                 self._region(region, a.g)
@@ -431,6 +442,9 @@ class _Exporter:
                 if kind[0] not in ("tensor", "sparse_tensor"):  # data: not kept twice
                     cache[key] = field
             parts.append(field)
+        for a in info.written_defaults:
+            if a.name not in attrs:
+                parts.append(_message_field(b"\x2a", a.SerializeToString()))
         return b"".join(parts)
 
     def _value_info(self, name: str, t: ir.Type) -> None:

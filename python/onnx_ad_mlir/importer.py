@@ -61,7 +61,7 @@ class _OpInfo:
     """What the importer needs per op type, derived once from `_op_table`."""
     __slots__ = ("op_name", "spec", "num_inputs", "all_single", "variadic_input",
                  "num_outputs", "variadic_output", "optional_outputs", "one_single_output",
-                 "required", "written_defaults", "needs_attributes", "regions", "plain")
+                 "required", "regions", "plain")
 
     def __init__(self, mlir_name: str):
         spec = _op_table.OPS[mlir_name]
@@ -77,19 +77,9 @@ class _OpInfo:
         self.optional_outputs = {i for i, k in enumerate(out_kinds) if k == "optional"}
         self.one_single_output = out_kinds == ["single"]
         self.required = [n for n, (_, req, _) in spec["attributes"].items() if req]
-        self.written_defaults = [
-            onnx.helper.make_attribute(n, spec["attributes"][n][2])
-            for n in _WRITTEN_DEFAULTS.get(spec["op_type"], ())]
-        self.needs_attributes = bool(self.required or self.written_defaults)
         self.regions = spec["regions"]
         # what _ModelImporter._plain_node can build
         self.plain = self.all_single and self.one_single_output and not self.regions
-
-
-# Schema defaults imported as if written: ONNX's checker infers
-# MeanVarianceNormalization's function body with its `axes` reference left
-# empty when the node omits it, and rejects every model keeping the op.
-_WRITTEN_DEFAULTS: dict[str, tuple[str, ...]] = {"MeanVarianceNormalization": ("axes",)}
 
 
 def _what(node: onnx.NodeProto) -> str:
@@ -290,7 +280,7 @@ class _ModelImporter:
         except KeyError:  # absent, outer-scope or undefined
             return False
         attrs = self._attributes(node, info, attributes, doc, metadata)[0] \
-            if info.needs_attributes or attributes else None
+            if info.required or attributes else None
         t = convert(tp, name)[0]
         if t is None or isinstance(t, ir.UnrankedTensorType):  # _node may refine its rank
             return False
@@ -311,7 +301,7 @@ class _ModelImporter:
         if info is None:
             info = self._op_info(node)
         operands = self._operands(node, inputs, info, scope, block)
-        if info.needs_attributes or node_attributes or doc or metadata:
+        if info.required or node_attributes or doc or metadata:
             attributes, graphs = self._attributes(node, info, node_attributes, doc, metadata)
         else:
             attributes, graphs = {}, {}
@@ -461,9 +451,6 @@ class _ModelImporter:
             if attr_name not in attrs:
                 raise ImportFailure(f"{_what(node)}: required attribute '{attr_name}' "
                                     "is missing")
-        for a in info.written_defaults:
-            if a.name not in attrs:
-                attrs[a.name] = self._attribute(a, kinds[a.name][0], node)
         for region in info.regions:
             if region not in graphs:
                 raise ImportFailure(f"{_what(node)}: graph attribute '{region}' is missing")

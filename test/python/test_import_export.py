@@ -264,6 +264,24 @@ def test_export_of_transformed_ir_names_and_opset():
     assert x_again.tolist() == [[-1, 2, -3]]
 
 
+def test_export_writes_defaults_the_checker_needs():
+    """A MeanVarianceNormalization without axes is valid, but ONNX's checker
+    infers its function body with the axes reference empty and rejects the
+    model (ONNX's own node test test_mvn): the export writes the default."""
+    text = """module attributes {onnx.opset_import = [["", 18 : i64]]} {
+  func.func @main_graph(%x: tensor<2x3x2x2xf32> {onnx.name = "x"})
+      -> (tensor<2x3x2x2xf32> {onnx.name = "y"}) {
+    %0 = "onnx.MeanVarianceNormalization"(%x) : (tensor<2x3x2x2xf32>) -> tensor<2x3x2x2xf32>
+    return %0 : tensor<2x3x2x2xf32>
+  }
+}"""
+    with ir.Context():
+        exported = export_onnx(ir.Module.parse(text))
+    onnx.checker.check_model(exported, full_check=True)
+    assert [(a.name, list(a.ints)) for a in exported.graph.node[0].attribute] == \
+        [("axes", [0, 2, 3])]
+
+
 def test_export_refuses_ops_without_common_opset():
     text = _TRANSFORMED.replace('"onnx.Abs"(%0)', '"onnx.ReduceSumV11"(%0)')
     with ir.Context():

@@ -537,3 +537,25 @@ def test_expand_shared_by_two_cotangents():
     for x in ([[0.3, 0.5]], [[-0.3, -0.5]]):  # both branches
         # the reverse model differentiated in both modes, as the fuzzer does
         check_derivatives(adj, {"x1": np.asarray(x), "adj_y": np.asarray([[[0.7]]])})
+
+
+def test_static_direction_count_over_an_empty_loop_scan_output():
+    """A Loop scan output of static extents [2, 0] in a forward model built
+    for exactly two directions: the tangent's [T, k] + E Reshape held a
+    literal 0, which ONNX Runtime's Reshape fusion met beside a Shape read
+    it turned into -1, and the model failed to load (fuzz seed 209 case
+    664). Loads now and gives the run-time seed count's results."""
+    import numpy as np
+    import onnx
+    from adcheck import run
+    from onnx_ad_mlir import api
+    path = os.path.join(FIXTURES, "loop_scan_output_zero_extent_directions.onnx")
+    m = onnx.load(path)
+    feeds = dict(np.load(path[:-5] + ".npz"))
+    rng = np.random.default_rng(1)
+    seeds = {f"fwd_{k}": rng.standard_normal(v.shape + (2,)).astype(v.dtype)
+             for k, v in feeds.items()}
+    want = run(api.forward(m, layout="onnx"), {**feeds, **seeds})
+    got = run(api.forward(m, layout="onnx", directions=2), {**feeds, **seeds})
+    for name, v in want.items():
+        np.testing.assert_allclose(got[name], v, rtol=1e-6, atol=1e-6)

@@ -400,7 +400,10 @@ def _fwd_loop(op: ir.Operation, rewriter, state: Tangents, name: str) -> bool:
                 # (it emits extent 0 there): restore it, then [k, T] + E
                 if d[0] is None:  # else T > 0 is known: k is right
                     shape = b.concat([b.shape(t, 0, 1), state.k, b.shape(t, 2)], 0)
-                    t = b.reshape(t, shape, d)
+                    # a static 0 extent is a literal 0 there: with allowzero,
+                    # which ONNX Runtime's Reshape fusion keeps (it turned
+                    # the Shape read beside it into -1 and refused the model)
+                    t = b.reshape_to(t, shape, d) if 0 in d else b.reshape(t, shape, d)
                 t = b.transpose(t, [1, 0] + list(range(2, len(d))))
         state.of[new.results[n + nc + mm]] = t
     return True

@@ -329,11 +329,12 @@ def _casadi_judged(check: Callable[[], None], model, feeds, seeded: list) -> dic
         finally:
             adcheck.session = saved
         return {"outcome": "ok-ort-bug", "detail": "ONNX Runtime's graph optimizations break "
-                "the CasADi-layout model it runs right without them\n" + _short(error)}
+                "a CasADi-layout (or directions=2) model it runs right without them\n"
+                + _short(error)}
     except Exception:  # noqa: BLE001
         pass
     outcome = "wrong" if isinstance(error, AssertionError) else "bad-export"
-    return {"outcome": outcome, "detail": "CasADi layout: " + _short(error)}
+    return {"outcome": outcome, "detail": "CasADi layout (or directions=2): " + _short(error)}
 
 
 def _float_values(values) -> list:

@@ -14,6 +14,7 @@ from typing import Sequence
 import onnx
 import onnx.numpy_helper
 
+from . import _op_table
 from .errors import ImportFailure
 
 # op -> (attribute, operand index whose rank bounds it, extra: axis may equal the rank)
@@ -172,7 +173,7 @@ def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> Non
     if "axes" in attrs and attrs["axes"].type == onnx.AttributeProto.INTS:
         axes = list(attrs["axes"].ints)
     elif node.op_type == "MeanVarianceNormalization" and "axes" not in attrs:
-        axes = [0, 2, 3]  # its default: an NCHW input's
+        axes = _op_table.OPS["MeanVarianceNormalization"]["attributes"]["axes"][2]
     elif node.op_type not in _AXES_ATTRIBUTE_OPS:  # (their operand 1 is not axes)
         pos = 3 if node.op_type == "Slice" else 1
         if len(node.input) > pos and node.input[pos] in consts:

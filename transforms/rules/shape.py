@@ -886,7 +886,7 @@ def _nd_depth(op) -> int:
     d = dims(idx)
     if d is not None and d[-1] is not None:
         q, r = d[-1], rank(op.operands[0])
-        batch = attribute(op, "batch_dims") or 0 if op_type(op) == "GatherND" else 0
+        batch = (attribute(op, "batch_dims") or 0) if op_type(op) == "GatherND" else 0
         if r is not None and not 1 <= q <= r - batch:
             # an invalid model: the import checks it where the rank was known then
             raise ImportFailure(f"indices of depth {q} for its rank-{r} input"

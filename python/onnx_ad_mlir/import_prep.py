@@ -185,6 +185,7 @@ def _attention_stand_ins(skeleton: onnx.ModelProto, inferred: onnx.ModelProto
             continue
         if not types:
             _collect_types(inferred.graph, types)
+        _check_attention_width(node, types)
         q, v = (_tensor_dims(types.get(name)) for name in node.input[:3:2])
         if q is None or v is None or len(q) != 3 or len(v) != 3 or v[2].HasField("dim_value"):
             continue
@@ -203,6 +204,24 @@ def _attention_stand_ins(skeleton: onnx.ModelProto, inferred: onnx.ModelProto
         node.CopyFrom(onnx.helper.make_node("Einsum", list(node.input[:3]), [node.output[0]],
                                             name=node.name, equation="bsq,btk,bte->bse"))
     return patched, [(path, i, _graph_at(skeleton.graph, path).node[i]) for path, i in wrong]
+
+
+def _check_attention_width(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> None:
+    """A 3-D Attention's result is [b, s, q_num_heads * V's head size] (V's
+    last extent if V is 4-D, else over kv_num_heads); ONNX's inference does
+    not derive it when Q and V differ in rank and keeps a declared width,
+    which ONNX Runtime then contradicts (fuzz seed 205 case 1136)."""
+    q, v = (_tensor_dims(types.get(name)) for name in node.input[:3:2])
+    y = _tensor_dims(types.get(node.output[0]))
+    if q is None or v is None or y is None or len(q) != 3 or len(y) != 3 or len(v) != 4:
+        return
+    heads = next((a.i for a in node.attribute if a.name == "q_num_heads"), None)
+    if heads and v[3].HasField("dim_value") and y[2].HasField("dim_value") and \
+            y[2].dim_value != heads * v[3].dim_value:
+        raise ImportFailure(
+            f"node '{node.name}' (Attention): its result '{node.output[0]}' is declared "
+            f"{y[2].dim_value} wide, but {heads} heads of V's width {v[3].dim_value} make "
+            f"{heads * v[3].dim_value}")
 
 
 def _restore_attention(graph: onnx.GraphProto, stand_ins: list[tuple]) -> None:

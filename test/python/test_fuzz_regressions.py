@@ -207,6 +207,11 @@ INVALID = {
     "bad_mvn_default_axes_rank3.onnx": "node 'n_MeanVarianceNormalization7' "
                                        "(MeanVarianceNormalization): axes [0, 2, 3] are out "
                                        "of range or repeated for its rank-3 input",
+    # a 3-D Attention whose V was mutated to 4-D [3, 1, 1, 3] (valid: each
+    # input is 3-D or 4-D), its result still declared 1 wide: ONNX's inference
+    # kept it, ONNX Runtime computes 3 (accepted; seed 205 case 1136)
+    "bad_attention_declared_width.onnx": "(Attention): its result 'attention9' is declared 1 "
+                                         "wide, but 1 heads of V's width 3 make 3",
     # an Attention's value input mutated to rank 2 (seed 130 case 875)
     "bad_attention_value_rank.onnx": "node 'n_Attention17' (Attention): strict ONNX shape "
                                      "inference rejects the model: Inputs 2 (value) shall be 3 "

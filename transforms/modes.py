@@ -99,7 +99,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     b = Builder(opset, f.location)
     with ir.InsertionPoint.at_block_begin(block):
         carrier = _k_carrier(primal_x, layout, "input")
-        k = sig.direction_count(b, seeds, primal_x, layout) if layout == "casadi" else None
+        k = sig.direction_count(b, seeds, primal_x, layout)
         for i, x, seed in zip(xs, primal_x, seeds):
             t = _at_boundary(f"the seed of input '{in_names[i]}'",
                              lambda: sig.unpack(b, seed, x, layout, k))
@@ -110,8 +110,6 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     _, ret = _entry(f)
     results = []
     with ir.InsertionPoint(ret):
-        if k is None:
-            k = sig.seed_count(b, seeds[carrier], primal_x[carrier], layout)
         for i in ys:
             y = ret.operands[i]
             t = state.get(y)
@@ -183,9 +181,9 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     x_params = [sig.boundary_dim_params(block.arguments[i], sig.dim_params(f, "arg_attrs", i),
                                         dim, prefix + in_names[i])[layout] for i in xs]
     _, ret = _entry(f)
-    carrier = _k_carrier(primal_y, layout, "output")
+    _k_carrier(primal_y, layout, "output")  # (refuses when no seed carries k)
     with ir.InsertionPoint(ret):
-        k = sig.direction_count(b, seeds, primal_y, layout) if layout == "casadi" else None
+        k = sig.direction_count(b, seeds, primal_y, layout)
         unpacked = [_at_boundary(f"the seed of output '{out_names[i]}'",
                                  lambda: sig.unpack(b, seed, y, layout, k))
                     for i, y, seed in zip(ys, primal_y, seeds)]
@@ -196,8 +194,6 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     _, ret = _entry(f)
     primal_y = [ret.operands[i] for i in ys]
     with ir.InsertionPoint(ret):
-        if k is None:
-            k = sig.seed_count(b, seeds[carrier], primal_y[carrier], layout)
         results = []
         for i, x, ct in zip(xs, primal_x, cts):
             ct = sig.zeros(b, x, k, prefix + in_names[i]) if ct is None else b.fit(ct, x)

@@ -160,11 +160,11 @@ def carries_k(primal: ir.Value, layout: str) -> bool:
 
 
 def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str,
-           k: ir.Value | None = None) -> ir.Value | None:
+           k: ir.Value) -> ir.Value | None:
     """Boundary layout -> internal [k] + shape; None (a zero tangent: it has
     no elements) for a seed that does not carry k. `k`: the direction count
-    (direction_count), for a CasADi [r, k*c] seed whose c is read at run
-    time: 0 there loses k."""
+    (direction_count), which a CasADi [r, k*c] seed whose c may be 0 cannot
+    give itself."""
     d = dims(primal)
     r = len(d)
     if not carries_k(primal, layout):
@@ -172,16 +172,9 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str,
     if layout == "onnx":
         return b.transpose(seed, [r] + list(range(r)))
     if _static_empty(b, d):
-        return zeros(b, primal, seed_count(b, seed, primal, layout) if k is None else k,
-                     "the empty seed")
+        return zeros(b, primal, k, "the empty seed")
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
-        if k is not None and (d[0] in (None, 0) or d[1] is None):
-            target = b.concat([b.shape(primal, 0, 1), k, b.shape(primal, 1, 2)], 0)
-            split = b.reshape_to(seed, target, [d[0], None, d[1]])
-        elif d[0] in (None, 0):  # r may be 0 (-1 is then refused): k = (k*c) / c
-            # (c known only at run time may be 0 too: then k*c is 0 and k reads 0)
-            c = b.ints([d[1]]) if d[1] else _at_least_one(b, b.shape(primal, 1, 2))
-            k = b.div(b.shape(seed, 1, 2), c)
+        if d[0] in (None, 0) or d[1] is None:  # (a -1 is refused beside a 0)
             target = b.concat([b.shape(primal, 0, 1), k, b.shape(primal, 1, 2)], 0)
             split = b.reshape_to(seed, target, [d[0], None, d[1]])
         else:

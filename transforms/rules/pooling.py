@@ -378,13 +378,14 @@ def _t_average_pool(b: Builder, op, cts, linear):
     return [_upsample(b, scaled, kernel, [dims(cts[0])[0]] + dims(x)[1:])]
 
 
-def _patches(b: Builder, v: ir.Value, first: int, geom: dict, outs: list,
-             fill: float | None, y: ir.Value) -> ir.Value:
+def _patches(b: Builder, v: ir.Value, first: int, geom: dict, y: ir.Value,
+             fill: float | None) -> ir.Value:
     """Windows of v (spatial axes from `first`) stacked on a new axis first-1+... :
     [.., C, K, *O] by strided Slices of v padded with `fill` (0 when None);
-    O the pool output y's extents, read at run time where `outs` has None."""
+    O the pool output y's spatial extents, read at run time where not static."""
     v, geom = _cropped(b, v, first, geom)
     vd = dims(v)
+    outs = dims(y)[2:]
     n = len(outs)
     # ends = start + (O - 1) * stride + 1: O * stride as one tensor when run-time
     spans = None if None not in outs else b.mul(b.shape(y, 2), b.ints(geom["strides"]))
@@ -422,11 +423,10 @@ def _max_pool_masks(b: Builder, op, t: ir.Value, x: ir.Value, y: ir.Value) -> ir
     geom = _pool_pads(op, x, y)
     if min(geom["pads"]) < 0 and None in dims(x)[2:]:
         raise UnsupportedOp("MaxPool with negative pads needs static extents")
-    outs = yd[2:]
-    xs = _patches(b, x, 2, geom, outs, float("-inf"), y)   # [N, C, K, *O]
+    xs = _patches(b, x, 2, geom, y, float("-inf"))         # [N, C, K, *O]
     hit = b.cast_like(_at_max(b, xs, b.unsqueeze(y, [2])), x)
     weight = b.div(hit, b.reduce("ReduceSum", hit, [2], True))
-    ts = _patches(b, t, 3, geom, outs, None, y)            # [k, N, C, K, *O]
+    ts = _patches(b, t, 3, geom, y, None)                  # [k, N, C, K, *O]
     return b.reduce("ReduceSum", b.mul(ts, weight), [3], False)
 
 

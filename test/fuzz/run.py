@@ -355,26 +355,8 @@ def _casadi_second_order(model, feeds, i) -> dict | None:
     shapes = {**{k: v.shape for k, v in feeds.items()}, **{k: np.shape(v) for k, v in ys.items()}}
 
     def check() -> None:
-        casadi = api.forward(api.reverse(model))
-        plain = api.forward(api.reverse(model, layout="onnx"), layout="onnx")
-        rng = np.random.default_rng(i)
-        onnx_feeds, casadi_feeds = dict(feeds), dict(feeds)
-        for vi in plain.graph.input:
-            if vi.name in feeds:
-                continue
-            levels, base = _levels(vi.name, shapes)
-            seed = rng.standard_normal(shapes[base] + (2,) * levels).astype(_dtype(vi))
-            onnx_feeds[vi.name] = seed
-            casadi_feeds[vi.name] = _nested_casadi(seed, shapes[base], levels)
-        want, got = run(plain, onnx_feeds), run(casadi, casadi_feeds)
-        for name, v in want.items():
-            levels, base = _levels(name, shapes)
-            if not levels:
-                continue
-            expected = _nested_casadi(v, shapes[base], levels)
-            scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
-            np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5 * scale,
-                                       err_msg=f"CasADi layout of {name} against the onnx layout")
+        _layouts_agree(api.forward(api.reverse(model, layout="onnx"), layout="onnx"),
+                       api.forward(api.reverse(model)), feeds, shapes, i)
     out = _casadi_judged(check, model, feeds, _float_values(ys.values()))
     if out is not None:
         out["detail"] = "second order: " + out["detail"]
@@ -471,32 +453,46 @@ def _casadi_agrees(casadi, model, feeds, i) -> None:
     from adcheck import run
     from onnx_ad_mlir import api
     mode = api.reverse if i % 2 else api.forward
-    plain = mode(model, layout="onnx")
-    values = {**{k: v.shape for k, v in feeds.items()},
-              **{k: np.asarray(v).shape for k, v in run(model, feeds).items()}}
+    shapes = {**{k: v.shape for k, v in feeds.items()},
+              **{k: np.shape(v) for k, v in run(model, feeds).items()}}
+    onnx_feeds, want = _layouts_agree(mode(model, layout="onnx"), casadi, feeds, shapes, i)
+    if i % 8 not in (0, 3):
+        return
+    static = run(mode(model, layout="onnx", directions=2), onnx_feeds)
+    for name, v in want.items():
+        if name not in shapes:  # (a derivative, not a primal output)
+            scale = max(1.0, float(np.abs(v).max(initial=0.0)))
+            np.testing.assert_allclose(static[name], v, rtol=1e-4, atol=1e-5 * scale,
+                                       err_msg=f"{name} with directions=2 against any k")
+
+
+def _layouts_agree(plain, casadi, feeds, shapes: dict, i) -> tuple[dict, dict]:
+    """Runs the onnx-layout model `plain` and its CasADi-layout twin on the
+    same two directions per seed (of seeds, for derivatives of derivatives)
+    and asserts every derivative agrees in CasADi's matrix view; returns the
+    onnx layout's feeds and results. `shapes`: the primal inputs' and
+    outputs'."""
+    import numpy as np
+    from adcheck import run
     rng = np.random.default_rng(i)
     onnx_feeds, casadi_feeds = dict(feeds), dict(feeds)
     for vi in plain.graph.input:
         if vi.name in feeds:
             continue
-        primal = _levels(vi.name, values)[1]
-        seed = rng.standard_normal(values[primal] + (2,)).astype(_dtype(vi))
+        levels, base = _levels(vi.name, shapes)
+        seed = rng.standard_normal(shapes[base] + (2,) * levels).astype(_dtype(vi))
         onnx_feeds[vi.name] = seed
-        casadi_feeds[vi.name] = _to_casadi(seed, values[primal])
-    want = run(plain, onnx_feeds)
-    got = run(casadi, casadi_feeds)
-    static = run(mode(model, layout="onnx", directions=2), onnx_feeds) if i % 8 in (0, 3) else {}
+        casadi_feeds[vi.name] = _nested_casadi(seed, shapes[base], levels)
+    want, got = run(plain, onnx_feeds), run(casadi, casadi_feeds)
     for name, v in want.items():
-        if name in values:  # a primal output
+        levels, base = _levels(name, shapes)
+        if not levels:
             continue
-        primal = _levels(name, values)[1]
-        expected = _to_casadi(v, values[primal])
+        expected = _nested_casadi(v, shapes[base], levels)
         scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
         np.testing.assert_allclose(got[name], expected, rtol=1e-4, atol=1e-5 * scale,
                                    err_msg=f"CasADi layout of {name} against the onnx layout")
-        if static:
-            np.testing.assert_allclose(static[name], v, rtol=1e-4, atol=1e-5 * scale,
-                                       err_msg=f"{name} with directions=2 against any k")
+    return onnx_feeds, want
 
 
 def _dtype(vi):

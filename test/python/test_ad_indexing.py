@@ -335,6 +335,36 @@ def test_gathers_before_opset16(op, attrs, idx):
     assert errs["dot"] < 1e-9
 
 
+@pytest.mark.parametrize("axis,idx", [(0, [[2, 0], [-1, 2]]), (1, [3, 0, 3, -4])])
+def test_gather_before_opset16_over_a_run_time_extent(axis, idx):
+    """Gather's transpose before opset 16 on an axis whose extent is known
+    only at run time: the OneHot product reads its depth from the data's
+    shape (was refused). Duplicate and negative indices accumulate; two
+    input sizes, a Hessian."""
+    m = model([const("i", idx), h.make_node("Gather", ["x", "i"], ["g"], axis=axis),
+               h.make_node("Sin", ["g"], ["y"])], [("x", D, ["a", "b"])], [("y", D, None)],
+              opset=13)
+    for shape in ((4, 5), (5, 4)):
+        f = {"x": rng.standard_normal(shape)}
+        assert check_derivatives(m, f)["dot"] < 1e-9
+        check_hessian(m, f, output="y")
+
+
+@pytest.mark.parametrize("batch_dims,idx", [(0, [[0, 1], [2, 0], [0, 1], [-1, -2]]),
+                                             (0, [[1], [-3], [1]]), (1, [[1], [0], [1]])])
+def test_gather_nd_before_opset16_over_run_time_extents(batch_dims, idx):
+    """GatherND's transpose before opset 16 over indexed axes whose extents
+    are known only at run time: linear indices from strides and a OneHot
+    depth read off the data's shape (was refused). Duplicates accumulate."""
+    m = model([const("i", idx), h.make_node("GatherND", ["x", "i"], ["g"], batch_dims=batch_dims),
+               h.make_node("Sin", ["g"], ["y"])], [("x", D, ["a", "b", "c"])],
+              [("y", D, None)], opset=13)
+    for shape in ((3, 3, 2), (3, 4, 5)):
+        f = {"x": rng.standard_normal(shape)}
+        assert check_derivatives(m, f)["dot"] < 1e-9
+        check_hessian(m, f, output="y")
+
+
 def test_slice_steps_opset13():
     run([const("s", [0]), const("e", [100]), const("a", [1]), const("st", [2]),
          h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 5), opset=13)

@@ -602,8 +602,9 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
         allow = {"allowzero": 1} if b.opset >= 14 else {}
     flat = b.op("Reshape", [ct, target], tensor_type(flat_dims, element_type(ct)), **allow)
     if b.opset < 16:
-        return _onehot_scatter(b, flat, b.reshape(idx, [-1], [None]), axis,
-                               None if dd is None else dd[axis])
+        depth = dd[axis] if dd is not None and dd[axis] is not None else \
+            b.shape(data_lin, axis, axis + 1)
+        return _onehot_scatter(b, flat, b.reshape(idx, [-1], [None]), axis, depth)
     return _scatter_add_into(b, b.like_shape(ct, data_lin),
                              None if dd is None else [None] + dd[1:], flat, idx, axis)
 
@@ -642,11 +643,9 @@ def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
 
 
 def _onehot_scatter(b: Builder, flat: ir.Value, idx: ir.Value, axis: int,
-                    depth: int | ir.Value | None) -> ir.Value:
+                    depth: int | ir.Value) -> ir.Value:
     """Before opset 16 (no scatter reduction): flat [.., n at axis, ..] times
     OneHot(idx) [n, depth] -- duplicates accumulate. `depth`: see onehot."""
-    if depth is None:
-        raise UnsupportedOp("scatter-add before opset 16 needs a static extent")
     fd = dims(flat)
     r = len(fd)
     perm = [i for i in range(r) if i != axis] + [axis]
@@ -967,22 +966,30 @@ def _t_gather_nd(b: Builder, op, cts, linear):
 def _onehot_scatter_nd(b: Builder, ct: ir.Value, x: ir.Value, idx: ir.Value, q: int) -> ir.Value:
     """ScatterND(zeros, idx, ct, add) before opset 16: linear indices over the
     q indexed axes, then a OneHot product (duplicates accumulate)."""
-    xd = dims(x)
-    ext = xd[:q]
-    if None in ext:
-        raise UnsupportedOp("scatter-add before opset 16 needs static extents")
-    strides = [int(np.prod(ext[j + 1:])) for j in range(q)]
+    ext = dims(x)[:q]
+    if None in ext:  # strides and depth read at run time
+        ext_v = b.shape(x, 0, q)
+        strides = b.concat([b.reduce("ReduceProd", b.shape(x, j + 1, q), [0], True)
+                            for j in range(q - 1)] + [b.ints([1])], 0)
+        depth = b.reduce("ReduceProd", ext_v, [0], True)
+    else:
+        ext_v = b.ints(ext)
+        strides = b.ints([int(np.prod(ext[j + 1:])) for j in range(q)])
+        depth = int(np.prod(ext))
     neg = b.compare("Less", idx, b.ints([0]))
-    norm = b.where(neg, b.add(idx, b.ints(ext)), idx)
-    lin = b.reduce("ReduceSum", b.mul(norm, b.ints(strides)), [-1], False)
+    norm = b.where(neg, b.add(idx, ext_v), idx)
+    lin = b.reduce("ReduceSum", b.mul(norm, strides), [-1], False)
     lead = rank(idx) - 1
     cd = dims(ct)
     rest = cd[lead + 1:]
     front = _front(b, ct, lead)                                    # [k, I..., rest]
     rest_v = b.ints(rest) if None not in rest else b.shape(ct, lead + 1)
     flat = b.reshape(front, b.concat([b.ints([0, -1]), rest_v], 0), [None, None] + rest)
-    summed = _onehot_scatter(b, flat, b.reshape(lin, [-1], [None]), 1, int(np.prod(ext)))
-    back = b.reshape(summed, b.concat([b.ints([0] + ext), rest_v], 0), [None] + ext + rest)
+    summed = _onehot_scatter(b, flat, b.reshape(lin, [-1], [None]), 1, depth)
+    back = b.reshape(summed, b.concat([b.ints([0] + ext), rest_v], 0), [None] + ext + rest) \
+        if None not in ext else \
+        b.reshape_to(summed, b.concat([b.shape(summed, 0, 1), ext_v, rest_v], 0),
+                     [None] + ext + rest)
     r = len(ext) + 1 + len(rest)
     return b.transpose(back, list(range(1, q + 1)) + [0] + list(range(q + 1, r)))
 

@@ -80,7 +80,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
         model = sorted_copy(model)
         rows = validate.node_fields(model.graph)
     model = _infer_shapes(model, rows, inits)
-    validate.check_sequence_positions(model.graph)  # (before the lowering reads them)
+    validate.check_operand_shapes(model.graph)  # (before the lowering reads them)
     lowered = ml_ops.lower(model, lambda m: _infer_again(m, inits))
     if lowered is not None:
         model, rows = lowered, validate.node_fields(lowered.graph)

@@ -110,37 +110,56 @@ def _ranks(graph: onnx.GraphProto, outer: dict[str, int], declared: Declared | N
     return ranks
 
 
-# the operand of each sequence op that is a position: ONNX asks for a scalar
-_POSITIONS = {"SequenceAt": 1, "SequenceInsert": 2, "SequenceErase": 1}
+# Operands ONNX asks to hold one value. ONNX's inference does not look at
+# their extents; ONNX Runtime runs one element of rank 1 alike (an If
+# condition of any rank) but refuses more, or reads only the first (sequence
+# positions), so derivative models built on more failed there (seed 182 case
+# 1638: a position of two elements; seed 218 case 1146: a Trilu k of two).
+_ONE_VALUE = {"SequenceAt": {1: "position"}, "SequenceInsert": {2: "position"},
+              "SequenceErase": {1: "position"}, "Trilu": {1: "k"}, "CumSum": {1: "axis"},
+              "Pad": {2: "constant_value"}, "If": {0: "condition"},
+              "Clip": {1: "min", 2: "max"}}
+# Operands ONNX Runtime reads as one list of integers, refusing any other rank.
+_ONE_AXIS = {"Reshape": {1: "shape"},
+             "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"}}
 
 
-def check_sequence_positions(graph: onnx.GraphProto, outer: dict[str, list] | None = None
-                             ) -> None:
-    """Positions of one element, where their extents are known (declared,
-    inferred, initializers, Constants), subgraphs included. ONNX asks for a
-    scalar; ONNX Runtime reads the first element of any longer one, and the
-    sequence lowering gathered them all into a derivative model ONNX Runtime
-    then refused (seed 182 case 1638). One element of rank 1 passes, as
-    ONNX Runtime runs it alike."""
-    nodes = [n for n in graph.node if n.op_type in _POSITIONS or n.op_type in _GRAPH_OPS]
+def check_operand_shapes(graph: onnx.GraphProto, outer: dict[str, list] | None = None
+                         ) -> None:
+    """The operands of _ONE_VALUE (one element) and _ONE_AXIS (rank 1),
+    where their extents are known (declared, inferred, initializers,
+    Constants), subgraphs included. Run before the sequence lowering, which
+    reads positions."""
+    nodes = [n for n in graph.node if n.op_type in _ONE_VALUE or n.op_type in _ONE_AXIS
+             or n.op_type in _GRAPH_OPS]
     if not nodes:
         return
     shapes = dict(outer or {})
     for v in list(graph.input) + list(graph.value_info) + list(graph.output):
-        shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in _dims(v)]
+        if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape"):
+            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None
+                              for d in _dims(v)]
     shapes.update({t.name: list(t.dims) for t in graph.initializer})
     shapes.update({n.output[0]: list(n.attribute[0].t.dims) for n in graph.node
                    if n.op_type == "Constant" and n.output and n.attribute
                    and n.attribute[0].type == onnx.AttributeProto.TENSOR})
     for node in nodes:
-        i = _POSITIONS.get(node.op_type)
-        shape = shapes.get(node.input[i]) if i is not None and len(node.input) > i else None
-        if shape is not None and None not in shape and math.prod(shape) != 1 and \
-                node.domain in ("", "ai.onnx"):
-            raise ImportFailure(f"{_label(node)}: position '{node.input[i]}' has shape "
-                                f"{shape}; ONNX asks for a scalar")
+        if node.domain in ("", "ai.onnx"):
+            _check_operand_shapes(node, shapes)
         for g in node_subgraphs(node) if node.op_type in _GRAPH_OPS else ():
-            check_sequence_positions(g, shapes)
+            check_operand_shapes(g, shapes)
+
+
+def _check_operand_shapes(node: onnx.NodeProto, shapes: dict[str, list]) -> None:
+    for table, fits, wanted in ((_ONE_VALUE, lambda s: None in s or math.prod(s) == 1,
+                                 "a single value"),
+                                (_ONE_AXIS, lambda s: len(s) == 1, "a 1-D list")):
+        for i, role in table.get(node.op_type, {}).items():
+            name = node.input[i] if len(node.input) > i else ""
+            shape = shapes.get(name) if name else None
+            if shape is not None and not fits(shape):
+                raise ImportFailure(f"{_label(node)}: {role} '{name}' has shape {shape}; "
+                                    f"ONNX asks for {wanted}")
 
 
 def _label(node: onnx.NodeProto) -> str:

@@ -178,7 +178,7 @@ INVALID = {
     # Runtime refused the primal at run time (index 1 of 1), we accepted it
     # (seed 182 case 1638); read, its lowering Gathered both
     "bad_sequence_position_two_elements.onnx": "node 'n_SequenceAt10' (SequenceAt): position "
-                                               "'i7' has shape [2]; ONNX asks for a scalar",
+                                               "'i7' has shape [2]; ONNX asks for a single value",
     # opset 7's Constant holds float types only (seed 163 case 1648)
     "bad_constant_int64_opset7.onnx": "node 'n_const4' (Constant): a Constant of element "
                                       "type int64 does not exist at opset 7",

@@ -697,6 +697,57 @@ def test_invalid_index_attributes_refused(case):
         forward(model, layout="onnx")
 
 
+def _branch(name):
+    return h.make_graph([h.make_node("Neg", ["x"], [name])], name, [], [_vi(name, [3, 3])])
+
+
+# op -> (node reading operand `v`, v's element type, the role named, what
+# ONNX asks for): ONNX's checker passes these operands in any shape
+_ONE_SHAPED = {
+    "Trilu": (h.make_node("Trilu", ["x", "v"], ["y"], name="n"), T.INT64, "k", "single value"),
+    "CumSum": (h.make_node("CumSum", ["x", "v"], ["y"], name="n"), T.INT64, "axis",
+               "single value"),
+    "Pad": (h.make_node("Pad", ["x", "p", "v"], ["y"], name="n"), T.FLOAT, "constant_value",
+            "single value"),
+    "Clip": (h.make_node("Clip", ["x", "v"], ["y"], name="n"), T.FLOAT, "min", "single value"),
+    "If": (h.make_node("If", ["v"], ["y"], name="n", then_branch=_branch("a"),
+                       else_branch=_branch("b")), T.BOOL, "condition", "single value"),
+    "Reshape": (h.make_node("Reshape", ["x", "v"], ["y"], name="n"), T.INT64, "shape",
+                "1-D list"),
+    "Slice": (h.make_node("Slice", ["x", "v", "e"], ["y"], name="n"), T.INT64, "starts",
+              "1-D list"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_ONE_SHAPED))
+def test_operands_of_one_value_or_one_axis(op):
+    """An operand ONNX asks to be one value (or one list) in another shape:
+    ONNX Runtime refuses the model when it runs, so import refuses it,
+    naming node, role and shape (Trilu's k of two elements was
+    differentiated: fuzz seed 218 case 1146). The shapes ONNX Runtime runs
+    (one element of rank 1; an If condition of any rank) pass."""
+    from onnx_ad_mlir import forward
+    import onnxruntime as ort
+    node, elem, role, wanted = _ONE_SHAPED[op]
+    bad, good = {"Reshape": ([[9, 1]], [9, 1]), "Slice": ([[0]], [0]),
+                 "If": ([1, 0], [[1]])}.get(op, ([1, 0], [1]))
+    feeds = {"x": np.arange(9, dtype=F).reshape(3, 3)}
+    for value, accepted in ((bad, False), (good, True)):
+        array = np.array(value, dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
+        inits = [numpy_helper.from_array(array, "v"), _i64("p", [0, 1, 0, 1]), _i64("e", [2])]
+        model = _model([node], [_vi("x", [3, 3])], [_vi("y", None)], inits, opset=17)
+        sess = lambda: ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+        if accepted:
+            sess()
+            forward(model, layout="onnx")
+            continue
+        with pytest.raises(Exception):
+            sess()
+        with pytest.raises(ImportFailure, match=rf"node 'n' \({op}\): {role} 'v' has shape "
+                           rf"\{list(array.shape)}\; ONNX asks for a {wanted}"):
+            forward(model, layout="onnx")
+
+
 def test_valid_index_attributes_accepted():
     # the bounds of the checks above: the last allowed axis, pads just below
     # the kernel, ReverseSequence's axes swapped, an even LRN size (ONNX

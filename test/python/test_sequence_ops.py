@@ -336,7 +336,7 @@ def test_position_of_one_element(position):
     m = model(nodes, [("x", D, [2, 3])], [("y", D, [2, 2])])
     if np.size(position) != 1:
         with pytest.raises(OnnxAdError, match=r"node 'at' \(SequenceAt\): position 'pos' "
-                           rf"has shape \[{len(position)}\]; ONNX asks for a scalar"):
+                           rf"has shape \[{len(position)}\]; ONNX asks for a single value"):
             reverse(m, inputs=["x"], outputs=["y"])
         return
     check(m, {"x": np.linspace(-1, 1, 6).reshape(2, 3)})

@@ -270,6 +270,11 @@ INVALID = {
     # with indices of depth 1: IndexError in its rule (fuzz seed 204 case 1758)
     "bad_gathernd_of_loop_scalar.onnx": "(node 'n_GatherND6'): indices of depth 1 for its "
                                         "rank-0 input",
+    # ScatterND of a scalar update at indices [2, 3] into rank-3 data (a
+    # mutated rank; updates of rank 1 are due): ONNX's inference does not
+    # compare them, IndexError in its rule (fuzz seed 219 case 1307)
+    "bad_scatter_nd_updates_rank.onnx": "(node 'n_ScatterND12'): updates of rank 0: indices "
+                                        "[2, 3] into a rank-3 input take rank 1",
     # Transpose perm [-5, 3] of a Loop result (rank unknown): IndexError in
     # its rule (fuzz seed 13 case 1038)
     "bad_perm_of_loop_result.onnx": "perm [-5, 3] is not a permutation of the 3 axes of "

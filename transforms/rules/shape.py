@@ -890,6 +890,11 @@ def _nd_depth(op) -> int:
             # an invalid model: the import checks it where the rank was known then
             raise ImportFailure(f"indices of depth {q} for its rank-{r} input"
                                 + (f" past {batch} batch axes" if batch else ""))
+        if op_type(op) == "ScatterND" and r is not None and rank(op.operands[2]) is not None \
+                and rank(op.operands[2]) != len(d) - 1 + r - q:
+            # (ONNX's inference does not compare them; ONNX Runtime refuses them running)
+            raise ImportFailure(f"updates of rank {rank(op.operands[2])}: indices {d} into "
+                                f"a rank-{r} input take rank {len(d) - 1 + r - q}")
         return q
     if op_type(op) == "GatherND":
         ranks = [rank(idx), rank(op.operands[0]), rank(op.results[0])]

@@ -346,6 +346,26 @@ def test_gather_before_opset16_over_a_run_time_extent(axis, idx):
         check_hessian(m, f, output="y")
 
 
+@pytest.mark.parametrize("extents", [[3, 4], ["a", "b"]])
+def test_onehot_scatter_runs_in_the_reference_evaluator(extents):
+    """Gather's reverse model before opset 16 (a OneHot product) gives ONNX
+    Runtime's results in ONNX's reference evaluator too, with a static depth
+    and one read at run time: the depth is a scalar (the evaluator refused
+    a one-element rank-1 depth, which ONNX also allows; found by the
+    fuzzer's float16 check)."""
+    from onnx.reference import ReferenceEvaluator
+    from onnx_ad_mlir.api import reverse
+    from adcheck import run as ort_run
+    m = model([const("i", [[2, 0], [-1, 2]]), h.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+              [("x", D, extents)], [("y", D, None)], opset=13)
+    rev = reverse(m, layout="onnx")
+    assert "OneHot" in {n.op_type for n in rev.graph.node}
+    f = {"x": rng.standard_normal((3, 4)), "adj_y": rng.standard_normal((3, 2, 2, 2))}
+    ev = ReferenceEvaluator(rev)
+    got = dict(zip(ev.output_names, ev.run(None, f)))
+    np.testing.assert_allclose(got["adj_x"], ort_run(rev, f)["adj_x"], rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("batch_dims,idx", [(0, [[0, 1], [2, 0], [0, 1], [-1, -2]]),
                                              (0, [[1], [-3], [1]]), (1, [[1], [0], [1]])])
 def test_gather_nd_before_opset16_over_run_time_extents(batch_dims, idx):

@@ -635,7 +635,10 @@ def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
         out = list(d)
         out.insert(axis if axis >= 0 else len(d) + 1 + axis,
                    depth if isinstance(depth, int) else None)
-    depth_v = b.ints([depth]) if isinstance(depth, int) else depth
+    # A scalar depth (ONNX allows one element of rank 1 too): ONNX's reference
+    # evaluator reads only a scalar one.
+    depth_v = b.int_scalar(depth) if isinstance(depth, int) else \
+        b.reshape(depth, b.ints([]), [])
     if element_type(idx) != _i64():  # (nor int32 indices with an int64 depth: ONNX Runtime)
         idx = b.op("Cast", [idx], tensor_type(d, _i64()), to=7)  # INT64
     hot = b.op("OneHot", [idx, depth_v, vals], tensor_type(out, ir.F32Type.get()), axis=axis)

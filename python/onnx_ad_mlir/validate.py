@@ -288,10 +288,27 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
           "BatchNormalization": ("training_mode",)}
 # The ops _check_node_attributes looks at (with Reduce*): filtered first, as
 # building attribute dicts for every node costs more than all the checks.
+# String attributes of a fixed set of values: ONNX's checker takes any string;
+# ONNX Runtime refuses others (an auto_pad "bogus" when loading: fuzz seed 220
+# case 1726), and the rules would read them as some other value
+_PADDING = {"auto_pad": {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"}}
+_REDUCTION = {"reduction": {"none", "add", "mul", "max", "min"}}
+_ENUMS = {**{op: _PADDING for op in (*_WINDOW_OPS, "ConvInteger", "QLinearConv")},
+          "Pad": {"mode": {"constant", "reflect", "edge", "wrap"}},
+          "Resize": {"mode": {"nearest", "linear", "cubic"},
+                     "coordinate_transformation_mode": {
+                         "half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                         "align_corners", "asymmetric", "tf_half_pixel_for_nearest",
+                         "tf_crop_and_resize"},
+                     "nearest_mode": {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                      "ceil"},
+                     "keep_aspect_ratio_policy": {"stretch", "not_larger", "not_smaller"}},
+          "ScatterElements": _REDUCTION, "ScatterND": _REDUCTION,
+          "DepthToSpace": {"mode": {"DCR", "CRD"}}, "Gelu": {"approximate": {"none", "tanh"}}}
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS,
              *_AXES_OPS, *_FLAGS, "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace",
              "SpaceToDepth", "CumSum", "ReverseSequence", "DFT", "GatherND", "LRN",
-             "MaxUnpool", "Col2Im", "Split", "GlobalLpPool", *_DTYPE_ATTRIBUTE}
+             "MaxUnpool", "Col2Im", "Split", "GlobalLpPool", *_DTYPE_ATTRIBUTE, *_ENUMS}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
@@ -422,6 +439,12 @@ def _check_counts(node: onnx.NodeProto, op: str,
     if dtype is not None and dtype not in _ELEMENT_TYPES:
         raise ImportFailure(f"{_label(node)}: {_DTYPE_ATTRIBUTE[op]} {dtype} is not an ONNX "
                             "element type")
+    for name, allowed in _ENUMS.get(op, {}).items():
+        a = attrs.get(name)
+        if a is not None and a.type == onnx.AttributeProto.STRING and \
+                a.s.decode("utf-8", "replace") not in allowed:
+            raise ImportFailure(f"{_label(node)}: {name} {a.s.decode('utf-8', 'replace')!r} "
+                                f"is not one of {', '.join(sorted(allowed))}")
     mode = _int_attr(attrs, "qk_matmul_output_mode")
     if op == "Attention" and mode is not None and mode not in range(4):
         raise ImportFailure(f"{_label(node)}: qk_matmul_output_mode {mode} is not 0 to 3")

@@ -778,6 +778,7 @@ def _op_attrs(op: ir.Operation) -> dict:
 @jvp("ScatterElements", "Scatter")
 def _scatter_elements(b: Builder, op, tangents):
     data, idx, upd = op.operands
+    _check_constant_indices(data, idx, _axis(op, _known_rank([data, idx, upd])))
     if _nonlinear_reduction(op):
         return _scatter_elements_nonlinear(b, op, tangents)
     r = _reduction(op)

@@ -9,7 +9,9 @@ runs in CI: test/python/test_fuzz_sample.py). Case i with base seed S uses
 seed S*1_000_003 + i; i % 10 in 0..4 is a generated valid model (every
 fourth with all input and output extents made run-time ones,
 "gen:dynamic", each also differentiated through onnx-ad-translate and
-onnx-ad-opt text files against the API; every fourth also in second order, every eighth also in
+onnx-ad-opt text files against the API; every eighth float32 one also in
+float16, run by ONNX's reference evaluator, against the float32
+derivatives of the same model; every fourth also in second order, every eighth also in
 third order, every fourth for a random part of its inputs and outputs
 against the whole, and every fourth with a Loop or Scan also reversed with
 checkpoint=2 against the default and (with an If too) unrolled against the
@@ -38,6 +40,11 @@ Outcomes:
               refused when the model is built
   ok-casadi-empty-before-14  the CasADi-layout model fails on an extent 0
               at run time before opset 14 (Reshape without allowzero)
+  ok-f16-precision  a float16 derivative model (every eighth float32 case)
+              whose float16 results, run by ONNX's reference evaluator, are
+              more than 5% of the scale off the float32 ones, though it is
+              right widened to float32: float16 rounding, or the
+              evaluator's own quirks (its MaxPool Indices); for review
   ok-fd64     a float32 model "wrong" against float32 finite differences
               (step 1e-2: truncation error), but agrees (float32 tolerances)
               with finite differences of the same model in float64
@@ -299,6 +306,8 @@ def _run_generated(model, feeds, folder, i) -> dict:
         out = _subset_judged(model, feeds, i) or out
     if out["outcome"] == "ok" and i % 4 == 3:
         out = _text_path_judged(model, feeds, folder, i) or out
+    if out["outcome"] == "ok" and i % 8 == 6:
+        out = _float16_judged(model, feeds, i) or out
     if _sha(path) != before:
         out = {"outcome": "io", "detail": "input file changed"}
     return out
@@ -491,6 +500,94 @@ def _text_path_judged(model, feeds, folder, i) -> dict | None:
     except Exception as e:  # noqa: BLE001
         return {"outcome": "text-path", "detail": f"{mode}: " + _short(e)}
     return None
+
+
+def _float16_judged(model, feeds, i) -> dict | None:
+    """Every eighth generated float32 case: the model in float16 (values,
+    constants, Casts), differentiated in both modes. The derivative models
+    pass ONNX's full check; widened back to float32 they give, in ONNX
+    Runtime, the float32 derivatives of the same (float16-exact) model (the
+    rules take other paths for float16: no Conv patches, Casts around
+    OneHot...); and ONNX's reference evaluator runs them in float16 (ONNX
+    Runtime's CPU provider has few float16 kernels) wherever it runs the
+    float32 ones. Their float16 results off by more than 5% of the scale are
+    ok-f16-precision, for review. None when all holds, or when the
+    evaluator cannot run the float16 model or its results are not finite."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as TP
+    from onnx.reference import ReferenceEvaluator
+    from adcheck import run
+    from onnx_ad_mlir import api
+    from onnx_ad_mlir.errors import OnnxAdError, RuleError
+    if any(v.dtype == np.float64 for v in feeds.values()) or \
+            not any(v.dtype == np.float32 for v in feeds.values()):
+        return None
+    half = _retyped(model, TP.FLOAT16)
+    single = _retyped(half, TP.FLOAT, TP.FLOAT16)  # the same function, in float32
+    feeds16 = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    feeds32 = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds16.items()}
+
+    def evaluate(m, f):
+        ev = ReferenceEvaluator(m)
+        return dict(zip(ev.output_names, ev.run(None, f)))
+    try:
+        ys = evaluate(half, feeds16)
+    except Exception:  # noqa: BLE001 - the evaluator, on the input: nothing to judge
+        return None
+    if not all(np.all(np.isfinite(np.asarray(v, np.float32))) for v in ys.values()
+               if isinstance(v, np.ndarray) and v.dtype.kind == "f"):
+        return None
+    shapes = {**{k: v.shape for k, v in feeds.items()},  # (ONNX Runtime's, as the seeds')
+              **{k: np.shape(v) for k, v in run(single, feeds32).items()}}
+    rng = np.random.default_rng(i)
+    imprecise = None
+    for mode in (api.forward, api.reverse):
+        what = f"float16, {mode.__name__}"
+        try:
+            d16 = mode(half, layout="onnx")
+        except RuleError as e:
+            return {"outcome": "rule-error", "detail": f"{what}: " + _short(e)}
+        except OnnxAdError:
+            continue  # refused in float16 (the float32 model's derivative was not)
+        seeds = {}
+        for vi in d16.graph.input:
+            if vi.name not in feeds16:
+                base = _levels(vi.name, shapes)[1]
+                seeds[vi.name] = rng.standard_normal(shapes[base] + (2,)).astype(np.float16)
+        feeds_d32 = {**feeds32, **{k: v.astype(np.float32) for k, v in seeds.items()}}
+        d32 = mode(single, layout="onnx")
+        try:
+            onnx.checker.check_model(d16, full_check=True)
+            want, widened = run(d32, feeds_d32), run(_retyped(d16, TP.FLOAT, TP.FLOAT16), feeds_d32)
+            for name, v in want.items():
+                if _levels(name, shapes)[0]:
+                    scale = max(1.0, float(np.abs(v).max(initial=0.0)))
+                    np.testing.assert_allclose(widened[name], v, rtol=2e-3, atol=2e-4 * scale,
+                                               err_msg=f"{what}: {name}, widened, against "
+                                               "float32")
+        except AssertionError as e:
+            return {"outcome": "wrong", "detail": _short(e)}
+        except Exception as e:  # noqa: BLE001
+            return {"outcome": "bad-export", "detail": f"{what}: " + _short(e)}
+        try:  # (the evaluator in both types: its own gaps and quirks are in both)
+            want = evaluate(d32, feeds_d32)
+        except Exception:  # noqa: BLE001
+            continue
+        try:
+            got = evaluate(d16, {**feeds16, **seeds})
+        except Exception as e:  # noqa: BLE001
+            return {"outcome": "bad-export", "detail": f"{what}, evaluated: " + _short(e)}
+        for name, v in want.items():
+            if _levels(name, shapes)[0] and imprecise is None:
+                scale = max(1.0, float(np.abs(v).max(initial=0.0)))
+                try:
+                    np.testing.assert_allclose(np.asarray(got[name], np.float32), v, rtol=5e-2,
+                                               atol=5e-2 * scale,
+                                               err_msg=f"{what}: {name} against float32")
+                except AssertionError as e:
+                    imprecise = {"outcome": "ok-f16-precision", "detail": _short(e)}
+    return imprecise
 
 
 def _short(e: BaseException) -> str:
@@ -698,7 +795,7 @@ def _ort_primal(model, feeds) -> None:
         _stage(None)
 
 
-def _mvn_in_primitives(node, opset: int) -> list:
+def _mvn_in_primitives(node, opset: int, elem: int) -> list:
     """MeanVarianceNormalization as (x - mean) / (sqrt(mean((x - mean)^2))
     + 1e-9) in any float type: ONNX's function body adds a float32 epsilon,
     so neither ONNX Runtime (no float64 kernel) nor the reference evaluator
@@ -720,7 +817,7 @@ def _mvn_in_primitives(node, opset: int) -> list:
             *mean(p + "square", p + "variance"),
             helper.make_node("Sqrt", [p + "variance"], [p + "sd"]),
             helper.make_node("Constant", [], [p + "eps"],
-                             value=helper.make_tensor(p + "eps", TP.DOUBLE, [], [1e-9])),
+                             value=helper.make_tensor(p + "eps", elem, [], [1e-9])),
             helper.make_node("Add", [p + "sd", p + "eps"], [p + "denominator"]),
             helper.make_node("Div", [p + "centred", p + "denominator"], [y])]
 
@@ -729,25 +826,33 @@ def _to_float64(model):
     """The same model in float64: float32 values, constants and Casts to
     float32 widened exactly (a reference for finite differences), and
     MeanVarianceNormalization written out (_mvn_in_primitives)."""
+    from onnx import TensorProto as TP
+    return _retyped(model, TP.DOUBLE)
+
+
+def _retyped(model, elem: int, source: int = 1):
+    """The model with its values, constants and Casts of element type
+    `source` (float32) in type `elem` (MeanVarianceNormalization written out)."""
     import onnx
     import onnx.numpy_helper as nh
-    from onnx import AttributeProto as AP, TensorProto as TP
+    from onnx import AttributeProto as AP
+    np_elem = onnx.helper.tensor_dtype_to_np_dtype(elem)
     m = onnx.ModelProto()
     m.CopyFrom(model)
     opset = next(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
 
     def tensor(t):
-        if t.data_type == TP.FLOAT:
-            t.CopyFrom(nh.from_array(nh.to_array(t).astype("float64"), t.name))
+        if t.data_type == source:
+            t.CopyFrom(nh.from_array(nh.to_array(t).astype(np_elem), t.name))
 
     def graph(g):
         for v in list(g.input) + list(g.output) + list(g.value_info):
-            if v.type.tensor_type.elem_type == TP.FLOAT:
-                v.type.tensor_type.elem_type = TP.DOUBLE
+            if v.type.tensor_type.elem_type == source:
+                v.type.tensor_type.elem_type = elem
         for t in g.initializer:
             tensor(t)
         nodes = [part for n in g.node for part in (
-            _mvn_in_primitives(n, opset) if n.op_type == "MeanVarianceNormalization"
+            _mvn_in_primitives(n, opset, elem) if n.op_type == "MeanVarianceNormalization"
             and n.domain in ("", "ai.onnx") else [n])]
         del g.node[:]
         g.node.extend(nodes)
@@ -757,8 +862,8 @@ def _to_float64(model):
                     tensor(a.t)
                 elif a.type == AP.GRAPH:
                     graph(a.g)
-                elif a.name in ("to", "dtype") and a.type == AP.INT and a.i == TP.FLOAT:
-                    a.i = TP.DOUBLE
+                elif a.name in ("to", "dtype") and a.type == AP.INT and a.i == source:
+                    a.i = elem
     graph(m.graph)
     return m
 

@@ -286,8 +286,6 @@ _FLAGS = {"Reshape": ("allowzero",), "Gemm": ("transA", "transB"),
           "LSTM": ("input_forget", "layout"), "RNN": ("layout",),
           "IsInf": ("detect_negative", "detect_positive"), "Trilu": ("upper",),
           "BatchNormalization": ("training_mode",)}
-# The ops _check_node_attributes looks at (with Reduce*): filtered first, as
-# building attribute dicts for every node costs more than all the checks.
 # String attributes of a fixed set of values: ONNX's checker takes any string;
 # ONNX Runtime refuses others (an auto_pad "bogus" when loading: fuzz seed 220
 # case 1726), and the rules would read them as some other value
@@ -305,6 +303,8 @@ _ENUMS = {**{op: _PADDING for op in (*_WINDOW_OPS, "ConvInteger", "QLinearConv")
                      "keep_aspect_ratio_policy": {"stretch", "not_larger", "not_smaller"}},
           "ScatterElements": _REDUCTION, "ScatterND": _REDUCTION,
           "DepthToSpace": {"mode": {"DCR", "CRD"}}, "Gelu": {"approximate": {"none", "tanh"}}}
+# The ops _check_node_attributes looks at (with Reduce*): filtered first, as
+# building attribute dicts for every node costs more than all the checks.
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS,
              *_AXES_OPS, *_FLAGS, "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace",
              "SpaceToDepth", "CumSum", "ReverseSequence", "DFT", "GatherND", "LRN",

@@ -11,8 +11,9 @@ fourth with all input and output extents made run-time ones,
 "gen:dynamic", each also differentiated through onnx-ad-translate and
 onnx-ad-opt text files against the API; every eighth float32 one also in
 float16 or bfloat16 (in turn), run by ONNX's reference evaluator, against
-the float32 derivatives of the same model; every fourth also in second order, every eighth also in
-third order, every fourth for a random part of its inputs and outputs
+the float32 derivatives of the same model; every fourth also in second
+order, every eighth also in third order, every fourth for a random part
+of its inputs and outputs
 against the whole, and every fourth with a Loop or Scan also reversed with
 checkpoint=2 against the default and (with an If too) unrolled against the
 original; each one's model in the default CasADi
@@ -308,9 +309,7 @@ def _run_generated(model, feeds, folder, i) -> dict:
     if out["outcome"] == "ok" and i % 4 == 3:
         out = _text_path_judged(model, feeds, folder, i) or out
     if out["outcome"] == "ok" and i % 8 == 6:
-        from onnx import TensorProto as TP
-        out = _narrow_judged(model, feeds, i, TP.FLOAT16 if i % 16 == 6 else TP.BFLOAT16) \
-            or out
+        out = _narrow_judged(model, feeds, i) or out
     if _sha(path) != before:
         out = {"outcome": "io", "detail": "input file changed"}
     return out
@@ -505,9 +504,9 @@ def _text_path_judged(model, feeds, folder, i) -> dict | None:
     return None
 
 
-def _narrow_judged(model, feeds, i, elem: int) -> dict | None:
-    """Every eighth generated float32 case, in turn float16 and bfloat16
-    (`elem`): the model in that type (values, constants, Casts),
+def _narrow_judged(model, feeds, i) -> dict | None:
+    """Every eighth generated float32 case, in turn float16 (i % 16 == 6)
+    and bfloat16: the model in that type (values, constants, Casts),
     differentiated in both modes. The derivative models pass ONNX's full
     check; widened back to float32 they give, in ONNX Runtime, the float32
     derivatives of the same (exactly widened) model within the rounding of
@@ -529,6 +528,7 @@ def _narrow_judged(model, feeds, i, elem: int) -> dict | None:
     if any(v.dtype == np.float64 for v in feeds.values()) or \
             not any(v.dtype == np.float32 for v in feeds.values()):
         return None
+    elem = TP.FLOAT16 if i % 16 == 6 else TP.BFLOAT16
     np_narrow = onnx.helper.tensor_dtype_to_np_dtype(elem)
     # (widened, the rules' own constants keep the type's rounding: Attention's
     # sqrt(scale) in float16 moved one adjoint entry by 1.2%)

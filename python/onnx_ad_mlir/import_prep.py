@@ -185,6 +185,7 @@ def _attention_stand_ins(skeleton: onnx.ModelProto, inferred: onnx.ModelProto
             continue
         if not types:
             _collect_types(inferred.graph, types)
+        _check_attention_heads(node, types)
         _check_attention_width(node, types)
         q, v = (_tensor_dims(types.get(name)) for name in node.input[:3:2])
         if q is None or v is None or len(q) != 3 or len(v) != 3 or v[2].HasField("dim_value"):
@@ -204,6 +205,20 @@ def _attention_stand_ins(skeleton: onnx.ModelProto, inferred: onnx.ModelProto
         node.CopyFrom(onnx.helper.make_node("Einsum", list(node.input[:3]), [node.output[0]],
                                             name=node.name, equation="bsq,btk,bte->bse"))
     return patched, [(path, i, _graph_at(skeleton.graph, path).node[i]) for path, i in wrong]
+
+
+def _check_attention_heads(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> None:
+    """A 3-D Q needs q_num_heads, a 3-D K or V kv_num_heads (ONNX: "must be
+    used with 3D inputs"), to be split into heads. ONNX's inference does not
+    ask, and its result for a 4-D Q beside a 3-D V then contradicts ONNX
+    Runtime's (fuzz seed 225 case 1268)."""
+    given = {a.name for a in node.attribute}
+    for role, name, needed in zip("QKV", node.input[:3], ("q_num_heads", "kv_num_heads",
+                                                         "kv_num_heads")):
+        d = _tensor_dims(types.get(name))
+        if d is not None and len(d) == 3 and needed not in given:
+            raise ImportFailure(f"node '{node.name}' (Attention): {role} '{name}' is 3-D, "
+                                f"which needs the attribute {needed}")
 
 
 def _check_attention_width(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> None:

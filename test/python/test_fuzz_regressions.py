@@ -270,6 +270,12 @@ INVALID = {
     # with indices of depth 1: IndexError in its rule (fuzz seed 204 case 1758)
     "bad_gathernd_of_loop_scalar.onnx": "(node 'n_GatherND6'): indices of depth 1 for its "
                                         "rank-0 input",
+    # a 3-D V (a mutated rank) beside a 4-D Q and K, without kv_num_heads:
+    # ONNX's inference kept the declared result [1, 3, 2, 1], ONNX Runtime
+    # made (1, 3, 2, 3) (accepted; seed 225 case 1268)
+    "bad_attention_3d_value_without_heads.onnx": "node 'n_Attention48' (Attention): V 'x44' "
+                                                 "is 3-D, which needs the attribute "
+                                                 "kv_num_heads",
     # ScatterND of a scalar update at indices [2, 3] into rank-3 data (a
     # mutated rank; updates of rank 1 are due): ONNX's inference does not
     # compare them, IndexError in its rule (fuzz seed 219 case 1307)

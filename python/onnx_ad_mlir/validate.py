@@ -951,11 +951,20 @@ def check_acyclic(graph: onnx.GraphProto, rows: list[NodeRow]) -> None:
 def check_defined(graph: onnx.GraphProto, rows: list[NodeRow],
                   outer: frozenset[str] = frozenset()) -> None:
     """Every input a node reads is defined somewhere in its graph or an
-    enclosing one: before the lowerings, which drop nodes they rewrite (a
-    SequenceConstruct of an undefined name, read only at a defined
-    position, vanished with it; fuzz seed 161 case 1386)."""
-    defined = set(outer) | {v.name for v in graph.input} | \
-        {t.name for t in graph.initializer} | {o for row in rows for o in row[4]}
+    enclosing one, and every node output once in its graph: before the
+    lowerings, which drop nodes they rewrite (a SequenceConstruct of an
+    undefined name, read only at a defined position, vanished with it, fuzz
+    seed 161 case 1386; a SplitToSequence whose output a Flatten also wrote,
+    seed 228 case 895)."""
+    given = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    written: set[str] = set()
+    for node, _, _, _, outputs, *_ in rows:
+        for o in outputs:
+            if o and (o in given or o in written):
+                raise ImportFailure(f"{_label(node)}: output '{o}' is already defined "
+                                    "(graphs must be in SSA form)")
+            written.add(o)
+    defined = set(outer) | given | written
     for node, op, domain, inputs, *_ in rows:
         for x in inputs:
             if x and x not in defined:

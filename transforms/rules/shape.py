@@ -1245,6 +1245,11 @@ def _range(b: Builder, op, tangents):
 @jvp("ReverseSequence")
 def _reverse_sequence(b: Builder, op, tangents):
     r = rank(op.operands[0])
+    d, lens = dims(op.operands[0]), constant_ints(op.operands[1])
+    t = None if d is None else d[attribute(op, "time_axis") or 0]
+    if t is not None and lens and not all(0 <= n <= t for n in lens):
+        # ONNX accepts them; ONNX Runtime fails when running (fuzz seed 228 case 876)
+        raise UnsupportedOp(f"sequence_lens {lens} outside [0, {t}], the time axis's extent")
     perm = [1, 2, 0] + list(range(3, r + 1))  # direction axis after batch and time
     moved = b.transpose(tangents[0], perm)
     rev = b.op("ReverseSequence", [moved, op.operands[1]], moved.type,

@@ -831,7 +831,8 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "shall be 3 or 4 dimensions",  # (Attention's inputs)
                    "'Repeats' input has incorrect number of values",  # (Tile's)
                    "must not be larger than the rank of",  # (GatherND's index depth)
-                   "has incorrect size")  # (LpPool's kernel_shape)
+                   "has incorrect size",  # (LpPool's kernel_shape)
+                   "must be 1 instead of")  # (Squeeze of an axis of extent > 1)
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

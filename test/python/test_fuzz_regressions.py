@@ -286,6 +286,9 @@ INVALID = {
     # attribute): ONNX Runtime fails when running (seed 228 case 876)
     "bad_reverse_sequence_lengths.onnx": "(node 'n_ReverseSequence5'): sequence_lens [1, 2] "
                                          "outside [0, 1], the time axis's extent",
+    # and three lengths for a batch of 1 (seed 229 case 627)
+    "bad_reverse_sequence_batch.onnx": "(node 'n_ReverseSequence6'): sequence_lens [1, 1, 1] "
+                                       "for a batch of 1",
     # a Squeeze of axis 0, extent 4 (an Unsqueeze's axes mutated): ONNX's
     # strict inference says so, but that error was not among those import
     # treats as a contradiction (accepted; seed 230 case 156)

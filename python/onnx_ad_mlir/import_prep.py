@@ -185,9 +185,9 @@ def _attention_stand_ins(skeleton: onnx.ModelProto, inferred: onnx.ModelProto
             continue
         if not types:
             _collect_types(inferred.graph, types)
-        _check_attention_heads(node, types)
-        _check_attention_width(node, types)
-        q, v = (_tensor_dims(types.get(name)) for name in node.input[:3:2])
+        q, k, v = (_tensor_dims(types.get(name)) for name in node.input[:3])
+        _check_attention_heads(node, (q, k, v))
+        _check_attention_width(node, q, v, _tensor_dims(types.get(node.output[0])))
         if q is None or v is None or len(q) != 3 or len(v) != 3 or v[2].HasField("dim_value"):
             continue
         heads = {a.name: a.i for a in node.attribute}
@@ -207,27 +207,26 @@ def _attention_stand_ins(skeleton: onnx.ModelProto, inferred: onnx.ModelProto
     return patched, [(path, i, _graph_at(skeleton.graph, path).node[i]) for path, i in wrong]
 
 
-def _check_attention_heads(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> None:
+def _check_attention_heads(node: onnx.NodeProto, qkv: tuple) -> None:
     """A 3-D Q needs q_num_heads, a 3-D K or V kv_num_heads (ONNX: "must be
     used with 3D inputs"), to be split into heads. ONNX's inference does not
     ask, and its result for a 4-D Q beside a 3-D V then contradicts ONNX
-    Runtime's (fuzz seed 225 case 1268)."""
+    Runtime's (fuzz seed 225 case 1268). `qkv`: their _tensor_dims."""
     given = {a.name for a in node.attribute}
-    for role, name, needed in zip("QKV", node.input[:3], ("q_num_heads", "kv_num_heads",
-                                                         "kv_num_heads")):
-        d = _tensor_dims(types.get(name))
+    for role, name, d, needed in zip("QKV", node.input[:3], qkv,
+                                     ("q_num_heads", "kv_num_heads", "kv_num_heads")):
         if d is not None and len(d) == 3 and needed not in given:
             raise ImportFailure(f"node '{node.name}' (Attention): {role} '{name}' is 3-D, "
                                 f"which needs the attribute {needed}")
 
 
-def _check_attention_width(node: onnx.NodeProto, types: dict[str, onnx.TypeProto]) -> None:
+def _check_attention_width(node: onnx.NodeProto, q: list | None, v: list | None,
+                           y: list | None) -> None:
     """A 3-D Attention's result is [b, s, q_num_heads * V's head size] (V's
     last extent if V is 4-D, else over kv_num_heads); ONNX's inference does
     not derive it when Q and V differ in rank and keeps a declared width,
-    which ONNX Runtime then contradicts (fuzz seed 205 case 1136)."""
-    q, v = (_tensor_dims(types.get(name)) for name in node.input[:3:2])
-    y = _tensor_dims(types.get(node.output[0]))
+    which ONNX Runtime then contradicts (fuzz seed 205 case 1136). q, v, y:
+    the _tensor_dims of Q, V and the result."""
     if q is None or v is None or y is None or len(q) != 3 or len(y) != 3 or len(v) != 4:
         return
     heads = next((a.i for a in node.attribute if a.name == "q_num_heads"), None)

@@ -1248,17 +1248,17 @@ def _reverse_sequence(b: Builder, op, tangents):
     d, lens = dims(op.operands[0]), constant_ints(op.operands[1])
     # (ONNX accepts these; ONNX Runtime fails when running: fuzz seed 228 case
     # 876, seed 229 case 627)
+    batch_axis = attribute(op, "batch_axis")
     t = None if d is None else d[attribute(op, "time_axis") or 0]
     if t is not None and lens and not all(0 <= n <= t for n in lens):
         raise UnsupportedOp(f"sequence_lens {lens} outside [0, {t}], the time axis's extent")
-    batch = None if d is None else d[1 if attribute(op, "batch_axis") is None
-                                     else attribute(op, "batch_axis")]
+    batch = None if d is None else d[1 if batch_axis is None else batch_axis]
     if batch is not None and lens is not None and len(lens) != batch:
         raise UnsupportedOp(f"sequence_lens {lens} for a batch of {batch}")
     perm = [1, 2, 0] + list(range(3, r + 1))  # direction axis after batch and time
     moved = b.transpose(tangents[0], perm)
     rev = b.op("ReverseSequence", [moved, op.operands[1]], moved.type,
-               batch_axis=attribute(op, "batch_axis"), time_axis=attribute(op, "time_axis"))
+               batch_axis=batch_axis, time_axis=attribute(op, "time_axis"))
     return [b.transpose(rev, [2, 0, 1] + list(range(3, r + 1)))]
 
 

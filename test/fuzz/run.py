@@ -388,6 +388,19 @@ def _levels(name: str, known: dict) -> tuple[int, str]:
     return levels, name
 
 
+def _seed_feeds(derived, feeds: dict, shapes: dict, rng, k: int) -> dict:
+    """Random seeds for the inputs of `derived` (a derivative model) that
+    `feeds` lacks: each its primal's shape (`shapes`) plus k directions per
+    derivative prefix, in its declared element type."""
+    seeds = {}
+    for vi in derived.graph.input:
+        if vi.name not in feeds:
+            levels, base = _levels(vi.name, shapes)
+            seeds[vi.name] = rng.standard_normal(shapes[base] + (k,) * levels).astype(
+                _dtype(vi))
+    return seeds
+
+
 def _nested_casadi(v, shape: tuple, levels: int):
     """An onnx-layout derivative of `levels` orders (shape + [k1, k2, ...])
     in CasADi's matrix view of the matrix view."""
@@ -487,12 +500,7 @@ def _text_path_judged(model, feeds, folder, i) -> dict | None:
             assert names[0] == names[1], f"{what}s {names[0]} against the API's {names[1]}"
         shapes = {**{k: v.shape for k, v in feeds.items()},
                   **{k: np.shape(v) for k, v in run(model, feeds).items()}}
-        rng = np.random.default_rng(i)
-        seeded = dict(feeds)
-        for vi in via_api.graph.input:
-            if vi.name not in feeds:
-                base = _levels(vi.name, shapes)[1]
-                seeded[vi.name] = rng.standard_normal(shapes[base] + (2,)).astype(_dtype(vi))
+        seeded = {**feeds, **_seed_feeds(via_api, feeds, shapes, np.random.default_rng(i), 2)}
         want, got = run(via_api, seeded), run(via_text, seeded)
         for name, v in want.items():
             if _levels(name, shapes)[0]:  # (a derivative; the primal is the API's too)
@@ -561,11 +569,7 @@ def _narrow_judged(model, feeds, i) -> dict | None:
             return {"outcome": "rule-error", "detail": f"{what}: " + _short(e)}
         except OnnxAdError:
             continue  # refused in the narrow type (the float32 model's derivative was not)
-        seeds = {}
-        for vi in dn.graph.input:
-            if vi.name not in feeds_n:
-                base = _levels(vi.name, shapes)[1]
-                seeds[vi.name] = rng.standard_normal(shapes[base] + (2,)).astype(np_narrow)
+        seeds = _seed_feeds(dn, feeds_n, shapes, rng, 2)
         feeds_d32 = {**feeds32, **{k: v.astype(np.float32) for k, v in seeds.items()}}
         d32 = mode(single, layout="onnx")
         try:
@@ -648,15 +652,12 @@ def _layouts_agree(plain, casadi, feeds, shapes: dict, i) -> tuple[dict, dict]:
     outputs'."""
     import numpy as np
     from adcheck import run
-    rng = np.random.default_rng(i)
-    onnx_feeds, casadi_feeds = dict(feeds), dict(feeds)
-    for vi in plain.graph.input:
-        if vi.name in feeds:
-            continue
-        levels, base = _levels(vi.name, shapes)
-        seed = rng.standard_normal(shapes[base] + (2,) * levels).astype(_dtype(vi))
-        onnx_feeds[vi.name] = seed
-        casadi_feeds[vi.name] = _nested_casadi(seed, shapes[base], levels)
+    seeds = _seed_feeds(plain, feeds, shapes, np.random.default_rng(i), 2)
+    onnx_feeds = {**feeds, **seeds}
+    casadi_feeds = dict(feeds)
+    for name, seed in seeds.items():
+        levels, base = _levels(name, shapes)
+        casadi_feeds[name] = _nested_casadi(seed, shapes[base], levels)
     want, got = run(plain, onnx_feeds), run(casadi, casadi_feeds)
     for name, v in want.items():
         levels, base = _levels(name, shapes)
@@ -705,13 +706,8 @@ def _higher_order(model, feeds, i, order: int) -> dict | None:
         derived = api.forward(derived, layout="onnx")
     ys = run(model, feeds)
     shapes = {**{k: v.shape for k, v in feeds.items()}, **{k: v.shape for k, v in ys.items()}}
-    rng = np.random.default_rng(i)
-    feeds2 = dict(feeds)
-    for vi in derived.graph.input:
-        if vi.name not in feeds2:  # a seed: its value's shape, one direction per order
-            levels, base = _levels(vi.name, shapes)
-            feeds2[vi.name] = rng.standard_normal(shapes[base] + (1,) * levels).astype(
-                _dtype(vi))
+    # the seeds: one direction per order
+    feeds2 = {**feeds, **_seed_feeds(derived, feeds, shapes, np.random.default_rng(i), 1)}
     try:
         check_derivatives(derived, feeds2, seed=i)
     except Exception as e:  # noqa: BLE001

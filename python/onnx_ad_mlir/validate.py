@@ -119,19 +119,29 @@ _ONE_VALUE = {"SequenceAt": {1: "position"}, "SequenceInsert": {2: "position"},
               "SequenceErase": {1: "position"}, "Trilu": {1: "k"}, "CumSum": {1: "axis"},
               "Pad": {2: "constant_value"}, "If": {0: "condition"},
               "Clip": {1: "min", 2: "max"}}
-# Operands ONNX Runtime reads as one list of integers, refusing any other rank.
+# Operands ONNX asks to be 1-D and ONNX Runtime refuses of any other rank
+# (TorchScript exports Mamba's chunking with a Tile of repeats [1, 1]), or,
+# for Compress, runs flattened where the derivative's reshapes then fail.
+_REDUCE_AXES = {op: {1: "axes"} for op in (
+    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
 _ONE_AXIS = {"Reshape": {1: "shape"},
-             "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"}}
+             "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"},
+             "Tile": {1: "repeats"}, "Pad": {1: "pads"}, "Split": {1: "split"},
+             "Squeeze": {1: "axes"}, "Compress": {1: "condition"}, **_REDUCE_AXES}
+# Unsqueeze's axes: ONNX Runtime also takes a scalar.
+_AT_MOST_ONE_AXIS = {"Unsqueeze": {1: "axes"}}
 
 
 def check_operand_shapes(graph: onnx.GraphProto, outer: dict[str, list] | None = None
                          ) -> None:
-    """The operands of _ONE_VALUE (one element) and _ONE_AXIS (rank 1),
+    """The operands of _ONE_VALUE (one element), _ONE_AXIS (rank 1) and
+    _AT_MOST_ONE_AXIS,
     where their extents are known (declared, inferred, initializers,
     Constants), subgraphs included. Run before the sequence lowering, which
     reads positions."""
     nodes = [n for n in graph.node if n.op_type in _ONE_VALUE or n.op_type in _ONE_AXIS
-             or n.op_type in _GRAPH_OPS]
+             or n.op_type in _AT_MOST_ONE_AXIS or n.op_type in _GRAPH_OPS]
     if not nodes:
         return
     shapes = dict(outer or {})
@@ -153,7 +163,9 @@ def check_operand_shapes(graph: onnx.GraphProto, outer: dict[str, list] | None =
 def _check_operand_shapes(node: onnx.NodeProto, shapes: dict[str, list]) -> None:
     for table, fits, wanted in ((_ONE_VALUE, lambda s: None in s or math.prod(s) == 1,
                                  "a single value"),
-                                (_ONE_AXIS, lambda s: len(s) == 1, "a 1-D list")):
+                                (_ONE_AXIS, lambda s: len(s) == 1, "a 1-D list"),
+                                (_AT_MOST_ONE_AXIS, lambda s: len(s) <= 1,
+                                 "a scalar or a 1-D list")):
         for i, role in table.get(node.op_type, {}).items():
             name = node.input[i] if len(node.input) > i else ""
             shape = shapes.get(name) if name else None

@@ -16,7 +16,9 @@ graph (reads inside Loop/If/Scan bodies included):
       elements, or the start's tensors.
   SplitToSequence   read at constant positions in its own graph: one Split;
       otherwise each read is a Slice or Gather of the split tensor (a Loop
-      over `torch.split`'s pieces reads them at run-time positions).
+      over `torch.split`'s pieces reads them at run-time positions; sizes
+      computed at run time, a scripted `torch.tensor_split`'s, are summed
+      into the Slice's bounds).
   SequenceConstruct   read at constant positions: the tensors themselves.
 
 Reads are SequenceAt, SequenceLength and ConcatFromSequence. A sequence with
@@ -42,7 +44,8 @@ LOWERED = {
     "SequenceConstruct": "read at constant positions: its tensors; a Loop's list's start: "
                          "stacked ahead of the Loop's scan output",
     "SequenceInsert": "appending (no position) once a Loop iteration: a scan output of the Loop",
-    "SplitToSequence": "read at constant positions: Split; at run-time positions: Slice or Gather",
+    "SplitToSequence": "read at constant positions: Split; at run-time positions or with "
+                       "sizes computed at run time: Slice or Gather",
     "SequenceAt": "the piece, Gather/Slice of what holds the elements, or in the Loop that "
                   "appends: a state holding the last elements",
     "SequenceLength": "a constant, or an extent of what holds the elements",
@@ -87,12 +90,14 @@ class _Pieces:
 class _Slices:
     """SplitToSequence's pieces of x along axis: of these extents; when
     `sizes` is None (x's extent known at run time only), of extent `chunk`
-    but the last, and for chunks of 1 without the axis unless keepdims."""
+    but the last, and for chunks of 1 without the axis unless keepdims; or,
+    when `split` names a 1-D tensor, of the extents it holds at run time."""
     x: str
     axis: int
     sizes: list[int] | None
     keepdims: bool
     chunk: int = 1
+    split: str | None = None
 
 
 _Plan = _Stacked | _Pieces | _Slices
@@ -368,6 +373,8 @@ class _Rewrite:
             self.const(out, np.array(len(plan.parts), np.int64), y)
         elif isinstance(plan, _Slices) and plan.sizes is not None:
             self.const(out, np.array(len(plan.sizes), np.int64), y)
+        elif isinstance(plan, _Slices) and plan.split is not None:
+            self.node(out, "Size", [plan.split], y)
         elif isinstance(plan, _Slices) and plan.chunk > 1:
             self._chunk_count(plan, out, y)
         else:
@@ -394,6 +401,15 @@ class _Rewrite:
             if p is None or not -n <= p < n:
                 return False
             self.node(out, "Identity", [plan.parts[p]], y)
+            return True
+        if plan.split is not None:  # piece p: from the sum of the sizes before it
+            sizes = self.node(out, "Cast", [plan.split], to=onnx.TensorProto.INT64)
+            ends = self.node(out, "CumSum", [sizes, self.const(out, np.array(0, np.int64))])
+            index = self.unsqueeze(out, position, 0)  # (Gather counts negatives from the back)
+            bounds = [self.node(out, "Gather", [v, index])
+                      for v in (self.node(out, "Sub", [ends, sizes]), ends)]
+            axes = self.const(out, np.array([plan.axis], np.int64))
+            self.node(out, "Slice", [plan.x, *bounds, axes], y)
             return True
         if plan.sizes is None and plan.chunk == 1:
             index = self.unsqueeze(out, position, 0) if plan.keepdims else position
@@ -489,7 +505,10 @@ class _Rewrite:
         scalar_one, chunk = False, 1
         if len(n.input) > 1 and n.input[1]:
             split = self.constant(n.input[1])
-            if split is None or split.ndim > 1 or (split <= 0).any():
+            if split is None:
+                self._run_time_split(n)
+                return
+            if split.ndim > 1 or (split <= 0).any():
                 return
             if split.ndim == 1:
                 unit, sizes, keepdims = False, [int(s) for s in split], True
@@ -520,6 +539,20 @@ class _Rewrite:
         # exports unbind so), where ONNX ignores it: ONNX's inference, and the
         # exporter's declarations, keep the axis in what reads the pieces
         self.runtime_ranks |= done and scalar_one and not keepdims
+
+    def _run_time_split(self, n: onnx.NodeProto) -> None:
+        """A split whose sizes are a 1-D tensor computed at run time
+        (TorchScript exports a scripted torch.tensor_split with Shape
+        arithmetic): every read slices at the sizes' running sum."""
+        sizes = self.dims(n.input[1])
+        if sizes is None or len(sizes) != 1:
+            return
+        seq = n.output[0]
+        reads = self._reads_of(seq, _Slices(n.input[0], _ints(n).get("axis", 0), None, True,
+                                            split=n.input[1]))
+        if reads is not None:
+            self.replace.update(reads)
+            self.replace[seq] = []
 
     def _split_node(self, n: onnx.NodeProto, g: onnx.GraphProto, x: str, axis: int,
                     sizes: list[int] | None, keepdims: bool) -> bool:

@@ -259,6 +259,26 @@ def test_chunks_of_a_run_time_extent(position):
     assert "Slice" in ops(fwd)
 
 
+@pytest.mark.parametrize("positions", [[0, -1, 1], "loop"])
+def test_split_sizes_computed_at_run_time(positions):
+    """Split sizes computed from x's shape ([n // 2, n - n // 2] along a
+    run-time extent n; TorchScript exports a scripted torch.tensor_split so):
+    each read slices at the sizes' running sum; SequenceLength is their
+    count."""
+    m = split_model([1], 1, [] if positions == "loop" else positions, in_loop=positions == "loop")
+    g = m.graph
+    g.node.remove(next(n for n in g.node if n.output[0] == "split"))
+    g.node.insert(0, h.make_node("Shape", ["x"], ["shape"], name="shape", start=1, end=2))
+    g.node.insert(1, const("two", [2]))
+    g.node.insert(2, h.make_node("Div", ["shape", "two"], ["half"], name="half"))
+    g.node.insert(3, h.make_node("Sub", ["shape", "half"], ["rest"], name="rest"))
+    g.node.insert(4, h.make_node("Concat", ["half", "rest"], ["split"], name="sizes", axis=0))
+    g.input[0].type.tensor_type.shape.dim[1].dim_param = "n"
+    for n in (5, 8):
+        fwd, adj = check(m, {"x": np.random.default_rng(n).standard_normal((2, n))})
+        assert "Slice" in ops(fwd) and "Slice" in ops(adj)
+
+
 def test_list_of_growing_states_stays_a_sequence():
     """A Loop appending a state that grows each iteration (Concat): as a
     scan output the Loop would fail in ONNX Runtime ("inconsistent shape"),

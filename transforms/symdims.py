@@ -569,23 +569,34 @@ def _own(v: ir.Value, op, ins) -> list | None:
 
 def _einsum(op, ins) -> list | None:
     """An explicit equation's output letters take their operands' extents
-    (equal for a letter wherever it appears); ellipses are not followed."""
+    (equal for a letter wherever it appears); its '...' the broadcast of
+    the operands' ellipsis extents."""
     eq = ir.StringAttr(op.attributes["equation"]).value.replace(" ", "")
-    if "->" not in eq or "." in eq:
+    if "->" not in eq:
         return None
     terms, out = eq.split("->")
     parts = [_of(i) for i in ins]
     terms = terms.split(",")
-    if len(terms) != len(parts) or any(p is None or len(p) != len(t)
-                                       for t, p in zip(terms, parts)):
+    if len(terms) != len(parts) or any(p is None for p in parts):
         return None
     extents: dict = {}
+    ellipses = []
     for t, p in zip(terms, parts):
-        for letter, e in zip(t, p):
+        head, dots, tail = t.partition("...")
+        if "." in head + tail or len(head) + len(tail) > len(p) or \
+                (not dots and len(t) != len(p)):
+            return None
+        if dots:
+            ellipses.append(p[len(head):len(p) - len(tail)])
+        for letter, e in list(zip(head, p)) + list(zip(tail, p[len(p) - len(tail):])):
             extents.setdefault(letter, []).append(e)
-    if any(letter not in extents for letter in out):
+    head, dots, tail = out.partition("...")
+    if any(letter not in extents for letter in head + tail) or "." in head + tail:
         return None
-    return [_earliest(extents[letter]) for letter in out]
+    middle = broadcast(*ellipses) if dots else []
+    if middle is None:
+        return None
+    return [_earliest(extents[c]) for c in head] + middle + [_earliest(extents[c]) for c in tail]
 
 
 def _rule(ot, op, idx, ins) -> list | None:

@@ -20,6 +20,7 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import UnsupportedOp
 
+from .. import symdims
 from ..builder import Builder, attribute, broadcast_dims, dims, element_type, tensor_type
 from ..registry import jvp, transpose
 from .elementwise import total
@@ -167,24 +168,26 @@ def _t_einsum(b: Builder, op, cts, linear):
 
 
 def _explicit(terms: list[str], out: str, operands: list[ir.Value]) -> tuple[list[str], str]:
-    """The equation with '...' spelled as letters, when the ellipsis extents are
-    static and equal wherever they meet (no size-1 broadcasting)."""
+    """The equation with '...' spelled as letters, when the ellipsis extents
+    are provably equal wherever they meet (static, or the same symbolic
+    extent: a batch named at run time; no size-1 broadcasting)."""
     if not any("..." in t for t in terms):
         return terms, out
     ell = []
     for t, v in zip(terms, operands):
         if "..." in t:
-            d = dims(v)
-            if d is None or None in d:
-                raise UnsupportedOp("transposing Einsum with '...' needs static shapes")
+            d = symdims.dims(v)
+            if d is None:
+                raise UnsupportedOp("transposing Einsum with '...' needs its operands' ranks")
             head, _, tail = t.partition("...")
             ell.append(d[len(head):len(d) - len(tail)])
     n = max(len(e) for e in ell)
-    full = [None] * n
+    full: list = [None] * n
     for e in ell:
         for j, ext in enumerate(e[::-1]):
             if full[n - 1 - j] not in (None, ext):
-                raise UnsupportedOp("transposing Einsum with a broadcast '...'")
+                raise UnsupportedOp("transposing Einsum with a '...' that may broadcast (its "
+                                    "extents are not provably equal)")
             full[n - 1 - j] = ext
     used = set("".join(terms) + out)
     fresh = [c for c in string.ascii_letters if c not in used][:n]

@@ -7,8 +7,9 @@ run-time unbroadcasting). `dims(v)` gives, per dim, the static extent or a
 symbol: function arguments name their `?` dims by their `onnx.dim_params`
 (the same name is the same extent), and symbols flow through the ops whose
 output extents follow from their inputs' (elementwise broadcasting, MatMul,
-Gemm, Transpose, (Un)Squeeze, Reshape, Expand, reductions, Concat, Conv and
-pooling's batch axis, same-shape ops). Anything else gets a fresh symbol,
+Gemm, Einsum, Transpose, (Un)Squeeze, Reshape, Expand, reductions, Concat,
+Conv and pooling's batch axis, Gather, GatherElements, TopK, scatters,
+same-shape ops). Anything else gets a fresh symbol,
 equal only to itself: the answer is conservative (never "equal" wrongly).
 
 Values are memoized by identity; an entry remembers the op, operands and
@@ -38,7 +39,8 @@ SAME = {
     "LogSoftmax", "LpNormalization", "MeanVarianceNormalization", "Mish", "Neg", "Not",
     "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh",
     "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu", "Swish",
-    "RMSNormalization", "GroupNormalization", "LRN", "Trilu",
+    "RMSNormalization", "GroupNormalization", "LRN", "Trilu", "ScatterElements", "ScatterND",
+    "Scatter",
 }
 BROADCAST = {
     "Add", "Sub", "Mul", "Div", "Pow", "Where", "Equal", "Less", "LessOrEqual", "Greater",
@@ -783,6 +785,16 @@ def _rule(ot, op, idx, ins) -> list | None:
         ax = _attr(op, "axis", 0) % len(a)
         out = list(a)
         out[ax] = None
+        return out
+    if ot == "GatherElements":
+        return _of(ins[1])
+    if ot == "TopK":  # (torch.sort: k read off x's shape)
+        a = _of(ins[0])
+        if a is None:
+            return None
+        k = shape_value(ins[1]) if len(ins) > 1 else None
+        out = list(a)
+        out[_attr(op, "axis", -1) % len(a)] = k[0] if k is not None and len(k) == 1 else None
         return out
     return None
 

@@ -120,6 +120,22 @@ def test_einsum_ellipsis():
     check(nodes, (2, 3, 4, 4), counted=("Einsum", "Tanh", "ReduceSum", "Reshape"))
 
 
+def test_sort_and_topk():
+    """torch.sort (TopK with k read off x's shape) and topk: TopK's and the
+    tangent's GatherElements' extents were fresh symbols, so their
+    transposes read shapes off the linear program (which kept its
+    GatherElements alive) and unbroadcast at run time (93 reverse nodes
+    instead of 32)."""
+    nodes = [h.make_node("Shape", ["x"], ["s"]), ints("three", [3]),
+             h.make_node("Gather", ["s", "three"], ["n"]),
+             h.make_node("TopK", ["x", "n"], ["sorted", "i"], axis=3, largest=0),
+             ints("k", [2]), h.make_node("TopK", ["x", "k"], ["top", "j"], axis=2),
+             ints("two", [2]), h.make_node("ReduceSum", ["top", "two"], ["r"]),
+             h.make_node("Mul", ["sorted", "r"], ["y"])]
+    check(nodes, (2, 3, 4, 5), counted=("TopK", "ScatterElements", "GatherElements", "ReduceSum",
+                                        "NonZero"))
+
+
 def test_class_token_concat():
     """ViT: a class token expanded to the batch and concatenated before the
     patches; the proved extent 1 beside 4 now sums to 5."""
@@ -151,6 +167,18 @@ def test_upsample_of_run_time_extents():
     rev = reverse(m, layout="onnx")
     assert not stand_ins(rev)
     check_derivatives(m, {"x": rng.standard_normal((1, 2, 4, 6)).astype(np.float32)})
+
+
+def test_resize_to_sizes_read_off_the_batch():
+    """torch's interpolate(size=...) with a dynamic batch: sizes
+    Concat(Shape(x)[:2], [h, w]), computed at run time though the resized
+    extents are static. The interpolation matrices were built at run time
+    from EyeLike identities (50 reverse nodes instead of 25 for bicubic)."""
+    nodes = [h.make_node("Tanh", ["x"], ["t"]), h.make_node("Shape", ["x"], ["s"], end=2),
+             ints("hw", [5, 7]), h.make_node("Concat", ["s", "hw"], ["sizes"], axis=0),
+             h.make_node("Resize", ["t", "", "", "sizes"], ["y"], mode="cubic",
+                         coordinate_transformation_mode="align_corners")]
+    check(nodes, (2, 3, 4, 4), counted=("MatMul", "Resize", "EyeLike", "Tanh"))
 
 
 def test_windows_of_run_time_extents_agree():

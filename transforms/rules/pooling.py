@@ -856,7 +856,9 @@ def _resize(b: Builder, op, tangents):
     scales = _listed(op, scales, r, 1.0)
     crop = _crop(op, r)
     resized = _resized_axes(op)
-    static = (scales is not None or known_sizes is not None) and \
+    # (sizes computed at run time, torch's for a dynamic batch, Concat(Shape(x)[:2],
+    # [h, w]): the matrices need only the resized axes' extents, static in the types)
+    static = (scales is not None or sizes is not None) and \
         all(xd[a] is not None and yd[a] is not None for a in resized)
     if not static:
         if axes or crop is not None:  # (the node itself on merged directions reads them)

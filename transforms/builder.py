@@ -638,7 +638,8 @@ class Builder:
         t = self.align(t, len(pd)) if pd is not None else t
         if pd is not None and rank(t) == len(pd) + 1 and \
                 (None in pd or None in dims(t)[1:]) and \
-                symdims.dims(t)[1:] == symdims.dims(primal):
+                [symdims.claimed(e) for e in symdims.dims(t)[1:]] == \
+                [symdims.claimed(e) for e in symdims.dims(primal)]:
             return t  # the same extents, `?` included (symdims.py)
         return self.expand_directions(t, primal, 0, None if pd is None else [None] + pd)
 

@@ -720,15 +720,10 @@ def _rule(ot, op, idx, ins) -> list | None:
         return shape_value(ins[0])
     if ot == "Slice" and len(ins) >= 3:
         a = _of(ins[0])
-        starts, ends = _ints(ins[1]), _ints(ins[2])
-        axes = _ints(ins[3]) if len(ins) > 3 and not isinstance(ins[3].type, ir.NoneType) \
-            else (None if starts is None else list(range(len(starts))))
-        if a is None or starts is None or ends is None or axes is None:
+        kept = _slice_kept_axes(op)
+        if a is None or kept is None:
             return None
-        out = list(a)
-        for ax in axes:
-            out[ax % len(a)] = None  # the type's static extent, else fresh
-        return out
+        return [e if kept[i] else None for i, e in enumerate(a)]  # (None: the type's, or fresh)
     if ot == "Gather":
         a, q = _of(ins[0]), _of(ins[1])
         if a is None or q is None:
@@ -797,6 +792,38 @@ def _rule(ot, op, idx, ins) -> list | None:
         out[_attr(op, "axis", -1) % len(a)] = k[0] if k is not None and len(k) == 1 else None
         return out
     return None
+
+
+def slice_keeps_all(op: ir.Operation) -> bool:
+    """Whether a Slice (10 and later) keeps its operand whole (TorchScript
+    slices scatter_add's source to its index's shape, read at run time)."""
+    kept = _slice_kept_axes(op)
+    return kept is not None and all(kept)
+
+
+def _slice_kept_axes(op: ir.Operation) -> list[bool] | None:
+    """Per axis of a Slice's operand, whether the Slice keeps it whole:
+    not sliced, or from 0 by steps of 1 to past its extent or to an end
+    proved equal to it. None where the starts, axes or steps are not
+    constant or the ends not known."""
+    ins = [None if isinstance(o.type, ir.NoneType) else o for o in op.operands]
+    if len(ins) < 3 or ins[1] is None or ins[2] is None:
+        return None
+    a, starts, ends = dims(ins[0]), _ints(ins[1]), shape_value(ins[2])
+    n = None if starts is None else len(starts)
+    axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else list(range(n or 0))
+    steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1] * (n or 0)
+    if a is None or n is None or ends is None or axes is None or steps is None or \
+            not len(ends) == len(axes) == len(steps) == n or \
+            any(not -len(a) <= ax < len(a) for ax in axes):
+        return None
+    kept = [True] * len(a)
+    for ax, start, end, step in zip(axes, starts, ends, steps):
+        ext, end = claimed(a[ax % len(a)]), claimed(end)
+        kept[ax % len(a)] = start == 0 and step == 1 and end is not None and (
+            end == ext or isinstance(end, _INTS) and
+            (end >= 2 ** 62 or isinstance(ext, _INTS) and end >= ext))
+    return kept
 
 
 def _window_extent(op, ins, i: int, n: int, e):

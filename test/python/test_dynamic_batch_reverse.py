@@ -136,6 +136,27 @@ def test_sort_and_topk():
                                         "NonZero"))
 
 
+def test_scatter_add_of_a_source_sliced_to_its_index():
+    """torch's scatter_add as TorchScript exports it with a dynamic batch:
+    the source sliced from 0 to its index's shape, read at run time (a
+    Slice that keeps it whole). The Slice's transpose scattered the
+    cotangent back axis by axis (four ScatterElements, Ranges and run-time
+    unbroadcasts: 112 reverse nodes against 23 static)."""
+    nodes = [h.make_node("Shape", ["x"], ["s"]), ints("first", [0]),
+             h.make_node("Gather", ["s", "first"], ["n"]), ints("rest", [3, 4, 5]),
+             h.make_node("Concat", ["n", "rest"], ["target"], axis=0),
+             h.make_node("Expand", ["row", "target"], ["index"]),
+             h.make_node("Sin", ["x"], ["src"]), ints("zeros", [0, 0, 0, 0]),
+             h.make_node("Shape", ["index"], ["ends"]),
+             h.make_node("Slice", ["src", "zeros", "ends"], ["part"]),
+             h.make_node("ScatterElements", ["base", "index", "part"], ["y"], axis=2,
+                         reduction="add")]
+    row = nh.from_array(np.array([0, 1, 1, 2]).reshape(1, 1, 4, 1), "row")
+    base = nh.from_array(np.zeros((1, 3, 3, 5), np.float32), "base")
+    check(nodes, (1, 3, 4, 5), [row, base], counted=("ScatterElements", "GatherElements",
+                                                      "NonZero", "Range"), opset=18)
+
+
 def test_class_token_concat():
     """ViT: a class token expanded to the batch and concatenated before the
     patches; the proved extent 1 beside 4 now sums to 5."""

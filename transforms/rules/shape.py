@@ -310,6 +310,8 @@ def _slice(b: Builder, op, tangents):
     r = rank(x)
     if r is None:
         raise UnsupportedOp("Slice needs its operand's rank")
+    if symdims.slice_keeps_all(op):  # (torch slices to a shape read at run time)
+        return [tangents[0]] + [None] * (len(op.operands) - 1)
     out = b.derivative_type(op.results[0])
     try:
         starts, ends, axes, steps = slice_args(op, r)

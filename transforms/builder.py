@@ -638,9 +638,12 @@ class Builder:
         t = self.align(t, len(pd)) if pd is not None else t
         if pd is not None and rank(t) == len(pd) + 1 and \
                 (None in pd or None in dims(t)[1:]) and \
+                all(p is None or e == p for e, p in zip(dims(t)[1:], pd)) and \
                 [symdims.claimed(e) for e in symdims.dims(t)[1:]] == \
                 [symdims.claimed(e) for e in symdims.dims(primal)]:
-            return t  # the same extents, `?` included (symdims.py)
+            # the same extents, `?` included (symdims.py), and t's type as
+            # static as primal's (rules read static extents off types)
+            return t
         return self.expand_directions(t, primal, 0, None if pd is None else [None] + pd)
 
     def expand_directions(self, t: ir.Value, like: ir.Value, start: int,

@@ -20,7 +20,7 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"
 NAMES = ["mlp", "gelu_mlp", "mlp_dynamo", "cnn", "transformer_block", "transformer_block_dynamo",
          "attention", "vit", "unet", "pads", "neural_ode", "gru", "lstm",
          "lstm_batch_first_dynamo", "gru_stacked_dynamo", "fpn", "fpn_dynamo", "euler_list",
-         "split_list", "while_list", "adams_bashforth"]
+         "split_list", "while_list", "adams_bashforth", "fno_dynamo"]
 
 
 def load(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

@@ -310,8 +310,11 @@ def _slice(b: Builder, op, tangents):
     r = rank(x)
     if r is None:
         raise UnsupportedOp("Slice needs its operand's rank")
-    if symdims.slice_keeps_all(op):  # (torch slices to a shape read at run time)
-        return [tangents[0]] + [None] * (len(op.operands) - 1)
+    t, yd = tangents[0], dims(op.results[0])
+    if t is not None and yd is not None and symdims.slice_keeps_all(op) and \
+            all(e is None or e == s for e, s in zip(yd, dims(t)[1:])):
+        # (torch slices to a shape read at run time; t's type as static as the result's)
+        return [t] + [None] * (len(op.operands) - 1)
     out = b.derivative_type(op.results[0])
     try:
         starts, ends, axes, steps = slice_args(op, r)

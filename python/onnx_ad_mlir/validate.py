@@ -131,17 +131,22 @@ _ONE_AXIS = {"Reshape": {1: "shape"},
              "Squeeze": {1: "axes"}, "Compress": {1: "condition"}, **_REDUCE_AXES}
 # Unsqueeze's axes: ONNX Runtime also takes a scalar.
 _AT_MOST_ONE_AXIS = {"Unsqueeze": {1: "axes"}}
+# Ops whose input ONNX Runtime refuses empty past these axes ("Only N can be
+# zero"), where ONNX defines them: the first axis that must not be 0.
+_NOT_EMPTY_FROM = {"MaxPool": 1, "AveragePool": 1, "LpPool": 1, "GlobalAveragePool": 1,
+                   "GlobalMaxPool": 1, "GlobalLpPool": 1, "Conv": 2}
 
 
 def check_operand_shapes(graph: onnx.GraphProto, outer: dict[str, list] | None = None
                          ) -> None:
     """The operands of _ONE_VALUE (one element), _ONE_AXIS (rank 1) and
-    _AT_MOST_ONE_AXIS,
+    _AT_MOST_ONE_AXIS, the inputs of _NOT_EMPTY_FROM,
     where their extents are known (declared, inferred, initializers,
     Constants), subgraphs included. Run before the sequence lowering, which
     reads positions."""
     nodes = [n for n in graph.node if n.op_type in _ONE_VALUE or n.op_type in _ONE_AXIS
-             or n.op_type in _AT_MOST_ONE_AXIS or n.op_type in _GRAPH_OPS]
+             or n.op_type in _AT_MOST_ONE_AXIS or n.op_type in _NOT_EMPTY_FROM
+             or n.op_type in _GRAPH_OPS]
     if not nodes:
         return
     shapes = dict(outer or {})
@@ -161,6 +166,11 @@ def check_operand_shapes(graph: onnx.GraphProto, outer: dict[str, list] | None =
 
 
 def _check_operand_shapes(node: onnx.NodeProto, shapes: dict[str, list]) -> None:
+    first = _NOT_EMPTY_FROM.get(node.op_type)
+    shape = shapes.get(node.input[0]) if first is not None and node.input else None
+    if shape is not None and 0 in shape[first:]:
+        raise ImportFailure(f"{_label(node)}: input '{node.input[0]}' has shape {shape}; "
+                            f"ONNX Runtime refuses it empty on any axis from {first} on")
     for table, fits, wanted in ((_ONE_VALUE, lambda s: None in s or math.prod(s) == 1,
                                  "a single value"),
                                 (_ONE_AXIS, lambda s: len(s) == 1, "a 1-D list"),

@@ -779,6 +779,33 @@ def test_operands_of_one_value_or_one_axis(op):
             forward(model, layout="onnx")
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool", "GlobalAveragePool",
+                                "GlobalMaxPool", "GlobalLpPool", "Conv"])
+def test_empty_pooled_or_convolved_axes(op):
+    """ONNX Runtime pools only an empty batch (and convolves no empty image
+    axis): a pool over an extent 0 met a division by zero in
+    GlobalAveragePool's rule (fuzz seed 233 case 267). Refused, naming the
+    node; an empty batch passes."""
+    from onnx_ad_mlir import forward
+    import onnxruntime as ort
+    attrs = {"kernel_shape": [1]} if op in ("MaxPool", "AveragePool", "LpPool", "Conv") else {}
+    inits = [numpy_helper.from_array(np.ones((2, 3, 1), F), "w")] if op == "Conv" else []
+    for shape, accepted in (([2, 3, 0], False), ([0, 3, 4], True)):
+        node = h.make_node(op, ["x"] + [i.name for i in inits], ["y"], name="n", **attrs)
+        model = _model([node], [_vi("x", shape)], [_vi("y", None)], inits)
+        sess = lambda: ort.InferenceSession(model.SerializeToString()).run(  # noqa: E731
+            None, {"x": np.zeros(shape, F)})
+        if accepted:
+            sess()
+            forward(model, layout="onnx")
+            continue
+        with pytest.raises(Exception):
+            sess()
+        with pytest.raises(ImportFailure, match=rf"node 'n' \({op}\): input 'x' has shape "
+                                                r"\[2, 3, 0\]; ONNX Runtime refuses it empty"):
+            forward(model, layout="onnx")
+
+
 def test_valid_index_attributes_accepted():
     # the bounds of the checks above: the last allowed axis, pads just below
     # the kernel, ReverseSequence's axes swapped, an even LRN size (ONNX

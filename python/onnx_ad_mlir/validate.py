@@ -280,6 +280,8 @@ def _check_window(node, attrs, r: int) -> None:
 
 
 _WINDOW_OPS = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "MaxUnpool")
+# ops on images N x C x D1 x ... whose rank ONNX's inference does not check
+_GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
 # ops whose attribute names an element type
 _DTYPE_ATTRIBUTE = {"Cast": "to", "Bernoulli": "dtype", "RandomNormal": "dtype",
                     "RandomUniform": "dtype", "RandomNormalLike": "dtype",
@@ -330,7 +332,7 @@ _ENUMS = {**{op: _PADDING for op in (*_WINDOW_OPS, "ConvInteger", "QLinearConv")
 _ATTR_OPS = {*_AXIS_OPS, *_AXIS_INCLUSIVE, *_AXIS_OF_RESULT, *_REGIONS, *_WINDOW_OPS,
              *_AXES_OPS, *_FLAGS, "Concat", "Transpose", "Reshape", "Pad", "DepthToSpace",
              "SpaceToDepth", "CumSum", "ReverseSequence", "DFT", "GatherND", "LRN",
-             "MaxUnpool", "Col2Im", "Split", "GlobalLpPool", *_DTYPE_ATTRIBUTE, *_ENUMS}
+             "MaxUnpool", "Col2Im", "Split", *_GLOBAL_POOLS, *_DTYPE_ATTRIBUTE, *_ENUMS}
 
 
 def check_attributes(graph: onnx.GraphProto, outer: dict[str, int] | None = None,
@@ -431,6 +433,11 @@ def _check_node_attributes(node: onnx.NodeProto, op: str, inputs: list[str],
         if len({k for _, k in known}) > 1:
             raise ImportFailure(f"{_label(node)}: inputs of different ranks "
                                 f"{', '.join(f'{n!r} ({k})' for n, k in known)}")
+    if op in _GLOBAL_POOLS and r is not None and r < 3:
+        # (ONNX's inference passes a lower rank; ONNX Runtime refuses it:
+        # "Input dimension cannot be less than 3", fuzz seed 233 case 836)
+        raise ImportFailure(f"{_label(node)}: input '{src}' has rank {r}; ONNX asks for "
+                            "N x C x D1 x ... (rank 3 or more)")
     if op in _WINDOW_OPS and r is not None:
         _check_window(node, attrs, r)
     if op == "Pad" and r is not None:

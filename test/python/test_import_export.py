@@ -806,6 +806,22 @@ def test_empty_pooled_or_convolved_axes(op):
             forward(model, layout="onnx")
 
 
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
+def test_global_pools_of_rank_below_three(op):
+    """A global pool (N x C x D1 ...) of a rank-2 input: ONNX's inference
+    passes it (the windowed pools' it refuses), ONNX Runtime refuses it
+    (fuzz seed 233 case 836, a GlobalMaxPool of a rank-1 value); refused,
+    naming node and rank."""
+    from onnx_ad_mlir import forward
+    import onnxruntime as ort
+    model = _model([h.make_node(op, ["x"], ["y"], name="n")], [_vi("x", [2, 3])],
+                   [_vi("y", None)])
+    with pytest.raises(Exception):
+        ort.InferenceSession(model.SerializeToString()).run(None, {"x": np.ones((2, 3), F)})
+    with pytest.raises(ImportFailure, match=rf"node 'n' \({op}\): input 'x' has rank 2"):
+        forward(model, layout="onnx")
+
+
 def test_valid_index_attributes_accepted():
     # the bounds of the checks above: the last allowed axis, pads just below
     # the kernel, ReverseSequence's axes swapped, an even LRN size (ONNX

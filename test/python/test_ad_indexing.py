@@ -79,6 +79,41 @@ def test_scatter_elements(reduction):
         (2, 4), [("u", D, [2, 3])], {"u": rng.standard_normal((2, 3))})
 
 
+@pytest.mark.parametrize("case", ["elements", "elements_expanded", "elements_broadcast_line",
+                                  "nd"])
+def test_scatter_writing_a_position_twice_is_refused(case):
+    """Without a reduction, ONNX asks for distinct positions: with
+    duplicates the result depends on the order of the updates (ONNX
+    Runtime's last one wins), and the transpose gave every duplicate the
+    cotangent, so reverse mode disagreed with forward mode. Found on
+    torch's index_add exported by TorchScript with a dynamic batch: its
+    constant indices, expanded over the batch, wrote a row twice (forward
+    mode 0.48 off torch's sum, which the ONNX model does not compute). The
+    same indices with reduction add are differentiated."""
+    from onnx_ad_mlir.api import forward, reverse
+    from onnx_ad_mlir.errors import ImportFailure
+    if case == "nd":
+        nodes = [const("i", [[1], [1]]), h.make_node("ScatterND", ["x", "i", "u"], ["y"])]
+        ins = [("x", D, [4, 3]), ("u", D, [2, 3])]
+    else:
+        line = {"elements": [[1, 0, 1], [0, 2, 1]], "elements_expanded": [[1, 0, 1]],
+                "elements_broadcast_line": [[2]]}[case]
+        nodes = [const("i", line), h.make_node("Shape", ["u"], ["s"]),
+                 h.make_node("Expand", ["i", "s"], ["e"]),
+                 h.make_node("ScatterElements", ["x", "e", "u"], ["y"], axis=1)]
+        ins = [("x", D, ["n", 4]), ("u", D, ["n", 3])]
+    m = model(nodes, ins, [("y", D, None)])
+    for mode in (forward, reverse):
+        with pytest.raises(ImportFailure, match="write one position twice"):
+            mode(m, layout="onnx")
+    for n in m.graph.node:
+        if n.op_type.startswith("Scatter"):
+            n.attribute.append(h.make_attribute("reduction", "add"))
+    feeds = {"x": rng.standard_normal((2, 4) if case != "nd" else (4, 3)),
+             "u": rng.standard_normal((2, 3))}
+    check_derivatives(m, feeds, inputs=["x", "u"])
+
+
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("reduction", ["max", "min", "mul"])
 def test_scatter_elements_nonlinear(reduction, axis):

@@ -12,6 +12,7 @@ from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
 from .. import symdims
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
+                       producer,
                        rank, tensor_type)
 from ..registry import jvp, transpose
 from .linalg import matmul
@@ -718,6 +719,42 @@ def _check_constant_indices(x: ir.Value, idx: ir.Value, axis: int) -> None:
         raise UnsupportedOp(f"constant index {bad} is out of range for axis {axis} of extent {n}")
 
 
+def _check_distinct_positions(op: ir.Operation, idx: ir.Value, axis: int | None) -> None:
+    """A scatter without reduction whose constant indices (or a broadcast of
+    constant ones: torch's index_add, exported with a dynamic batch) write
+    one position twice. ONNX asks for distinct positions; the result depends
+    on the order of the updates (ONNX Runtime's last one wins), and its
+    transpose would give every duplicate the cotangent. `axis`: ScatterElements'
+    (positions differ along it within a line), None for ScatterND's tuples
+    (constant ones only)."""
+    if _reduction(op) != "none":
+        return
+    expand = producer(idx, "Expand")
+    src = idx if expand is None else expand.operands[0]
+    values, d, full = constant_ints(src), dims(src), dims(idx)
+    if values is None or d is None or full is None or len(values) != math.prod(d):
+        return
+    a = np.asarray(values).reshape(d)
+    n = dims(op.operands[0])
+    if axis is None:  # ScatterND: constant index tuples along the last axis
+        rows = a.reshape(-1, d[-1]) if expand is None and d and d[-1] else None
+        twice = rows is not None and len(np.unique(rows, axis=0)) < len(rows)
+    else:
+        if n is not None and n[axis] is not None:
+            a = np.where(a < 0, a + n[axis], a)
+        own = axis - (len(full) - len(d))  # src's axis (Expand may prepend axes)
+        line = full[axis]
+        if own < 0 or d[own] == 1:  # one index repeated along every line
+            twice = line is not None and line > 1
+        else:
+            ordered = np.sort(a, axis=own)
+            twice = bool((np.diff(ordered, axis=own) == 0).any())
+    if twice:
+        raise ImportFailure("indices that write one position twice, with reduction 'none': "
+                            "ONNX asks for distinct positions (the result would depend on "
+                            "the order of the updates)")
+
+
 @jvp("Gather")
 def _gather(b: Builder, op, tangents):
     x, idx = op.operands
@@ -784,6 +821,8 @@ def _op_attrs(op: ir.Operation) -> dict:
 def _scatter_elements(b: Builder, op, tangents):
     data, idx, upd = op.operands
     _check_constant_indices(data, idx, _axis(op, _known_rank([data, idx, upd])))
+    if not _nonlinear_reduction(op):
+        _check_distinct_positions(op, idx, _axis(op, _known_rank([data, idx, upd])))
     if _nonlinear_reduction(op):
         return _scatter_elements_nonlinear(b, op, tangents)
     r = _reduction(op)
@@ -1014,6 +1053,8 @@ def _scatter_nd(b: Builder, op, tangents):
     nonlinear = _nonlinear_reduction(op)
     r = "add" if nonlinear else _reduction(op)
     q = _nd_depth(op)
+    if not nonlinear:
+        _check_distinct_positions(op, idx, None)
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:
         return [None]

@@ -1,12 +1,13 @@
-"""torchvision's models (and small Hugging Face transformers), exported by
-both of torch's ONNX exporters and differentiated, against torch's own
-derivatives. Not part of the test suite
+"""torchvision's models, small Hugging Face stacks and small modules of
+torch's op families (op_modules.py), exported by both of torch's ONNX
+exporters and differentiated, against torch's own derivatives. Not part of
+the test suite
 (torch and torchvision are not project dependencies); run it after changing
 the importer or the rules:
 
     # 1. in an environment with torch and torchvision (x86-64:
     #    pip install torch==2.14.1 torchvision==0.29.1 onnx onnxscript),
-    #    and transformers for five small Hugging Face stacks:
+    #    and transformers for 21 small Hugging Face stacks:
     python test/torchvision/sweep.py export OUT [model,...]
     # 2. in the project's environment:
     python test/torchvision/sweep.py check OUT
@@ -21,7 +22,8 @@ weights, and beside each an .npz: the input x,
 seeds v and w, and torch.func's J v, J^T w and Hessian-vector product
 (d/dx <y, w> along v) of the float64 model (the float32 J v too: how far
 torch's own float32 derivative is from float64 says whether kinks sit near
-x). `check` differentiates each model in both
+x; where torch has no forward AD, J v by central differences and no
+Hessian). `check` differentiates each model in both
 modes and the reverse model again in forward mode (layout onnx, one
 direction), checks the derivative models with
 ONNX's full checker, runs them in ONNX Runtime, and prints a table of
@@ -88,33 +90,89 @@ def _models() -> dict:
         "deeplabv3_mobilenet": (lambda: Out(segmentation.deeplabv3_mobilenet_v3_large(
             weights_backbone=None, aux_loss=False)), IMAGE),
     }
+    from op_modules import op_modules
+    models.update(op_modules())
     try:
         import transformers
     except ImportError:
         return models
 
     class Hidden(torch.nn.Module):
-        """A Hugging Face encoder/decoder stack from embeddings (float input)."""
-        def __init__(self, m):
+        """A Hugging Face stack's last hidden state from a float input:
+        embeddings, or pixels, audio or mel features (`key`)."""
+        def __init__(self, m, key="inputs_embeds"):
             super().__init__()
-            self.m = m
+            self.m, self.key = m, key
 
         def forward(self, x):
-            return self.m(inputs_embeds=x).last_hidden_state
+            return self.m(**{self.key: x}).last_hidden_state
 
     t = transformers
+    # (Bloom's GeLU is an autograd.Function, which torch.func cannot
+    # differentiate: its forward formula, the same function, stands in)
+    bloom = t.models.bloom.modeling_bloom
+    bloom.BloomGelu.forward = lambda self, x: bloom.bloom_gelu_forward(x)
     small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=128, attn_implementation="eager")
-    for name, make in {
-        "gpt2": lambda: t.GPT2Model(t.GPT2Config(n_embd=64, n_layer=2, n_head=4,
-                                                 attn_implementation="eager")),
-        "bert": lambda: t.BertModel(t.BertConfig(**small), add_pooling_layer=False),
-        "llama": lambda: t.LlamaModel(t.LlamaConfig(**small, num_key_value_heads=2)),
-        "qwen2": lambda: t.Qwen2Model(t.Qwen2Config(**small, num_key_value_heads=2)),
-        "t5_encoder": lambda: t.T5EncoderModel(t.T5Config(d_model=64, d_kv=16, d_ff=128,
-                                                          num_layers=2, num_heads=4)),
+    seq2seq = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                   attn_implementation="eager")
+    images = dict(image_size=32, patch_size=8)
+    for name, (make, shape, key) in {
+        "gpt2": (lambda: t.GPT2Model(t.GPT2Config(n_embd=64, n_layer=2, n_head=4,
+                                                  attn_implementation="eager")), None, None),
+        "bert": (lambda: t.BertModel(t.BertConfig(**small), add_pooling_layer=False), None,
+                 None),
+        "llama": (lambda: t.LlamaModel(t.LlamaConfig(**small, num_key_value_heads=2)), None,
+                  None),
+        "qwen2": (lambda: t.Qwen2Model(t.Qwen2Config(**small, num_key_value_heads=2)), None,
+                  None),
+        "t5_encoder": (lambda: t.T5EncoderModel(t.T5Config(d_model=64, d_kv=16, d_ff=128,
+                                                           num_layers=2, num_heads=4)),
+                       None, None),
+        "mistral": (lambda: t.MistralModel(t.MistralConfig(
+            **small, num_key_value_heads=2, sliding_window=4)), None, None),
+        "gemma": (lambda: t.GemmaModel(t.GemmaConfig(**small, num_key_value_heads=2,
+                                                     head_dim=16)), None, None),
+        "phi": (lambda: t.PhiModel(t.PhiConfig(**small)), None, None),
+        "gpt_neox": (lambda: t.GPTNeoXModel(t.GPTNeoXConfig(**small, rotary_pct=0.5)), None,
+                     None),
+        "falcon": (lambda: t.FalconModel(t.FalconConfig(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            attn_implementation="eager")), None, None),
+        "bloom": (lambda: t.BloomModel(t.BloomConfig(hidden_size=64, n_layer=2, n_head=4,
+                                                     attn_implementation="eager")), None, None),
+        "deberta_v2": (lambda: t.DebertaV2Model(t.DebertaV2Config(
+            **small, relative_attention=True, pos_att_type=["p2c", "c2p"],
+            max_relative_positions=16)), None, None),
+        "distilbert": (lambda: t.DistilBertModel(t.DistilBertConfig(
+            dim=64, n_layers=2, n_heads=4, hidden_dim=128, attn_implementation="eager")),
+            None, None),
+        "bart_encoder": (lambda: t.BartModel(t.BartConfig(**seq2seq)).encoder, None, None),
+        "mamba": (lambda: t.MambaModel(t.MambaConfig(
+            hidden_size=64, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4,
+            use_mambapy=False)), None, None),
+        "vit_hf": (lambda: t.ViTModel(t.ViTConfig(**small, **images), add_pooling_layer=False),
+                   (2, 3, 32, 32), "pixel_values"),
+        "clip_vision": (lambda: t.CLIPVisionModel(t.CLIPVisionConfig(**small, **images)),
+                        (2, 3, 32, 32), "pixel_values"),
+        "segformer": (lambda: t.SegformerModel(t.SegformerConfig(
+            num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+            num_attention_heads=[1, 2], mlp_ratios=[2, 2], patch_sizes=[7, 3], strides=[4, 2])),
+            (1, 3, 32, 32), "pixel_values"),
+        "convnextv2": (lambda: t.ConvNextV2Model(t.ConvNextV2Config(
+            hidden_sizes=[16, 32], depths=[1, 1], num_stages=2)), (1, 3, 32, 32),
+            "pixel_values"),
+        "whisper_encoder": (lambda: t.WhisperModel(t.WhisperConfig(
+            **seq2seq, num_mel_bins=16, max_source_positions=8)).encoder, (1, 16, 16),
+            "input_features"),
+        "wav2vec2": (lambda: t.Wav2Vec2Model(t.Wav2Vec2Config(
+            **small, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)), (1, 400),
+            "input_values"),
     }.items():
-        models[name] = (lambda make=make: Hidden(make()), (1, 8, 64))
+        models[name] = (lambda make=make, key=key: Hidden(make(), key or "inputs_embeds"),
+                        shape or (1, 8, 64))
     return models
 
 
@@ -148,9 +206,18 @@ def export(out: str, only: list[str] | None) -> None:
                 continue
             g = torch.Generator().manual_seed(1)
             v = torch.randn(*shape, generator=g, dtype=torch.float64)
+            fd = False
             with sdpa_kernel([SDPBackend.MATH]):  # (the fused kernels have no forward AD)
                 m.double()
-                y, jv = torch.func.jvp(m, (x.double(),), (v,))
+                try:
+                    y, jv = torch.func.jvp(m, (x.double(),), (v,))
+                except NotImplementedError:
+                    # no forward AD in torch (grid_sample, cdist, its CPU LSTM):
+                    # J v by central differences in float64
+                    fd = True
+                    with torch.no_grad():
+                        y = m(x.double())
+                        jv = (m(x.double() + 1e-6 * v) - m(x.double() - 1e-6 * v)) / 2e-6
                 w = torch.randn(*y.shape, generator=g, dtype=torch.float64)
                 _, pull = torch.func.vjp(m, x.double())
                 (jtw,) = pull(w)
@@ -162,10 +229,13 @@ def export(out: str, only: list[str] | None) -> None:
                 except (NotImplementedError, RuntimeError):
                     hvp = np.zeros(0)
                 m.float()
-                _, jv32 = torch.func.jvp(m, (x,), (v.float(),))
+                try:
+                    jv32 = jv if fd else torch.func.jvp(m, (x,), (v.float(),))[1]
+                except NotImplementedError:  # (in float32 only: the CPU LSTM's kernel)
+                    jv32 = torch.full_like(jv, float("nan"))
             np.savez(path[:-5] + ".npz", x=x.numpy(), v=v.numpy(), w=w.numpy(),
                      y=y.detach().numpy(), jv=jv.detach().numpy(), jtw=jtw.detach().numpy(),
-                     jv32=jv32.detach().numpy(), hvp=hvp)
+                     jv32=jv32.detach().numpy(), hvp=hvp, fd=fd)
             print(f"{name}_{kind}: exported", flush=True)
 
 
@@ -192,7 +262,9 @@ def check_one(path: str) -> str:
     d = np.load(path[:-5] + ".npz")
     m = onnx.load(path)
     x, y = m.graph.input[0].name, m.graph.output[0].name
+    fd = "fd" in d and bool(d["fd"])  # (J v by central differences: no float32 one)
     cells = [os.path.basename(path)[:-5], str(len(m.graph.node)),
+             "(fd)" if fd else "-" if np.isnan(d["jv32"]).any() else
              f"{rel(d['jv32'], d['jv']):.1e}"]
     for kind, transform, seed, ref in (("fwd", forward, d["v"], d["jv"]),
                                        ("rev", reverse, d["w"], d["jtw"])):

@@ -117,6 +117,7 @@ def _ranks(graph: onnx.GraphProto, outer: dict[str, int], declared: Declared | N
 # 1638: a position of two elements; seed 218 case 1146: a Trilu k of two).
 _ONE_VALUE = {"SequenceAt": {1: "position"}, "SequenceInsert": {2: "position"},
               "SequenceErase": {1: "position"}, "Trilu": {1: "k"}, "CumSum": {1: "axis"},
+              "CumProd": {1: "axis"},
               "Pad": {2: "constant_value"}, "If": {0: "condition"},
               "Clip": {1: "min", 2: "max"}}
 # Operands ONNX asks to be 1-D and ONNX Runtime refuses of any other rank

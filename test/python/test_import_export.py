@@ -717,6 +717,8 @@ _ONE_SHAPED = {
     "Trilu": (h.make_node("Trilu", ["x", "v"], ["y"], name="n"), T.INT64, "k", "single value"),
     "CumSum": (h.make_node("CumSum", ["x", "v"], ["y"], name="n"), T.INT64, "axis",
                "single value"),
+    "CumProd": (h.make_node("CumProd", ["x", "v"], ["y"], name="n"), T.INT64, "axis",
+                "single value"),
     "Pad": (h.make_node("Pad", ["x", "p", "v"], ["y"], name="n"), T.FLOAT, "constant_value",
             "single value"),
     "Clip": (h.make_node("Clip", ["x", "v"], ["y"], name="n"), T.FLOAT, "min", "single value"),
@@ -752,7 +754,8 @@ def test_operands_of_one_value_or_one_axis(op):
     """An operand ONNX asks to be one value (or one list) in another shape:
     ONNX Runtime refuses the model when it runs, so import refuses it,
     naming node, role and shape (Trilu's k of two elements was
-    differentiated: fuzz seed 218 case 1146). The shapes ONNX Runtime runs
+    differentiated: fuzz seed 218 case 1146; CumProd's axis, seed 235 case
+    1858). The shapes ONNX Runtime runs
     (one element of rank 1; an If condition of any rank) pass. Lists ONNX
     asks to be 1-D likewise (TorchScript exported Mamba's chunking with a
     Tile of repeats [1, 1]); Compress's condition ONNX Runtime runs
@@ -765,7 +768,8 @@ def test_operands_of_one_value_or_one_axis(op):
     for value, accepted in ((bad, False), (good, True)):
         array = np.array(value, dtype=onnx.helper.tensor_dtype_to_np_dtype(elem))
         inits = [numpy_helper.from_array(array, "v"), _i64("p", [0, 1, 0, 1]), _i64("e", [2])]
-        model = _model([node], [_vi("x", [3, 3])], [_vi("y", None)], inits, opset=17)
+        model = _model([node], [_vi("x", [3, 3])], [_vi("y", None)], inits,
+                       opset=26 if op == "CumProd" else 17)
         sess = lambda: ort.InferenceSession(model.SerializeToString()).run(None, feeds)
         if accepted:
             sess()

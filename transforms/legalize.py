@@ -6,14 +6,19 @@ primal should (ONNX Runtime's gaps and bugs).
 emits it for `jnp.where` on flags, e.g. in diffrax's step-size logic), so
 Where(c, a, b) with bool a, b becomes Or(And(c, a), And(Not(c), b)) (the
 same broadcasting), everywhere including If/Loop/Scan bodies.
+
+`dilated_same_pads`: ONNX Runtime refuses a dilated Conv with auto_pad SAME
+("Dilation not supported for AutoPadType::SAME_UPPER"), which TorchScript
+exports for torch's padding="same" with dilation; where the spatial extents
+are static, the pads ONNX defines are made explicit.
 """
 from __future__ import annotations
 
 from mlir import ir
 
 from . import symdims
-from .builder import (Builder, broadcast_dims, dims, element_type, ints_attr, nested_ops,
-                      tensor_type)
+from .builder import (Builder, attribute, broadcast_dims, dims, element_type, ints_attr,
+                      nested_ops, tensor_type)
 
 
 def bool_where(f: ir.Operation, opset: int, ops: list[ir.Operation] | None = None) -> int:
@@ -144,3 +149,21 @@ def expand_zero_extents(f: ir.Operation, opset: int) -> int:
                 x, axes, [0] * len(axes), [0] * len(axes), tensor_type(cut, element_type(x)))
         changed += 1
     return changed
+
+
+def dilated_same_pads(f: ir.Operation, ops: list[ir.Operation] | None = None) -> int:
+    """`ops`: nested_ops(f), when the caller has it. Returns the number of
+    Convs given explicit pads."""
+    from .rules.linalg import conv_geometry
+    n = 0
+    for op in nested_ops(f) if ops is None else ops:
+        if op.name != "onnx.Conv" or attribute(op, "auto_pad") not in ("SAME_UPPER", "SAME_LOWER") \
+                or all(d == 1 for d in attribute(op, "dilations") or []):
+            continue
+        geometry = conv_geometry(op, transposed=False)
+        if geometry is None:
+            continue
+        op.attributes["pads"] = ints_attr(geometry["pads"])
+        op.attributes["auto_pad"] = ir.StringAttr.get("NOTSET")
+        n += 1
+    return n

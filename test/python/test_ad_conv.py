@@ -54,6 +54,33 @@ def test_conv(name, xs, ws, attrs):
     check_derivatives(m, feeds)
 
 
+@pytest.mark.parametrize("auto", ["SAME_UPPER", "SAME_LOWER"])
+def test_dilated_conv_with_auto_pad_same(auto):
+    """torch's padding="same" with dilation, as TorchScript exports it:
+    ONNX Runtime refuses a dilated Conv with auto_pad SAME, even in the
+    model itself. The derivative models give the Conv the pads ONNX defines
+    and run; they agree with those of the same Conv with explicit pads,
+    whose derivatives are checked against finite differences."""
+    from adcheck import run
+    same, feeds = conv_case("Conv", (1, 2, 5, 6), (3, 2, 3, 4), auto_pad=auto,
+                            dilations=[1, 2], strides=[1, 2])
+    total = [2, 5]  # (out - 1) * stride + (kernel - 1) * dilation + 1 - in
+    lo = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+    explicit, _ = conv_case("Conv", (1, 2, 5, 6), (3, 2, 3, 4), dilations=[1, 2], strides=[1, 2],
+                            pads=lo + [t - a for t, a in zip(total, lo)])
+    check_derivatives(explicit, feeds)
+    rng = np.random.default_rng(3)
+    seeds = {**{f"fwd_{n}": rng.standard_normal(v.shape + (2,)).astype(np.float32)
+                for n, v in feeds.items()},
+             "adj_y": rng.standard_normal((1, 3, 5, 3, 2)).astype(np.float32)}
+    for mode in (forward, reverse):
+        a, b = (mode(m, layout="onnx") for m in (same, explicit))
+        f = {i.name: {**feeds, **seeds}[i.name] for i in a.graph.input}
+        got, want = run(a, f), run(b, f)
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5)
+
+
 def test_conv_hessian():
     m, feeds = conv_case("Conv", (1, 4, 5, 5), (4, 2, 3, 3), group=2, strides=[2, 1],
                          pads=[1, 1, 0, 1])

@@ -134,5 +134,36 @@ def op_modules() -> dict:
             32, 4, 64, dropout=0.0, batch_first=True, norm_first=True)),
         "sdpa_causal": lambda: Fn(lambda x: F.scaled_dot_product_attention(
             x, torch.tanh(x), x * 0.5, is_causal=True)),
+        "pads": lambda: Fn(lambda x: F.pad(x, (1, 2, 0, 1), mode="reflect")
+                           + F.pad(x, (1, 2, 0, 1), mode="replicate")
+                           + F.pad(x, (1, 2, 0, 1), mode="circular")),
+        "conv_same_padding": lambda: Fn(lambda x, c: c(x), nn.Conv2d(4, 3, (3, 4), padding="same",
+                                                                      dilation=(1, 2))),
+        "pools_1d_3d": lambda: Fn(lambda x: F.max_pool1d(x.reshape(-1, 4, 64), 3, 2, dilation=2).sum(2)
+                                  + F.avg_pool3d(x.reshape(-1, 1, 4, 8, 8), 2).sum((2, 3, 4))),
+        "trilinear_nearest_exact": lambda: Fn(lambda x: F.interpolate(
+            x.reshape(-1, 1, 4, 8, 8), size=(4, 5, 10), mode="trilinear").sum(1)
+            + F.interpolate(x, size=(5, 10), mode="nearest-exact")),
+        "pointwise_more": lambda: Fn(lambda x: F.glu(x, dim=1) * F.relu6(3 * x[:, :2])
+                                     + F.hardtanh(x[:, 2:], -0.5, 0.7) + F.celu(x[:, :2], 0.5)
+                                     + F.selu(x[:, 2:]) + F.softsign(x[:, :2])
+                                     + F.tanhshrink(x[:, 2:]) + F.softshrink(x[:, :2], 0.3)
+                                     + F.threshold(x[:, 2:], 0.1, -1.0) + torch.erf(x[:, :2])),
+        "prelu_layernorm": lambda: Fn(lambda x, p, n: n(p(x)), nn.PReLU(4, 0.2),
+                                      nn.LayerNorm((8, 8), elementwise_affine=False)),
+        "rms_norm": lambda: Fn(lambda x, n: n(x), nn.RMSNorm(8)),
+        "diff_cumsum_flip": lambda: Fn(lambda x: torch.diff(x, dim=3)
+                                       * torch.cumsum(x.flip(2), 2)[..., 1:]),
+        "where_broadcast": lambda: Fn(lambda x: torch.where(x > 0.2, x * x, torch.sin(x[:, :1]))
+                                      + torch.where(x[..., :1] < 0, 1.0, x)),
+        "norms": lambda: Fn(lambda x: torch.linalg.vector_norm(x, 1, dim=(2, 3), keepdim=True)
+                            + x.norm(p=3, dim=1).unsqueeze(1).mean(2, keepdim=True)
+                            + torch.amax(x, dim=2, keepdim=True) - torch.amin(x, dim=3,
+                                                                              keepdim=True)),
+        "matmul_batched": lambda: Fn(lambda x, w: w(x) + torch.bmm(
+            x.reshape(-1, 8, 8), x.reshape(-1, 8, 8).transpose(1, 2)).reshape(x.shape),
+            nn.Linear(8, 8)),
+        "var_std": lambda: Fn(lambda x: torch.var(x, dim=(2, 3), keepdim=True)
+                              + torch.std(x, dim=1, keepdim=True, correction=0)),
     }
     return {name: (make, IMAGE) for name, make in modules.items()}

@@ -208,7 +208,13 @@ def _constants(graph: onnx.GraphProto) -> dict[str, list[int]]:
 
 def _check_axes(node, attrs, r: int | None, consts: dict[str, list[int]]) -> None:
     """`axes` (attribute, or the constant operand of Slice / opset-18 reductions)
-    within [-r, r-1] and without repeats; Unsqueeze's r is its result's rank."""
+    within [-r, r-1] and without repeats; Unsqueeze's r is its result's rank.
+    MeanVarianceNormalization's not empty: ONNX Runtime refuses that ("No
+    valid axes are specified"; fuzz seed 236 case 346)."""
+    if node.op_type == "MeanVarianceNormalization" and "axes" in attrs and \
+            attrs["axes"].type == onnx.AttributeProto.INTS and not attrs["axes"].ints:
+        raise ImportFailure(f"{_label(node)}: empty axes (ONNX Runtime normalizes over at "
+                            "least one)")
     if r is None:
         return
     axes = None

@@ -603,6 +603,11 @@ def _i64(name, values):
     return numpy_helper.from_array(np.array(values, np.int64), name)
 
 
+def _with_attribute(node, attribute):
+    node.attribute.append(attribute)
+    return node
+
+
 # (node, inputs, declared output shape, opset, initializers, message): models
 # ONNX's checker and strict inference let through and ONNX Runtime refuses;
 # each was differentiated (or failed inside a rule) before
@@ -623,6 +628,10 @@ _INVALID = {
     "MeanVarianceNormalization axes": (
         h.make_node("MeanVarianceNormalization", ["x"], ["y"], name="n", axes=[0, 4]),
         [_x4()], [2, 3, 4, 5], 17, [], r"axes \[0, 4\] are out of range"),
+    "MeanVarianceNormalization empty axes": (  # (fuzz seed 236 case 346)
+        _with_attribute(h.make_node("MeanVarianceNormalization", ["x"], ["y"], name="n"),
+                        h.make_attribute("axes", [], attr_type=onnx.AttributeProto.INTS)),
+        [_x4()], [2, 3, 4, 5], 17, [], r"empty axes"),
     "Pad axes": (h.make_node("Pad", ["x", "p", "", "a"], ["y"], name="n"), [_x4()],
                  [2, 3, 4, 7], 18, [_i64("p", [1, 1]), _i64("a", [-5])],
                  r"axes \[-5\] are out of range"),

@@ -472,19 +472,38 @@ class Builder:
                 statics.append(e[1])
                 elsewhere = True
                 continue
-            src = symdims.source(e)
-            if src is None or src[0] == x:
-                return None
+            piece = self._product_extent(e, x) if e[0] == "prod" else None
+            if piece is None:
+                src = symdims.source(e)
+                if src is None or src[0] == x:
+                    return None
+                piece = self.shape(src[0], src[1], src[1] + 1)
             if statics:
                 pieces.append(self.ints(statics))
                 statics = []
-            pieces.append(self.shape(src[0], src[1], src[1] + 1))
+            pieces.append(piece)
             elsewhere = True
         if not elsewhere:
             return None
         if statics:
             pieces.append(self.ints(statics))
         return pieces[0] if len(pieces) == 1 else self.concat(pieces, 0)
+
+    def _product_extent(self, e: tuple, x: ir.Value) -> ir.Value | None:
+        """A product extent ("prod", factors, coefficient; symdims) as a [1]
+        i64 value: its factors read where each first appeared, times the
+        coefficient; None where a factor has no source but x."""
+        i64 = ir.IntegerType.get_signless(64)
+        out = self.ints([e[2]]) if e[2] != 1 else None
+        for f, n in e[1]:
+            src = symdims.source(f)
+            if src is None or src[0] == x:
+                return None
+            piece = self.shape(src[0], src[1], src[1] + 1)
+            for _ in range(n):
+                out = piece if out is None else self.op("Mul", [out, piece],
+                                                        tensor_type([1], i64))
+        return out
 
     def concat(self, values: Sequence[ir.Value], axis: int) -> ir.Value:
         # Shapes assembled from static pieces fold to one constant here, so

@@ -82,10 +82,11 @@ _sources_of: dict = {}  # value -> the symbols it is the source of (for forget)
 
 def _note_sources(v: ir.Value, out: list, sig=None) -> None:
     for i, d in enumerate(out):
-        # (a proved extent ("=", n) is shared by values in any region, and a
-        # joint one may first appear in a region its other users cannot see:
-        # no source)
-        if isinstance(d, tuple) and d[0] not in ("=", "bc") and d not in _source:
+        # (a proved extent ("=", n) is shared by values in any region, a
+        # joint one may first appear in a region its other users cannot see,
+        # and a product of extents anywhere in a function, after its users
+        # too: no source; a product is read as its factors', builder.shape)
+        if isinstance(d, tuple) and d[0] not in ("=", "bc", "prod") and d not in _source:
             _source[d] = (sig if sig is not None else _signature(v), v, i)
             _sources_of.setdefault(v, []).append(d)
 
@@ -423,7 +424,7 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
         start, end = _attr(op, "start", 0), _attr(op, "end", None)
         return d[start:end]
     if ot in ("Unsqueeze", "Squeeze", "Cast", "Identity", "CastLike") or \
-            ot == "Reshape" and _rank(op.operands[0]) == 1 and _rank(v) == 1:
+            ot == "Reshape" and _rank(op.operands[0]) in (0, 1) and _rank(v) == 1:
         return shape_value(op.operands[0], dims_of)  # 0-D and 1-D pieces alike
     if ot == "Where":
         return _where_value(op, dims_of)
@@ -445,8 +446,14 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
         a, b = shape_value(op.operands[0], dims_of), shape_value(op.operands[1], dims_of)
         a = None if a is None else [claimed(e) for e in a]
         b = None if b is None else [claimed(e) for e in b]
-        if a is None or b is None or len(a) != len(b) or not all(
-                isinstance(e, (int, np.integer)) for e in a + b):
+        if a is None or b is None or len(a) != len(b):
+            return None
+        if ot in ("Mul", "Div") and not all(isinstance(e, (int, np.integer)) for e in a + b):
+            # symbolic products (dynamo's batch * heads): exact quotients only
+            fa, fb = [_factors(e) for e in a], [_factors(e) for e in b]
+            return [_quotient([x, y], []) if ot == "Mul" else _quotient([x], [y])
+                    for x, y in zip(fa, fb)]
+        if not all(isinstance(e, (int, np.integer)) for e in a + b):
             return None
         if ot == "Div" and any(y == 0 or x % y and (x < 0 or y < 0) for x, y in zip(a, b)):
             return None  # C truncates, Python floors: only where they agree
@@ -656,25 +663,9 @@ def _rule(ot, op, idx, ins) -> list | None:
         copies = not _attr(op, "allowzero", 0)  # else a 0 is an extent
         out = [a[i] if copies and e == 0 and i < len(a) else e for i, e in enumerate(s)]
         if -1 in out:
-            known = [e for e in out if e != -1]
-            syms_in = [e for e in a if not isinstance(e, (int, np.integer))]
-            syms_out = [e for e in known if not isinstance(e, (int, np.integer))]
-            st_in = int(np.prod([e for e in a if isinstance(e, (int, np.integer))]))
-            st_out = int(np.prod([e for e in known if isinstance(e, (int, np.integer))]))
-            rest, extra = list(syms_in), []
-            for e in syms_out:
-                if e in rest:
-                    rest.remove(e)
-                else:
-                    extra.append(e)
-            if len(rest) == 1 and not extra and st_in == st_out:
-                out[out.index(-1)] = rest[0]
-            elif st_in == 0 and st_out:  # no elements: -1 is 0 whatever the symbols
-                out[out.index(-1)] = 0
-            elif not rest and not extra and st_out and st_in % st_out == 0:
-                out[out.index(-1)] = st_in // st_out
-            else:
-                out[out.index(-1)] = None
+            at = out.index(-1)
+            out[at] = _quotient([_factors(e) for e in a],
+                                [_factors(e) for i, e in enumerate(out) if i != at])
         return out
     if ot in REDUCE:
         a = _of(ins[0])
@@ -770,9 +761,7 @@ def _rule(ot, op, idx, ins) -> list | None:
         ax = _attr(op, "axis", 1)
         if a is None or ax != 1:
             return None
-        rest = a[1:]
-        return [a[0], int(np.prod(rest)) if all(isinstance(e, (int, np.integer)) for e in rest)
-                else None]
+        return [a[0], _quotient([_factors(e) for e in a[1:]], [])]
     if ot == "Split":
         a = _of(ins[0])
         if a is None:
@@ -783,6 +772,11 @@ def _rule(ot, op, idx, ins) -> list | None:
         return out
     if ot == "GatherElements":
         return _of(ins[1])
+    if ot == "Tile":  # (Bloom's ALiBi: heads tiled over a run-time batch)
+        a, reps = _of(ins[0]), shape_value(ins[1])
+        if a is None or reps is None or len(reps) != len(a):
+            return None
+        return [_quotient([_factors(e), _factors(n)], []) for e, n in zip(a, reps)]
     if ot == "TopK":  # (torch.sort: k read off x's shape)
         a = _of(ins[0])
         if a is None:
@@ -792,6 +786,51 @@ def _rule(ot, op, idx, ins) -> list | None:
         out[_attr(op, "axis", -1) % len(a)] = k[0] if k is not None and len(k) == 1 else None
         return out
     return None
+
+
+def _factors(e) -> tuple[dict, int] | None:
+    """An extent as (its symbolic factors with their powers, a static
+    coefficient); None where unknown."""
+    e = claimed(e)
+    if e is None:
+        return None
+    if isinstance(e, _INTS):
+        return {}, int(e)
+    if e[0] == "prod":
+        return dict(e[1]), e[2]
+    return {e: 1}, 1
+
+
+def _quotient(total: list, known: list):
+    """The extent a Reshape's -1 (or Flatten) takes: the product of `total`'s
+    factors over `known`'s, a product symbol ("prod", factors, coefficient)
+    where more than one symbol or a coefficient remains (a batch flattened
+    into rows, B*8, and reshaped back by -1: B again). None where a factor
+    is unknown or does not divide."""
+    if any(f is None for f in total + known):
+        return None
+    coef_in = int(np.prod([c for _, c in total]))
+    coef_out = int(np.prod([c for _, c in known]))
+    if coef_in == 0 and coef_out:  # no elements: 0 whatever the symbols
+        return 0
+    if coef_out == 0 or coef_in % coef_out:
+        return None
+    rest: dict = {}
+    for fs, _ in total:
+        for f, n in fs.items():
+            rest[f] = rest.get(f, 0) + n
+    for fs, _ in known:
+        for f, n in fs.items():
+            rest[f] = rest.get(f, 0) - n
+    if any(n < 0 for n in rest.values()):
+        return None
+    rest = {f: n for f, n in rest.items() if n}
+    coef = coef_in // coef_out
+    if not rest:
+        return coef
+    if coef == 1 and len(rest) == 1 and next(iter(rest.values())) == 1:
+        return next(iter(rest))
+    return ("prod", frozenset(rest.items()), coef)
 
 
 def slice_keeps_all(op: ir.Operation) -> bool:

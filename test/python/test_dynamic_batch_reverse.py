@@ -157,6 +157,34 @@ def test_scatter_add_of_a_source_sliced_to_its_index():
                                                       "NonZero", "Range"), opset=18)
 
 
+def test_batch_flattened_into_rows_and_back():
+    """torch's dynamo exporter with a dynamic batch (GPT-2, Bloom, DeBERTa):
+    a Linear flattens [B, 4, 6] to [-1, 6] rows and views them back by
+    [-1, 4, 6]; heads are tiled over the batch (Tile by Shape(x)[0]:
+    Bloom's ALiBi, B*4 rows) and shapes are built from Shape(x)[0] * 4. The
+    row extent B*4 had no symbol, so every -1 got a fresh one and the
+    transposes unbroadcast at run time (GPT-2 397 reverse nodes against 232
+    static, Bloom 480 against 272, DeBERTa 624 against 311)."""
+    nodes = [ints("rows", [-1, 6]), h.make_node("Reshape", ["x", "rows"], ["r"]),
+             h.make_node("MatMul", ["r", "w"], ["m"]), ints("back", [-1, 4, 6]),
+             h.make_node("Reshape", ["m", "back"], ["b"]),
+             h.make_node("Shape", ["x"], ["s"], end=1), ints("ones", [1, 1]),
+             h.make_node("Concat", ["s", "ones"], ["reps"], axis=0),
+             h.make_node("Tile", ["bias", "reps"], ["t"]),
+             h.make_node("Reshape", ["t", "back"], ["tb"]),
+             h.make_node("Squeeze", ["s"], ["n"]), h.make_node("Constant", [], ["four"],
+                                                            value=nh.from_array(np.array(4))),
+             h.make_node("Mul", ["four", "n"], ["n4"]), ints("flat", [-1]),
+             h.make_node("Reshape", ["n4", "flat"], ["n4v"]), ints("six", [1, 6]),
+             h.make_node("Concat", ["n4v", "six"], ["target"], axis=0),
+             h.make_node("Expand", ["row", "target"], ["e"]),
+             h.make_node("Reshape", ["e", "back"], ["eb"]),
+             h.make_node("Mul", ["b", "tb"], ["p"]), h.make_node("Add", ["p", "eb"], ["q"]),
+             h.make_node("Add", ["q", "x"], ["y"])]
+    check(nodes, (2, 4, 6), [weight("w", 6, 6), weight("bias", 4, 1, 6), weight("row", 1, 6)],
+          counted=("MatMul", "Tile", "Expand", "ReduceSum", "NonZero"))
+
+
 def test_class_token_concat():
     """ViT: a class token expanded to the batch and concatenated before the
     patches; the proved extent 1 beside 4 now sums to 5."""

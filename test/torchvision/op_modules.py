@@ -139,7 +139,8 @@ def op_modules() -> dict:
                            + F.pad(x, (1, 2, 0, 1), mode="circular")),
         "conv_same_padding": lambda: Fn(lambda x, c: c(x), nn.Conv2d(4, 3, (3, 4), padding="same",
                                                                       dilation=(1, 2))),
-        "pools_1d_3d": lambda: Fn(lambda x: F.max_pool1d(x.reshape(-1, 4, 64), 3, 2, dilation=2).sum(2)
+        "pools_1d_3d": lambda: Fn(lambda x: F.max_pool1d(x.reshape(-1, 4, 64), 3, 2,
+                                                         dilation=2).sum(2)
                                   + F.avg_pool3d(x.reshape(-1, 1, 4, 8, 8), 2).sum((2, 3, 4))),
         "trilinear_nearest_exact": lambda: Fn(lambda x: F.interpolate(
             x.reshape(-1, 1, 4, 8, 8), size=(4, 5, 10), mode="trilinear").sum(1)

@@ -16,9 +16,9 @@ the importer or the rules:
     python test/torchvision/sweep.py optimize OUT OPT && \
         python test/torchvision/sweep.py check OPT
 
-`export` writes OUT/<model>_{ts,ts_batch,dyn}.onnx (TorchScript exporter at
-opset 17, static and with a dynamic batch axis; dynamo exporter) with random
-weights, and beside each an .npz: the input x,
+`export` writes OUT/<model>_{ts,ts_batch,dyn,dyn_batch}.onnx (TorchScript
+exporter at opset 17 and dynamo exporter, each static and with a dynamic
+batch axis) with random weights, and beside each an .npz: the input x,
 seeds v and w, and torch.func's J v, J^T w and Hessian-vector product
 (d/dx <y, w> along v) of the float64 model (the float32 J v too: how far
 torch's own float32 derivative is from float64 says whether kinks sit near
@@ -203,7 +203,7 @@ def export(out: str, only: list[str] | None) -> None:
     for name, (make, shape) in _models().items():
         if only and name not in only:
             continue
-        for kind in ("ts", "ts_batch", "dyn"):
+        for kind in ("ts", "ts_batch", "dyn", "dyn_batch"):
             torch.manual_seed(0)
             m = make().eval()
             x = torch.randn(*shape)
@@ -215,9 +215,11 @@ def export(out: str, only: list[str] | None) -> None:
                                       input_names=["x"], output_names=["y"],
                                       dynamic_axes={"x": batch, "y": batch})
                 else:
+                    dim = torch.export.Dim("batch", min=1, max=64)
+                    batch = {"dynamic_shapes": {"x": {0: dim}}} if kind == "dyn_batch" else {}
                     with torch.no_grad():  # (T5's export fails to decompose without)
                         torch.onnx.export(m, (x,), path, dynamo=True, input_names=["x"],
-                                          output_names=["y"], external_data=False)
+                                          output_names=["y"], external_data=False, **batch)
             except Exception as e:  # noqa: BLE001 - an exporter's failure is a row
                 print(f"{name}_{kind}: export failed: {type(e).__name__}: "
                       f"{str(e).splitlines()[0][:160]}", flush=True)

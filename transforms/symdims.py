@@ -772,6 +772,26 @@ def _rule(ot, op, idx, ins) -> list | None:
         return out
     if ot == "GatherElements":
         return _of(ins[1])
+    if ot == "GatherND":
+        a, q = _of(ins[0]), _of(ins[1])
+        if a is None or q is None or not q or not isinstance(q[-1], _INTS):
+            return None
+        nb = _attr(op, "batch_dims", 0)
+        return a[:nb] + q[nb:-1] + a[nb + int(q[-1]):]
+    if ot == "GridSample":  # [N, C] of the input, the output grid's extents
+        a, g = _of(ins[0]), _of(ins[1])
+        if a is None or g is None or len(a) != len(g):
+            return None
+        return a[:2] + g[1:-1]
+    if ot == "DFT":  # the batch and other axes kept; the transformed one and re/im typed
+        a = _of(ins[0])
+        axis = _attr(op, "axis", 1) if len(ins) < 3 or isinstance(ins[2].type, ir.NoneType) \
+            else (_ints(ins[2]) or [None])[0]
+        if a is None or axis is None or not -len(a) <= axis < len(a) - 1:
+            return None
+        out = list(a)
+        out[axis % len(a)] = out[-1] = None  # (the type's static extents, else fresh)
+        return out
     if ot == "Tile":  # (Bloom's ALiBi: heads tiled over a run-time batch)
         a, reps = _of(ins[0]), shape_value(ins[1])
         if a is None or reps is None or len(reps) != len(a):

@@ -185,6 +185,25 @@ def test_batch_flattened_into_rows_and_back():
           counted=("MatMul", "Tile", "Expand", "ReduceSum", "NonZero"))
 
 
+def test_dft_and_gather_nd_over_a_run_time_batch():
+    """A Fourier layer (DFT keeps the batch axis) and a GatherND of rows
+    (a trilinear resize's gathers) exported by dynamo with a dynamic batch:
+    their results had fresh batch symbols, so the ops after them
+    unbroadcast at run time (an FNO layer: 401 reverse nodes against 258
+    static, now 249)."""
+    nodes = [ints("last", [2]), ints("column", [0, 8, 1]),
+             h.make_node("Reshape", ["x", "column"], ["xu"]),
+             h.make_node("DFT", ["xu"], ["f"], axis=1),
+             h.make_node("Add", ["f", "xu"], ["a"]),
+             h.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+             h.make_node("GatherND", ["xt", "rows"], ["g"]),
+             h.make_node("Transpose", ["g"], ["gt"], perm=[1, 0]),
+             h.make_node("Unsqueeze", ["gt", "last"], ["gu"]),
+             h.make_node("Mul", ["a", "gu"], ["y"])]
+    rows = nh.from_array(np.array([[1], [0], [3], [2], [4], [5], [7], [6]]), "rows")
+    check(nodes, (2, 8), [rows], counted=("DFT", "GatherND", "ReduceSum", "NonZero"))
+
+
 def test_class_token_concat():
     """ViT: a class token expanded to the batch and concatenated before the
     patches; the proved extent 1 beside 4 now sums to 5."""

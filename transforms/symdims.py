@@ -785,8 +785,10 @@ def _rule(ot, op, idx, ins) -> list | None:
         return a[:2] + g[1:-1]
     if ot == "DFT":  # the batch and other axes kept; the transformed one and re/im typed
         a = _of(ins[0])
-        axis = _attr(op, "axis", 1) if len(ins) < 3 or isinstance(ins[2].type, ir.NoneType) \
-            else (_ints(ins[2]) or [None])[0]
+        if len(ins) < 3:  # DFT-17: an attribute
+            axis = _attr(op, "axis", 1)
+        else:  # DFT-20: an operand, -2 when absent
+            axis = -2 if isinstance(ins[2].type, ir.NoneType) else (_ints(ins[2]) or [None])[0]
         if a is None or axis is None or not -len(a) <= axis < len(a) - 1:
             return None
         out = list(a)

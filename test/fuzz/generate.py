@@ -1058,8 +1058,11 @@ def validate(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
     except Exception as e:  # noqa: BLE001
         raise GeneratorRejected(f"{type(e).__name__}: {str(e)[:300]}") from None
     for o, a in zip(model.graph.output, got):
-        want = tuple(d.dim_value for d in o.type.tensor_type.shape.dim)
-        if tuple(a.shape) != want:
+        # (an extent declared without a value, a mutant's, is not 0)
+        want = tuple(d.dim_value if d.HasField("dim_value") else None
+                     for d in o.type.tensor_type.shape.dim)
+        if len(a.shape) != len(want) or any(w is not None and w != e
+                                            for w, e in zip(want, a.shape)):
             raise GeneratorRejected(f"output {o.name}: ORT shape {a.shape}, declared {want}")
 
 

@@ -543,6 +543,10 @@ def _narrow_judged(model, feeds, i) -> dict | None:
     type_name, near, share = {TP.FLOAT16: ("float16", 2e-2, 5e-2),
                               TP.BFLOAT16: ("bfloat16", 1e-1, 2.5e-1)}[elem]
     narrow = _retyped(model, elem)
+    try:  # (ops whose types lack the narrow one at the model's opset: nothing to judge)
+        onnx.checker.check_model(narrow, full_check=True)
+    except Exception:  # noqa: BLE001
+        return None
     single = _retyped(narrow, TP.FLOAT, elem)  # the same function, in float32
     feeds_n = {k: v.astype(np_narrow) if v.dtype == np.float32 else v for k, v in feeds.items()}
     feeds32 = {k: v.astype(np.float32) if v.dtype == np_narrow else v for k, v in feeds_n.items()}

@@ -472,12 +472,9 @@ class Builder:
                 statics.append(e[1])
                 elsewhere = True
                 continue
-            piece = self._product_extent(e, x) if e[0] == "prod" else None
+            piece = self._product_extent(e, x) if e[0] == "prod" else self._at_source(e, x)
             if piece is None:
-                src = symdims.source(e)
-                if src is None or src[0] == x:
-                    return None
-                piece = self.shape(src[0], src[1], src[1] + 1)
+                return None
             if statics:
                 pieces.append(self.ints(statics))
                 statics = []
@@ -489,6 +486,14 @@ class Builder:
             pieces.append(self.ints(statics))
         return pieces[0] if len(pieces) == 1 else self.concat(pieces, 0)
 
+    def _at_source(self, sym: tuple, x: ir.Value) -> ir.Value | None:
+        """Symbolic extent `sym` as a [1] i64 value read off the value where
+        it first appeared; None where that is x itself or unknown."""
+        src = symdims.source(sym)
+        if src is None or src[0] == x:
+            return None
+        return self.shape(src[0], src[1], src[1] + 1)
+
     def _product_extent(self, e: tuple, x: ir.Value) -> ir.Value | None:
         """A product extent ("prod", factors, coefficient; symdims) as a [1]
         i64 value: its factors read where each first appeared, times the
@@ -496,10 +501,9 @@ class Builder:
         i64 = ir.IntegerType.get_signless(64)
         out = self.ints([e[2]]) if e[2] != 1 else None
         for f, n in e[1]:
-            src = symdims.source(f)
-            if src is None or src[0] == x:
+            piece = self._at_source(f, x)
+            if piece is None:
                 return None
-            piece = self.shape(src[0], src[1], src[1] + 1)
             for _ in range(n):
                 out = piece if out is None else self.op("Mul", [out, piece],
                                                         tensor_type([1], i64))

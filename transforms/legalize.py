@@ -19,6 +19,7 @@ from mlir import ir
 from . import symdims
 from .builder import (Builder, attribute, broadcast_dims, dims, element_type, ints_attr,
                       nested_ops, tensor_type)
+from .rules.linalg import conv_geometry
 
 
 def bool_where(f: ir.Operation, opset: int, ops: list[ir.Operation] | None = None) -> int:
@@ -154,7 +155,6 @@ def expand_zero_extents(f: ir.Operation, opset: int) -> int:
 def dilated_same_pads(f: ir.Operation, ops: list[ir.Operation] | None = None) -> int:
     """`ops`: nested_ops(f), when the caller has it. Returns the number of
     Convs given explicit pads."""
-    from .rules.linalg import conv_geometry
     n = 0
     for op in nested_ops(f) if ops is None else ops:
         if op.name != "onnx.Conv" or attribute(op, "auto_pad") not in ("SAME_UPPER", "SAME_LOWER") \

@@ -12,8 +12,7 @@ from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
 from .. import symdims
 from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
-                       producer,
-                       rank, tensor_type)
+                       producer, rank, tensor_type)
 from ..registry import jvp, transpose
 from .linalg import matmul
 from .reduction import zero_aware
@@ -820,11 +819,11 @@ def _op_attrs(op: ir.Operation) -> dict:
 @jvp("ScatterElements", "Scatter")
 def _scatter_elements(b: Builder, op, tangents):
     data, idx, upd = op.operands
-    _check_constant_indices(data, idx, _axis(op, _known_rank([data, idx, upd])))
-    if not _nonlinear_reduction(op):
-        _check_distinct_positions(op, idx, _axis(op, _known_rank([data, idx, upd])))
+    axis = _axis(op, _known_rank([data, idx, upd]))
+    _check_constant_indices(data, idx, axis)
     if _nonlinear_reduction(op):
         return _scatter_elements_nonlinear(b, op, tangents)
+    _check_distinct_positions(op, idx, axis)
     r = _reduction(op)
     td, tu = tangents[0], tangents[2]
     if td is None and tu is None:

@@ -774,9 +774,10 @@ def _check_operand_types(node: onnx.NodeProto, rules: tuple | None,
         elem = types.get(name) if name else None
         if elem is None or var not in allowed:
             continue
-        strs = allowed[var]
-        if all(s.startswith("tensor(") for s in strs) and \
-                f"tensor({_type_name(elem)})" not in strs:
+        # a variable that also takes sequences or optionals (Loop's V, If's
+        # outputs) still lists the tensor types it takes
+        tensor_strs = [s for s in allowed[var] if s.startswith("tensor(")]
+        if tensor_strs and f"tensor({_type_name(elem)})" not in tensor_strs:
             raise ImportFailure(
                 f"{_label(node)}: input '{name}' has element type {_type_name(elem)}, "
                 f"which {node.op_type} does not accept for {var}")

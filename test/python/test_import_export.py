@@ -924,3 +924,26 @@ def test_int_constants_before_opset_9(ir_version):
     assert added
     inputs = {i.name for i in adj.graph.input}
     assert (added <= inputs) == (ir_version == 3) and not (added & inputs and ir_version != 3)
+
+
+@pytest.mark.parametrize("opset", [13, 16])
+def test_loop_carried_bfloat16_needs_opset_16(opset):
+    """Loop's V takes bfloat16 from opset 16 on; before, its constraint
+    lists sequence types besides tensor ones, and the type check skipped
+    it (fuzz seed 239 case 1694: a bfloat16 twin at opset 13 whose
+    derivative model failed ONNX's full check on the Loop)."""
+    from onnx_ad_mlir import forward
+    body = h.make_graph(
+        [h.make_node("Identity", ["c_in"], ["c_out"]),
+         h.make_node("Mul", ["v_in", "v_in"], ["v_out"])], "body",
+        [_vi("i", [], T.INT64), _vi("c_in", [], T.BOOL), _vi("v_in", [2], T.BFLOAT16)],
+        [_vi("c_out", [], T.BOOL), _vi("v_out", [2], T.BFLOAT16)])
+    loop = h.make_node("Loop", ["n", "", "x"], ["y"], body=body, name="loop")
+    model = _model([loop], [_vi("x", [2], T.BFLOAT16)], [_vi("y", [2], T.BFLOAT16)],
+                   [numpy_helper.from_array(np.array(2, np.int64), "n")], opset=opset)
+    if opset < 16:
+        with pytest.raises(ImportFailure, match=r"node 'loop' \(Loop\): input 'x' has element "
+                                                r"type bfloat16, which Loop does not accept"):
+            forward(model, layout="onnx")
+    else:
+        onnx.checker.check_model(forward(model, layout="onnx"), full_check=True)

@@ -32,7 +32,7 @@ from .validate import InitRow, NodeRow
 
 _INT = {onnx.TensorProto.INT64: np.int64, onnx.TensorProto.INT32: np.int32}
 _MAX_ELEMENTS = 64  # shape and index vectors, never data
-_SAME_TYPE = {"Add", "Sub", "Mul", "Mod", "Div", "Concat", "Equal"}
+_SAME_TYPE = {"Add", "Sub", "Mul", "Mod", "Div", "Concat", "Equal", "Range"}
 
 
 def _attr(attributes: list[onnx.AttributeProto], name: str, default=None):
@@ -109,6 +109,15 @@ def _constant_of_shape(inputs: list[np.ndarray], attrs) -> np.ndarray:
     return np.full([int(e) for e in inputs[0]], fill.reshape(-1)[0], fill.dtype)
 
 
+def _range(inputs: list[np.ndarray], attrs) -> np.ndarray:
+    if any(i.ndim for i in inputs) or inputs[2] == 0:
+        raise ValueError("Range takes nonzero scalars")
+    start, limit, delta = (int(i) for i in inputs)  # (Python's: no overflow)
+    if -((start - limit) // delta) > _MAX_ELEMENTS:  # ceil((limit - start) / delta)
+        raise ValueError("not an index vector")
+    return np.arange(start, limit, delta, dtype=inputs[0].dtype)
+
+
 def _cast(inputs: list[np.ndarray], attrs) -> np.ndarray:
     return inputs[0].astype(_INT[_attr(attrs, "to")])
 
@@ -128,6 +137,8 @@ _FOLDS: dict[str, Callable[[list[np.ndarray], list], np.ndarray]] = {
     "Cast": _cast,
     "Slice": _slice,
     "Transpose": lambda i, attrs: np.transpose(i[0], _attr(attrs, "perm")),
+    # torch's dynamo export of slice_scatter: ScatterND at Range(0, Shape(x)[i])
+    "Range": _range,
     "ConstantOfShape": _constant_of_shape,
     # torch's TorchScript export of expand(): Where(Equal(shape, -1), 1, shape)
     "Equal": lambda i, _: np.equal(i[0], i[1]),

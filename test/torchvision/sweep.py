@@ -8,7 +8,7 @@ the importer or the rules:
     # 1. in an environment with torch and torchvision (x86-64:
     #    pip install torch==2.14.1 torchvision==0.29.1 onnx onnxscript),
     #    and transformers for 26 small Hugging Face stacks:
-    python test/torchvision/sweep.py export OUT [model,...]
+    python test/torchvision/sweep.py export OUT [model,...] [kind,...]
     # 2. in the project's environment:
     python test/torchvision/sweep.py check OUT
     # 3. optionally, the same models as ONNX Runtime's graph optimizations
@@ -16,7 +16,7 @@ the importer or the rules:
     python test/torchvision/sweep.py optimize OUT OPT && \
         python test/torchvision/sweep.py check OPT
 
-`export` writes OUT/<model>_{ts,ts_batch,dyn,dyn_batch}.onnx (TorchScript
+`export` writes OUT/<model>_{ts,ts_batch,dyn,dyn_batch}.onnx (or the kinds named: TorchScript
 exporter at opset 17 and dynamo exporter, each static and with a dynamic
 batch axis) with random weights, and beside each an .npz: the input x,
 seeds v and w, and torch.func's J v, J^T w and Hessian-vector product
@@ -194,7 +194,10 @@ def _models() -> dict:
     return models
 
 
-def export(out: str, only: list[str] | None) -> None:
+KINDS = ("ts", "ts_batch", "dyn", "dyn_batch")
+
+
+def export(out: str, only: list[str] | None, kinds: tuple[str, ...] = KINDS) -> None:
     import numpy as np
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -203,7 +206,7 @@ def export(out: str, only: list[str] | None) -> None:
     for name, (make, shape) in _models().items():
         if only and name not in only:
             continue
-        for kind in ("ts", "ts_batch", "dyn", "dyn_batch"):
+        for kind in kinds:
             torch.manual_seed(0)
             m = make().eval()
             x = torch.randn(*shape)
@@ -356,7 +359,8 @@ def check(out: str) -> int:
 if __name__ == "__main__":
     command, target = sys.argv[1], sys.argv[2]
     if command == "export":
-        export(target, sys.argv[3].split(",") if len(sys.argv) > 3 else None)
+        export(target, sys.argv[3].split(",") if len(sys.argv) > 3 and sys.argv[3] else None,
+               tuple(sys.argv[4].split(",")) if len(sys.argv) > 4 else KINDS)
     elif command == "row":
         print(check_one(target))
     elif command == "optimize":

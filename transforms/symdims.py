@@ -865,18 +865,21 @@ def slice_keeps_all(op: ir.Operation) -> bool:
 def _slice_kept_axes(op: ir.Operation) -> list[bool] | None:
     """Per axis of a Slice's operand, whether the Slice keeps it whole:
     not sliced, or from 0 by steps of 1 to past its extent or to an end
-    proved equal to it. None where the starts, axes or steps are not
-    constant or the ends not known."""
+    proved equal to it. An axis sliced by bounds known only at run time is
+    not kept, the others are. None where the sliced axes are not known."""
     ins = [None if isinstance(o.type, ir.NoneType) else o for o in op.operands]
     if len(ins) < 3 or ins[1] is None or ins[2] is None:
         return None
-    a, starts, ends = dims(ins[0]), _ints(ins[1]), shape_value(ins[2])
-    n = None if starts is None else len(starts)
-    axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else list(range(n or 0))
-    steps = _ints(ins[4]) if len(ins) > 4 and ins[4] is not None else [1] * (n or 0)
-    if a is None or n is None or ends is None or axes is None or steps is None or \
-            not len(ends) == len(axes) == len(steps) == n or \
-            any(not -len(a) <= ax < len(a) for ax in axes):
+    a, n = dims(ins[0]), _length(ins[1])
+    axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else \
+        None if n is None else list(range(n))
+    if a is None or axes is None or any(not -len(a) <= ax < len(a) for ax in axes):
+        return None
+    unknown = [None] * len(axes)
+    starts, ends = _ints(ins[1]) or unknown, shape_value(ins[2]) or unknown
+    steps = (_ints(ins[4]) or unknown) if len(ins) > 4 and ins[4] is not None else \
+        [1] * len(axes)
+    if not len(starts) == len(ends) == len(steps) == len(axes):
         return None
     kept = [True] * len(a)
     for ax, start, end, step in zip(axes, starts, ends, steps):
@@ -885,6 +888,13 @@ def _slice_kept_axes(op: ir.Operation) -> list[bool] | None:
             end == ext or isinstance(end, _INTS) and
             (end >= 2 ** 62 or isinstance(ext, _INTS) and end >= ext))
     return kept
+
+
+def _length(v: ir.Value) -> int | None:
+    """The static length of a 1-D value."""
+    t = v.type
+    return t.shape[0] if isinstance(t, ir.RankedTensorType) and t.rank == 1 and \
+        not t.is_dynamic_dim(0) else None
 
 
 def _window_extent(op, ins, i: int, n: int, e):

@@ -331,7 +331,10 @@ def _slice(b: Builder, op, tangents):
         neg = b.compare("Less", ax, b.ints([0]))
         axes_v = b.add(b.where(neg, b.add(ax, b.ints([r])), ax), b.ints([1]))
     operands = [tangents[0], op.operands[1], op.operands[2], axes_v, operand_or_none(op, 4)]
-    return [b.op("Slice", operands, out)] + [None] * (len(op.operands) - 1)
+    t = b.op("Slice", operands, out)
+    # (the sliced extents are the primal's, known only at run time: read there)
+    symdims.register(t, op.results[0])
+    return [t] + [None] * (len(op.operands) - 1)
 
 
 def _slice_indices(b: Builder, op, x: ir.Value, i: int, a: int) -> ir.Value:

@@ -528,7 +528,12 @@ def _compute(v: ir.Value, op, ins, sig) -> list:
     if hit is not None and hit[0] == sig and v not in _following:
         pd = _followed(v, hit[1])
         if pd is not None and len(pd) + 1 == len(v.type.shape):
-            return _fill([v.type.shape[0] if v.type.shape[0] != DYN else fresh()] + pd, v)
+            k = v.type.shape[0]
+            if k == DYN:  # the direction axis as the op gives it (reverse mode's 1)
+                own = _own(v, op, ins)
+                k = own[0] if own is not None and len(own) == len(pd) + 1 and \
+                    own[0] is not None else fresh()
+            return _fill([k] + pd, v)
     hit = _alike.get(v)
     if hit is not None and hit[0] == sig and v not in _following:
         ld = _followed(v, hit[1])

@@ -723,7 +723,7 @@ class Builder:
         axes = list(range(1, 1 + lead))
         for i in range(len(st)):
             c, t = symdims.claimed(sc[lead + i]), symdims.claimed(st[i])
-            if c == t:
+            if c == t or symdims.min_of(c, t):
                 continue
             if t == 1:
                 axes.append(lead + i + 1)

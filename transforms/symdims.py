@@ -86,7 +86,7 @@ def _note_sources(v: ir.Value, out: list, sig=None) -> None:
         # joint one may first appear in a region its other users cannot see,
         # and a product of extents anywhere in a function, after its users
         # too: no source; a product is read as its factors', builder.shape)
-        if isinstance(d, tuple) and d[0] not in ("=", "bc", "prod") and d not in _source:
+        if isinstance(d, tuple) and d[0] not in ("=", "bc", "prod", "min") and d not in _source:
             _source[d] = (sig if sig is not None else _signature(v), v, i)
             _sources_of.setdefault(v, []).append(d)
 
@@ -329,6 +329,13 @@ def _ints(v: ir.Value) -> list[int] | None:
     return constant_ints(v)
 
 
+def _number(v: ir.Value) -> float | None:
+    """A constant scalar's value, integer or floating-point."""
+    from .builder import constant_uniform
+    ints = _ints(v)
+    return ints[0] if ints is not None and len(ints) == 1 else constant_uniform(v)
+
+
 def _resize_scales(op) -> list[float] | None:
     from .builder import resize_scales
     return resize_scales(op)
@@ -368,12 +375,14 @@ def broadcast(*shapes: list) -> list | None:
         for i, e in enumerate(s):
             j = off + i
             c = out[j]
-            if c is _CONFLICT or e == c or e == 1:
+            # (an extent shape arithmetic proves, ("=", n), counts as n)
+            if c is _CONFLICT or e == c or claimed(e) == 1 or \
+                    isinstance(claimed(e), _INTS) and claimed(e) == claimed(c):
                 continue
-            if c == 1:
+            if claimed(c) == 1:
                 out[j] = e
                 continue
-            ce, ee = isinstance(c, _INTS), isinstance(e, _INTS)
+            ce, ee = isinstance(claimed(c), _INTS), isinstance(claimed(e), _INTS)
             if ce and ee:
                 out[j] = _CONFLICT  # two different static extents: unknown for good
             elif ee:
@@ -390,6 +399,8 @@ def _joint(c, e):
     same extents whatever the symbols. None when either is unknown."""
     if c is None or e is None:
         return None
+    if min_of(c, e) or min_of(e, c):
+        return c if min_of(c, e) else e
 
     def parts(x) -> frozenset:
         return x[1] if x[0] == "bc" else frozenset([x])
@@ -714,12 +725,18 @@ def _rule(ot, op, idx, ins) -> list | None:
         return [b, None, None] if layout else [None, b, None]
     if ot == "ConstantOfShape":
         return shape_value(ins[0])
-    if ot == "Slice" and len(ins) >= 3:
-        a = _of(ins[0])
-        kept = _slice_kept_axes(op)
-        if a is None or kept is None:
+    if ot == "Range":  # (torch.arange(n), in any number type)
+        start, delta, limit = _number(ins[0]), _number(ins[2]), shape_value(ins[1])
+        if start != 0 or delta != 1 or limit is None or len(limit) != 1:
             return None
-        return [e if kept[i] else None for i, e in enumerate(a)]  # (None: the type's, or fresh)
+        n = claimed(limit[0])  # (a symbol is an extent read off a shape: never negative)
+        return [max(0, n)] if isinstance(n, _INTS) else limit
+    if ot == "Slice" and len(ins) >= 3:
+        got = _slice_bounds(op, _of)
+        if got is None:
+            return None
+        a, bounds = got
+        return [e if i not in bounds else _sliced(e, *bounds[i]) for i, e in enumerate(a)]
     if ot == "Gather":
         a, q = _of(ins[0]), _of(ins[1])
         if a is None or q is None:
@@ -772,8 +789,14 @@ def _rule(ot, op, idx, ins) -> list | None:
         if a is None:
             return None
         ax = _attr(op, "axis", 0) % len(a)
+        sizes = _ints(ins[1]) if len(ins) > 1 and not isinstance(ins[1].type, ir.NoneType) \
+            else _attr(op, "split", None)
+        n, whole = len(op.results), claimed(a[ax])
+        if sizes is None and isinstance(whole, _INTS) and whole % n == 0:
+            sizes = [whole // n] * n
         out = list(a)
-        out[ax] = None
+        # (Falcon's fused QKV split by constant sizes over a run-time batch)
+        out[ax] = sizes[idx] if sizes is not None and len(sizes) == n else None
         return out
     if ot == "GatherElements":
         return _of(ins[1])
@@ -868,14 +891,23 @@ def slice_keeps_all(op: ir.Operation) -> bool:
 
 
 def _slice_kept_axes(op: ir.Operation) -> list[bool] | None:
-    """Per axis of a Slice's operand, whether the Slice keeps it whole:
-    not sliced, or from 0 by steps of 1 to past its extent or to an end
-    proved equal to it. An axis sliced by bounds known only at run time is
-    not kept, the others are. None where the sliced axes are not known."""
+    """Per axis of a Slice's operand, whether the Slice keeps it whole.
+    None where the sliced axes are not known."""
+    got = _slice_bounds(op, dims)
+    if got is None:
+        return None
+    a, bounds = got
+    return [i not in bounds or _sliced(e, *bounds[i]) == e for i, e in enumerate(a)]
+
+
+def _slice_bounds(op: ir.Operation, dims_of) -> tuple[list, dict] | None:
+    """A Slice's operand extents and, per axis it slices, its (start, end,
+    step), each None where known only at run time (the other axes are kept
+    whole). None where the sliced axes are not known."""
     ins = [None if isinstance(o.type, ir.NoneType) else o for o in op.operands]
     if len(ins) < 3 or ins[1] is None or ins[2] is None:
         return None
-    a, n = dims(ins[0]), _length(ins[1])
+    a, n = dims_of(ins[0]), _length(ins[1])
     axes = _ints(ins[3]) if len(ins) > 3 and ins[3] is not None else \
         None if n is None else list(range(n))
     if a is None or axes is None or any(not -len(a) <= ax < len(a) for ax in axes):
@@ -886,13 +918,31 @@ def _slice_kept_axes(op: ir.Operation) -> list[bool] | None:
         [1] * len(axes)
     if not len(starts) == len(ends) == len(steps) == len(axes):
         return None
-    kept = [True] * len(a)
-    for ax, start, end, step in zip(axes, starts, ends, steps):
-        ext, end = claimed(a[ax % len(a)]), claimed(end)
-        kept[ax % len(a)] = start == 0 and step == 1 and end is not None and (
-            end == ext or isinstance(end, _INTS) and
-            (end >= 2 ** 62 or isinstance(ext, _INTS) and end >= ext))
-    return kept
+    return a, {ax % len(a): (start, claimed(end), step)
+               for ax, start, end, step in zip(axes, starts, ends, steps)}
+
+
+def _sliced(e, start, end, step):
+    """The extent of [start:end:step] of an axis of extent e: e itself from 0
+    by steps of 1 to past it or to an end proved equal to it; the first
+    `end` of a static e > 1, `end` a symbol (position embeddings sliced to
+    the sequence length), ("min", end, e); else None (the type's, or
+    fresh)."""
+    if start != 0 or step != 1 or end is None:
+        return None
+    ext = claimed(e)
+    if end == ext or isinstance(end, _INTS) and \
+            (end >= 2 ** 62 or isinstance(ext, _INTS) and end >= ext):
+        return e
+    if isinstance(ext, _INTS) and ext > 1 and isinstance(end, tuple) and end[0] != "=":
+        return ("min", end, int(ext))
+    return None
+
+
+def min_of(c, t) -> bool:
+    """Whether extent t is ("min", c, n): broadcast against c, it is c (were
+    it 1 with n > 1, c would be 1 too)."""
+    return isinstance(t, tuple) and t[0] == "min" and t[1] == c
 
 
 def _length(v: ir.Value) -> int | None:

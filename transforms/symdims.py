@@ -712,7 +712,9 @@ def _rule(ot, op, idx, ins) -> list | None:
         if all(isinstance(e, (int, np.integer)) for e in ext):
             out[ax] = sum(ext)
         else:  # the same parts' extents make the same sum (a stack and its tangent's)
-            out[ax] = None if any(e is None for e in ext) else ("cat", tuple(ext))
+            rest = tuple(e for e in ext if e != 0)  # (TorchScript GPT-2's empty past keys)
+            out[ax] = None if any(e is None for e in ext) else \
+                rest[0] if len(rest) == 1 else ("cat", rest)
         return out
     if ot in ("RNN", "GRU", "LSTM"):
         x = _of(ins[0])

@@ -173,6 +173,18 @@ def test_slice_to_a_run_time_end_keeps_the_other_axes():
     check(nodes, (3, 6), counted=("Equal", "NonZero", "Reshape", "Expand"))
 
 
+def test_concat_after_an_empty_part():
+    """TorchScript's GPT-2 concatenates its empty past keys with the
+    present ones: the result has the present's run-time extent, not a sum
+    symbol of its own, and its product with a value of that extent needs
+    no run-time unbroadcast (GPT-2 exported with a dynamic sequence:
+    reverse 468 -> 388 nodes)."""
+    empty = nh.from_array(np.zeros((0, 3), np.float32), "empty")
+    nodes = [h.make_node("Concat", ["empty", "x"], ["c"], axis=0),
+             h.make_node("Sin", ["x"], ["s"]), h.make_node("Mul", ["c", "s"], ["y"])]
+    check(nodes, (2, 3), [empty], counted=("NonZero", "Equal", "ReduceSum"))
+
+
 def test_batch_flattened_into_rows_and_back():
     """torch's dynamo exporter with a dynamic batch (GPT-2, Bloom, DeBERTa):
     a Linear flattens [B, 4, 6] to [-1, 6] rows and views them back by

@@ -18,7 +18,8 @@ the importer or the rules:
 
 `export` writes OUT/<model>_{ts,ts_batch,dyn,dyn_batch}.onnx (or the kinds named: TorchScript
 exporter at opset 17 and dynamo exporter, each static and with a dynamic
-batch axis) with random weights, and beside each an .npz: the input x,
+batch axis; ts_seq and dyn_seq, the text stacks with a dynamic batch and
+sequence) with random weights, and beside each an .npz: the input x,
 seeds v and w, and torch.func's J v, J^T w and Hessian-vector product
 (d/dx <y, w> along v) of the float64 model (the float32 J v too: how far
 torch's own float32 derivative is from float64 says whether kinks sit near
@@ -37,6 +38,7 @@ import subprocess
 import sys
 
 IMAGE = (2, 3, 64, 64)
+TEXT = (1, 8, 64)  # the Hugging Face text stacks' inputs_embeds
 
 
 def _models() -> dict:
@@ -190,11 +192,14 @@ def _models() -> dict:
                          (2, 32, 3), "past_values"),
     }.items():
         models[name] = (lambda make=make, key=key: Hidden(make(), key or "inputs_embeds"),
-                        shape or (1, 8, 64))
+                        shape or TEXT)
     return models
 
 
 KINDS = ("ts", "ts_batch", "dyn", "dyn_batch")
+# the Hugging Face text stacks (input [batch, sequence, features]) also
+# export with a run-time sequence: TorchScript's and dynamo's
+SEQUENCE_KINDS = ("ts_seq", "dyn_seq")
 
 
 def export(out: str, only: list[str] | None, kinds: tuple[str, ...] = KINDS) -> None:
@@ -207,19 +212,23 @@ def export(out: str, only: list[str] | None, kinds: tuple[str, ...] = KINDS) -> 
         if only and name not in only:
             continue
         for kind in kinds:
+            if kind in SEQUENCE_KINDS and shape != TEXT:
+                continue
             torch.manual_seed(0)
             m = make().eval()
             x = torch.randn(*shape)
             path = os.path.join(out, f"{name}_{kind}.onnx")
+            axes = {"ts_batch": {0: "batch"}, "ts_seq": {0: "batch", 1: "seq"},
+                    "dyn_batch": {0: torch.export.Dim("batch", min=1, max=64)},
+                    "dyn_seq": {0: torch.export.Dim("batch", min=1, max=64),
+                                1: torch.export.Dim("seq", min=2, max=64)}}.get(kind, {})
             try:
                 if kind.startswith("ts"):  # (with grad: no_grad takes ViT to a fused kernel)
-                    batch = {0: "batch"} if kind == "ts_batch" else {}
                     torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17,
                                       input_names=["x"], output_names=["y"],
-                                      dynamic_axes={"x": batch, "y": batch})
+                                      dynamic_axes={"x": axes, "y": axes})
                 else:
-                    dim = torch.export.Dim("batch", min=1, max=64)
-                    batch = {"dynamic_shapes": {"x": {0: dim}}} if kind == "dyn_batch" else {}
+                    batch = {"dynamic_shapes": {"x": axes}} if axes else {}
                     with torch.no_grad():  # (T5's export fails to decompose without)
                         torch.onnx.export(m, (x,), path, dynamo=True, input_names=["x"],
                                           output_names=["y"], external_data=False, **batch)

@@ -91,6 +91,16 @@ def _note_sources(v: ir.Value, out: list, sig=None) -> None:
             _sources_of.setdefault(v, []).append(d)
 
 
+def read_at(v: ir.Value, axis: int) -> None:
+    """Makes v the source of its extent on `axis`: a seed's direction count,
+    which the rules also read off the seed itself (one Shape for both),
+    rather than off the argument it was transposed from."""
+    d = dims(v)
+    if d is not None and isinstance(d[axis], tuple) and d[axis][0] not in ("=", "bc", "prod", "min"):
+        _source[d[axis]] = (_signature(v), v, axis)
+        _sources_of.setdefault(v, []).append(d[axis])
+
+
 def source(sym) -> tuple | None:
     """(value, axis) holding extent `sym` at run time (the first value that
     had it: a function argument or a primal value, usually), or None."""

@@ -185,6 +185,18 @@ def test_concat_after_an_empty_part():
     check(nodes, (2, 3), [empty], counted=("NonZero", "Equal", "ReduceSum"))
 
 
+def test_direction_count_read_off_the_seed():
+    """The transposes read the seed count off the seed (the rules' own
+    reads of it, one Shape), not off the argument adj_y it was transposed
+    from: a second Shape and a Concat per read otherwise (torchvision's
+    swin_t with a dynamic batch: 5 nodes)."""
+    nodes = [ints("idx", [0, 2, 2, 5]), h.make_node("Sin", ["x"], ["s"]),
+             h.make_node("Gather", ["s", "idx"], ["y"], axis=1)]
+    rev = reverse(model(nodes, ["batch", 6, 4]), layout="onnx")
+    assert not [n for n in rev.graph.node if n.op_type == "Shape" and "adj_y" in n.input]
+    check(nodes, (2, 6, 4), counted=("ScatterElements", "NonZero"))
+
+
 def test_batch_flattened_into_rows_and_back():
     """torch's dynamo exporter with a dynamic batch (GPT-2, Bloom, DeBERTa):
     a Linear flattens [B, 4, 6] to [-1, 6] rows and views them back by

@@ -11,6 +11,10 @@ same broadcasting), everywhere including If/Loop/Scan bodies.
 ("Dilation not supported for AutoPadType::SAME_UPPER"), which TorchScript
 exports for torch's padding="same" with dilation; where the spatial extents
 are static, the pads ONNX defines are made explicit.
+
+`recurrent_hidden_sizes`: ONNX leaves RNN/GRU/LSTM's hidden_size optional
+(R's shape tells it), ONNX Runtime refuses the op without it; it is set
+from R's hidden extent where that is static.
 """
 from __future__ import annotations
 
@@ -165,5 +169,23 @@ def dilated_same_pads(f: ir.Operation, ops: list[ir.Operation] | None = None) ->
             continue
         op.attributes["pads"] = ints_attr(geometry["pads"])
         op.attributes["auto_pad"] = ir.StringAttr.get("NOTSET")
+        n += 1
+    return n
+
+
+_RECURRENT = {f"onnx.{op}{v}" for op in ("RNN", "GRU", "LSTM") for v in ("", "V7")}
+
+
+def recurrent_hidden_sizes(f: ir.Operation, ops: list[ir.Operation] | None = None) -> int:
+    """`ops`: nested_ops(f), when the caller has it. Returns the number of
+    recurrent ops given their hidden_size."""
+    n = 0
+    for op in nested_ops(f) if ops is None else ops:
+        if op.name not in _RECURRENT or "hidden_size" in op.attributes or len(op.operands) < 3:
+            continue
+        r = dims(op.operands[2])
+        if r is None or len(r) != 3 or r[2] is None:
+            continue
+        op.attributes["hidden_size"] = ir.IntegerAttr.get(ir.IntegerType.get_signed(64), r[2])
         n += 1
     return n

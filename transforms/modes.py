@@ -28,7 +28,8 @@ from . import signature as sig
 from . import symdims
 from .builder import Builder, dims, is_float, nested_ops, rank
 from .checkpoint import segment_loops
-from .legalize import bool_where, dilated_same_pads, expand_zero_extents, scan_axes_zero
+from .legalize import (bool_where, dilated_same_pads, expand_zero_extents,
+                       recurrent_hidden_sizes, scan_axes_zero)
 from .loops_as_scans import loops_as_scans
 from .merge_scans import merge_scans
 from .prune_loops import prune_loops
@@ -70,9 +71,11 @@ def _prepare(f: func.FuncOp, opset: int, inputs: list[str] | None,
         inline_constant_ifs(f)
         refine_region_types(f)  # results ONNX inference left untyped (rules emit less plumbing)
         ops = None
-    # ONNX Runtime has no dilated Conv with auto_pad SAME, no bool Where (legalize.py;
-    # the first only sets attributes: `ops` holds no erased op after it)
+    # ONNX Runtime has no dilated Conv with auto_pad SAME, no recurrent op
+    # without hidden_size, no bool Where (legalize.py; the first two only set
+    # attributes: `ops` holds no erased op after them)
     dilated_same_pads(f.operation, ops)
+    recurrent_hidden_sizes(f.operation, ops)
     bool_where(f, opset, ops)
     if checkpoint > 1:
         segment_loops(f, opset, checkpoint)

@@ -124,7 +124,7 @@ def test_reverse_at_run_time_extents_holds_the_ops_of_pinned_ones(name, ops):
     sliced to the sequence length, an arange over it, heads viewed by -1
     and split by sizes, a broadcast against an extent proved 1; each made
     symdims lose the sequence extent, and the transposes unbroadcast at run
-    time (149-179 reverse nodes with any one of them, 60 pinned, 67 now)."""
+    time (85-179 reverse nodes with any one of them undone, 60 pinned, 67 now)."""
     model, _ = load(name)
     pinned = onnx.ModelProto()
     pinned.CopyFrom(model)

@@ -251,7 +251,8 @@ def reverse_block(block: ir.Block, root: ir.Operation, xs: list[ir.Value],
             # declaration gives those extents: ONNX inference's unk__2)
             if rank(y) is not None and rank(seed) == rank(y) + 1:
                 symdims.register(seed, y)
-                symdims.read_at(seed, 0)
+                if root.operation.name == "func.func":  # (a body's seed: not outside it)
+                    symdims.read_at(seed, 0)
             t = state.get(y)
             if t is not None:
                 cotangents[t].append(seed)

@@ -801,11 +801,11 @@ def _rule(ot, op, idx, ins) -> list | None:
         if a is None:
             return None
         ax = _attr(op, "axis", 0) % len(a)
-        sizes = _ints(ins[1]) if len(ins) > 1 and not isinstance(ins[1].type, ir.NoneType) \
-            else _attr(op, "split", None)
+        given = len(ins) > 1 and not isinstance(ins[1].type, ir.NoneType)
+        sizes = _ints(ins[1]) if given else _attr(op, "split", None)
         n, whole = len(op.results), claimed(a[ax])
-        if sizes is None and isinstance(whole, _INTS) and whole % n == 0:
-            sizes = [whole // n] * n
+        if sizes is None and not given and isinstance(whole, _INTS) and whole % n == 0:
+            sizes = [whole // n] * n  # (no sizes, given or read at run time: equal parts)
         out = list(a)
         # (Falcon's fused QKV split by constant sizes over a run-time batch)
         out[ax] = sizes[idx] if sizes is not None and len(sizes) == n else None

@@ -969,8 +969,10 @@ def _window_extent(op, ins, i: int, n: int, e):
     is `e` (a symbol): `e` itself where the window keeps it (stride 1 and
     pads, explicit or SAME, that add back what the window takes: a 1x1
     lateral Conv, a 3x3 padded by 1), else a symbol made of `e` and the
-    window's numbers, the same for every window op with them (a pool and
-    the window sums of its derivative), None when they are unknown."""
+    numbers the extent is a function of, the same for every window op with
+    them (a pool and the window sums of its derivative; SAME padding and
+    the explicit pads that give the same extents), None when they are
+    unknown."""
     stride = (_attr(op, "strides") or [1] * n)[i]
     kernel = _attr(op, "kernel_shape")
     if kernel is None and len(ins) > 1:  # a Conv's from its weight
@@ -978,8 +980,8 @@ def _window_extent(op, ins, i: int, n: int, e):
         kernel = None if w is None or None in w[2:] else w[2:]
     auto = ir.StringAttr(op.attributes["auto_pad"]).value if "auto_pad" in op.attributes \
         else "NOTSET"
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        return e if stride == 1 else ("same", claimed(e), stride)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):  # ceil(e / stride)
+        return e if stride == 1 else ("win", claimed(e), -1, stride)
     if kernel is None or len(kernel) != n:
         return None
     dil = (_attr(op, "dilations") or [1] * n)[i]
@@ -987,7 +989,11 @@ def _window_extent(op, ins, i: int, n: int, e):
     total = pads[i] + pads[n + i]
     if stride == 1 and total == dil * (kernel[i] - 1):
         return e
-    return ("win", claimed(e), kernel[i], stride, dil, total, _attr(op, "ceil_mode", 0))
+    if _attr(op, "ceil_mode", 0):  # (its last window must start before the end padding)
+        return ("win", claimed(e), kernel[i], stride, dil, total, pads[i])
+    # floor((e + offset) / stride) + 1: one symbol for the windows that
+    # agree on it (a residual block's strided 3x3 padded by 1 and 1x1 skip)
+    return ("win", claimed(e), total - dil * (kernel[i] - 1) - 1, stride)
 
 
 def claimed(e):

@@ -307,6 +307,26 @@ def test_windows_of_run_time_extents_agree():
     check_derivatives(m, {"x": rng.standard_normal((2, 3, 4, 6)).astype(np.float32)})
 
 
+def test_residual_windows_of_run_time_extents_agree():
+    """A ResNet downsampling block over run-time image extents: the strided
+    3x3 Conv padded by 1 and the strided 1x1 skip give the same extents
+    (floor((e - 1) / 2) + 1 both; one symbol for the windows that agree on
+    the formula, SAME padding's among them), so their sum's transposes need
+    no run-time unbroadcast and the linear program dies (torchvision's
+    resnet18 by TorchScript with run-time height and width: reverse 471 ->
+    255 nodes, 244 with them pinned)."""
+    nodes = [h.make_node("Conv", ["x", "w3"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             h.make_node("Conv", ["x", "w1"], ["b"], strides=[2, 2]),
+             h.make_node("Conv", ["x", "w1"], ["c"], strides=[2, 2], auto_pad="SAME_UPPER"),
+             h.make_node("Add", ["a", "b"], ["s"]), h.make_node("Mul", ["s", "c"], ["y"])]
+    m = model(nodes, ["n", 3, "h", "w"], [weight("w3", 4, 3, 3, 3), weight("w1", 4, 3, 1, 1)])
+    rev = reverse(m, layout="onnx")
+    ops = Counter(n.op_type for n in rev.graph.node)
+    assert ops["NonZero"] == 0, ops
+    assert not stand_ins(rev)
+    check_derivatives(m, {"x": rng.standard_normal((2, 3, 5, 6)).astype(np.float32)})
+
+
 def test_max_pool_over_run_time_image_extents():
     """A ResNet stem (3x3 stride-2 MaxPool, padded) over run-time image
     extents: the tangent gathered at the argmax from a flat view whose

@@ -19,7 +19,8 @@ the importer or the rules:
 `export` writes OUT/<model>_{ts,ts_batch,dyn,dyn_batch}.onnx (or the kinds named: TorchScript
 exporter at opset 17 and dynamo exporter, each static and with a dynamic
 batch axis; ts_seq and dyn_seq, the text stacks with a dynamic batch and
-sequence) with random weights, and beside each an .npz: the input x,
+sequence; ts_hw and dyn_hw, the image models with a dynamic batch, height
+and width) with random weights, and beside each an .npz: the input x,
 seeds v and w, and torch.func's J v, J^T w and Hessian-vector product
 (d/dx <y, w> along v) of the float64 model (the float32 J v too: how far
 torch's own float32 derivative is from float64 says whether kinks sit near
@@ -200,6 +201,9 @@ KINDS = ("ts", "ts_batch", "dyn", "dyn_batch")
 # the Hugging Face text stacks (input [batch, sequence, features]) also
 # export with a run-time sequence: TorchScript's and dynamo's
 SEQUENCE_KINDS = ("ts_seq", "dyn_seq")
+# the image models (input IMAGE) also export with a run-time batch, height
+# and width (dynamo's in multiples of 32)
+IMAGE_KINDS = ("ts_hw", "dyn_hw")
 
 
 def export(out: str, only: list[str] | None, kinds: tuple[str, ...] = KINDS) -> None:
@@ -212,7 +216,7 @@ def export(out: str, only: list[str] | None, kinds: tuple[str, ...] = KINDS) -> 
         if only and name not in only:
             continue
         for kind in kinds:
-            if kind in SEQUENCE_KINDS and shape != TEXT:
+            if kind in SEQUENCE_KINDS and shape != TEXT or kind in IMAGE_KINDS and shape != IMAGE:
                 continue
             torch.manual_seed(0)
             m = make().eval()
@@ -221,12 +225,17 @@ def export(out: str, only: list[str] | None, kinds: tuple[str, ...] = KINDS) -> 
             axes = {"ts_batch": {0: "batch"}, "ts_seq": {0: "batch", 1: "seq"},
                     "dyn_batch": {0: torch.export.Dim("batch", min=1, max=64)},
                     "dyn_seq": {0: torch.export.Dim("batch", min=1, max=64),
-                                1: torch.export.Dim("seq", min=2, max=64)}}.get(kind, {})
+                                1: torch.export.Dim("seq", min=2, max=64)},
+                    "ts_hw": {0: "batch", 2: "h", 3: "w"},
+                    "dyn_hw": {0: torch.export.Dim("batch", min=1, max=64),
+                               2: 32 * torch.export.Dim("h", min=1, max=8),
+                               3: 32 * torch.export.Dim("w", min=1, max=8)}}.get(kind, {})
             try:
                 if kind.startswith("ts"):  # (with grad: no_grad takes ViT to a fused kernel)
                     torch.onnx.export(m, (x,), path, dynamo=False, opset_version=17,
                                       input_names=["x"], output_names=["y"],
-                                      dynamic_axes={"x": axes, "y": axes})
+                                      dynamic_axes={"x": axes} if kind == "ts_hw" else
+                                      {"x": axes, "y": axes})
                 else:
                     batch = {"dynamic_shapes": {"x": axes}} if axes else {}
                     with torch.no_grad():  # (T5's export fails to decompose without)

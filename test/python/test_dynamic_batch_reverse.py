@@ -313,7 +313,7 @@ def test_residual_windows_of_run_time_extents_agree():
     (floor((e - 1) / 2) + 1 both; one symbol for the windows that agree on
     the formula, SAME padding's among them), so their sum's transposes need
     no run-time unbroadcast and the linear program dies (torchvision's
-    resnet18 by TorchScript with run-time height and width: reverse 471 ->
+    resnet18 by TorchScript with run-time height and width: reverse 503 ->
     255 nodes, 244 with them pinned)."""
     nodes = [h.make_node("Conv", ["x", "w3"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
              h.make_node("Conv", ["x", "w1"], ["b"], strides=[2, 2]),

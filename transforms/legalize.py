@@ -23,6 +23,7 @@ from mlir import ir
 from . import symdims
 from .builder import (Builder, attribute, broadcast_dims, dims, element_type, ints_attr,
                       nested_ops, tensor_type)
+from .registry import mlir_names
 from .rules.linalg import conv_geometry
 
 
@@ -173,7 +174,7 @@ def dilated_same_pads(f: ir.Operation, ops: list[ir.Operation] | None = None) ->
     return n
 
 
-_RECURRENT = {f"onnx.{op}{v}" for op in ("RNN", "GRU", "LSTM") for v in ("", "V7")}
+_RECURRENT = {n for t in ("RNN", "GRU", "LSTM") for n in mlir_names(t)}
 
 
 def recurrent_hidden_sizes(f: ir.Operation, ops: list[ir.Operation] | None = None) -> int:

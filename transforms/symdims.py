@@ -80,13 +80,17 @@ _source: dict = {}
 _sources_of: dict = {}  # value -> the symbols it is the source of (for forget)
 
 
+# Extents that are no value's to read: a proved one ("=", n) is shared by
+# values in any region, a joint one may first appear in a region its other
+# users cannot see, a product of extents or a slice's ("min", n, extent)
+# anywhere in a function, after its users too (a product is read as its
+# factors', builder.shape; the others off the value at hand).
+_NO_SOURCE = ("=", "bc", "prod", "min")
+
+
 def _note_sources(v: ir.Value, out: list, sig=None) -> None:
     for i, d in enumerate(out):
-        # (a proved extent ("=", n) is shared by values in any region, a
-        # joint one may first appear in a region its other users cannot see,
-        # and a product of extents anywhere in a function, after its users
-        # too: no source; a product is read as its factors', builder.shape)
-        if isinstance(d, tuple) and d[0] not in ("=", "bc", "prod", "min") and d not in _source:
+        if isinstance(d, tuple) and d[0] not in _NO_SOURCE and d not in _source:
             _source[d] = (sig if sig is not None else _signature(v), v, i)
             _sources_of.setdefault(v, []).append(d)
 
@@ -96,7 +100,7 @@ def read_at(v: ir.Value, axis: int) -> None:
     which the rules also read off the seed itself (one Shape for both),
     rather than off the argument it was transposed from."""
     d = dims(v)
-    if d is not None and isinstance(d[axis], tuple) and d[axis][0] not in ("=", "bc", "prod", "min"):
+    if d is not None and isinstance(d[axis], tuple) and d[axis][0] not in _NO_SOURCE:
         _source[d[axis]] = (_signature(v), v, axis)
         _sources_of.setdefault(v, []).append(d[axis])
 
@@ -898,18 +902,11 @@ def _quotient(total: list, known: list):
 def slice_keeps_all(op: ir.Operation) -> bool:
     """Whether a Slice (10 and later) keeps its operand whole (TorchScript
     slices scatter_add's source to its index's shape, read at run time)."""
-    kept = _slice_kept_axes(op)
-    return kept is not None and all(kept)
-
-
-def _slice_kept_axes(op: ir.Operation) -> list[bool] | None:
-    """Per axis of a Slice's operand, whether the Slice keeps it whole.
-    None where the sliced axes are not known."""
     got = _slice_bounds(op, dims)
     if got is None:
-        return None
+        return False
     a, bounds = got
-    return [i not in bounds or _sliced(e, *bounds[i]) == e for i, e in enumerate(a)]
+    return all(_sliced(a[i], *b) == a[i] for i, b in bounds.items())
 
 
 def _slice_bounds(op: ir.Operation, dims_of) -> tuple[list, dict] | None:

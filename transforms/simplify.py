@@ -28,6 +28,9 @@ fusions still recognise it). Each fold is exact algebra
   Conv) -> the first such Shape in the block; the Reshape targets built
   from it then become identical and CSE merges them (resnet forward: one
   Shape and three Concats instead of eight and ten).
+* A sum (Add/Sum tree) of zero Pads along one axis whose pieces meet end to
+  end (a value read piece by piece: x[:, t] at each step of an unrolled
+  recurrence) -> one Concat of the pieces, padded once.
 Together, the GELU/erf chain of tangent ops collapses to one Mul by a
 coefficient. Intermediate results must have no other user.
 """
@@ -39,8 +42,8 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.tensors import dense_floats
 
 from . import symdims
-from .builder import (Builder, attribute, constant_uniform, constant_value, defining_op, dims,
-                      element_type)
+from .builder import (Builder, attribute, constant_ints, constant_uniform, constant_value,
+                      defining_op, dims, element_type, operand_or_none)
 from .rules import control_flow
 from .rules.reduction import reduce_axes
 
@@ -418,6 +421,8 @@ def _simplify_block(b, block: ir.Block, varying: set, nested: bool) -> int:
     for op in standardized:
         b.builder.location = op.location
         folded += _standardized(b, op)
+    ops, merged = _merge_placements(b, ops, varying)
+    folded += merged
     for op in ops:
         ot = _op_type(op)
         if ot not in ("Mul", "Div", "Add", "Sub") or len(op.results) != 1:
@@ -502,6 +507,140 @@ def _flatten_concat(b, op: ir.Operation, varying: set) -> ir.Operation | None:
         new_op = defining_op(new)
         return _flatten_concat(b, new_op, varying) or new_op
     return None
+
+
+# ---- sums of placements --------------------------------------------------------
+#
+# Reverse mode sums the cotangents of a value's uses. Uses that read disjoint
+# pieces of it along one axis (an unrolled recurrence reading x[:, t] at each
+# step, rotary embeddings' two halves) give cotangents that are each a piece
+# zero-padded to the full extent: summing T of them writes T full-size
+# tensors, quadratic in T. Pieces that meet end to end are concatenated
+# instead and padded once.
+
+def _placement(v: ir.Value, varying: set) -> tuple[int, int, int, ir.Value] | None:
+    """(axis, start, end, piece) for v = Pad(piece) by zeros along one axis
+    only (constant pads, a static extent there), v used once."""
+    op = defining_op(v)
+    if op is None or _op_type(op) != "Pad" or v not in varying or not _single_use(v) or \
+            (attribute(op, "mode") or "constant") != "constant":
+        return None
+    if len(op.operands) == 1:  # before opset 11: attributes
+        pads, value = attribute(op, "pads"), attribute(op, "value") or 0.0
+    else:
+        pads = constant_ints(op.operands[1])
+        fill = operand_or_none(op, 2)
+        value = 0.0 if fill is None else _scalar(fill)
+        if operand_or_none(op, 3) is not None:  # axes (opset 18)
+            return None
+    d = dims(v)
+    if pads is None or value != 0.0 or d is None or len(pads) != 2 * len(d) or min(pads) < 0:
+        return None
+    r = len(d)
+    padded = [a for a in range(r) if pads[a] or pads[r + a]]
+    if len(padded) != 1 or d[padded[0]] is None:
+        return None
+    a = padded[0]
+    return a, pads[a], d[a] - pads[r + a], op.operands[0]
+
+
+def _summands(root: ir.Operation, varying: set) -> tuple[list, list]:
+    """The terms of the Add/Sum tree rooted at `root` (inner Adds/Sums used
+    once, of root's type, looked through) and the inner ops."""
+    terms, inner = [], []
+    t = root.results[0].type
+
+    def visit(v: ir.Value) -> None:
+        op = defining_op(v)
+        if op is not None and _op_type(op) in ("Add", "Sum") and v in varying and \
+                _single_use(v) and v.type == t:
+            inner.append(op)
+            for o in op.operands:
+                visit(o)
+        else:
+            terms.append(v)
+    for o in root.operands:
+        visit(o)
+    return terms, inner
+
+
+def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
+    """Add/Sum trees of placements (above) whose pieces meet end to end
+    along one axis -> one Concat of the pieces, padded once. Returns the ops
+    left and how many trees were rewritten."""
+    erased, dead, count = set(), [], 0
+    for root in ops:
+        if _op_type(root) not in ("Add", "Sum") or \
+                not isinstance(root.results[0].type, ir.RankedTensorType):
+            continue
+        out = root.results[0]
+        # a root: not itself an inner term of a larger tree
+        user = next((u.owner for u in out.uses), None)
+        if _single_use(out) and user is not None and _op_type(user) in ("Add", "Sum") and \
+                user.results[0].type == out.type:
+            continue
+        terms, inner = _summands(root, varying)
+        runs, kept = _runs(terms, varying, symdims.dims(out))
+        if not runs:
+            continue
+        b.builder.location = root.location
+        with ir.InsertionPoint(root):
+            # each run's value has the sum's shape, hence its type
+            parts = kept + [_concatenated(b, run, out.type) for run in runs]
+            new = parts[0] if len(parts) == 1 else \
+                b.op("Add" if len(parts) == 2 else "Sum", parts, out.type)
+        out.replace_all_uses_with(new)
+        varying.add(new)
+        # erased after the walk (users first), which still reads these ops
+        tree = [root] + inner + [defining_op(p) for run in runs for p in run[3]]
+        erased.update(op.results[0] for op in tree)
+        dead += tree
+        count += 1
+    ops = [op for op in ops if not op.results or op.results[0] not in erased]
+    for op in dead:
+        _erase(op, varying)
+    return ops, count
+
+
+def _runs(terms: list, varying: set, want: list | None) -> tuple[list, list]:
+    """The placements among `terms` grouped into runs whose pieces meet end
+    to end along one axis (two or more each): (axis, start, end, placements,
+    pieces) per run, and the terms in no run."""
+    by_axis: dict = {}
+    for v in terms:
+        p = _placement(v, varying)
+        # each placement has the sum's extents (no broadcasting inside the
+        # tree), so its pieces agree on the other axes
+        if p is not None and want is not None and symdims.dims(v) == want:
+            by_axis.setdefault(p[0], []).append((p[1], p[2], v, p[3]))
+    runs, placed = [], set()
+    for a, found in by_axis.items():
+        found.sort(key=lambda f: f[0])
+        group = [found[0]]
+        for f in found[1:] + [None]:
+            if f is not None and f[0] == group[-1][1]:
+                group.append(f)
+                continue
+            if len(group) > 1:
+                runs.append((a, group[0][0], group[-1][1], [g[2] for g in group],
+                             [g[3] for g in group]))
+                placed.update(g[2] for g in group)
+            if f is not None:
+                group = [f]
+    return runs, [v for v in terms if v not in placed]
+
+
+def _concatenated(b, run: tuple, full: ir.Type) -> ir.Value:
+    """One run's pieces concatenated, padded to the full extent (type `full`)."""
+    a, start, end, placements, pieces = run
+    n = dims(placements[0])[a]
+    if start == 0 and end == n:
+        return b.op("Concat", pieces, full, axis=a)
+    r = len(dims(placements[0]))
+    pads = [0] * (2 * r)
+    pads[a], pads[r + a] = start, n - end
+    cat = b.concat(pieces, a)
+    return b.pad(cat, pads, full)
 
 
 class _SimplifyBuilder:

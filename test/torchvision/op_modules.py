@@ -55,6 +55,14 @@ def _rows(x):
     return x.reshape(SEQUENCE)
 
 
+def _unrolled_cell(x, cell):
+    rows = _rows(x)
+    h = torch.tanh(rows[:, 0, :6])
+    for t in range(rows.shape[1]):
+        h = cell(rows[:, t], h)
+    return h
+
+
 def op_modules() -> dict:
     index = torch.tensor([0, 1, 1, 4, 2, 0, 3, 3])
     causal = torch.triu(torch.ones(8, 8, dtype=torch.bool), 1)
@@ -166,5 +174,8 @@ def op_modules() -> dict:
             nn.Linear(8, 8)),
         "var_std": lambda: Fn(lambda x: torch.var(x, dim=(2, 3), keepdim=True)
                               + torch.std(x, dim=1, keepdim=True, correction=0)),
+        # a Python loop over the sequence, written out step by step by the
+        # exporters (each step reads x[:, t])
+        "unrolled_gru_cell": lambda: Fn(_unrolled_cell, nn.GRUCell(32, 6)),
     }
     return {name: (make, IMAGE) for name, make in modules.items()}

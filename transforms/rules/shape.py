@@ -777,7 +777,36 @@ def _t_gather(b: Builder, op, cts, linear):
         special = hook(b, op, cts[0])
         if special is not None:
             return [special, None]
-    return [scatter_add_along(b, cts[0], x, idx, _axis(op, rank(x))), None]
+    axis = _axis(op, rank(x))
+    placed = _padded_gather(b, cts[0], x, idx, axis)
+    if placed is not None:
+        return [placed, None]
+    return [scatter_add_along(b, cts[0], x, idx, axis), None]
+
+
+def _padded_gather(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Value,
+                   axis: int) -> ir.Value | None:
+    """Transpose of a Gather of the constant indices a, a+1, ..., a+m-1 (or
+    the scalar a) along a static extent: the cotangent zero-padded, as a
+    Slice's is, which simplify's sums of placements can concatenate (an
+    unrolled recurrence reading x[:, t] at every step). None otherwise."""
+    values, q, dd, cd = constant_ints(idx), rank(idx), dims(data_lin), dims(ct)
+    if not values or q is None or q > 1 or dd is None or cd is None or axis < 1:
+        return None
+    n = dd[axis]
+    if n is None:
+        return None
+    at = [v + n if v < 0 else v for v in values]
+    if at != list(range(at[0], at[0] + len(at))) or at[0] < 0 or at[-1] >= n:
+        return None
+    piece = b.unsqueeze(ct, [axis]) if q == 0 else ct
+    if len(at) == n:  # every index: nothing to pad
+        return piece
+    pd = list(dims(piece))
+    pads = [0] * (2 * len(pd))
+    pads[axis], pads[len(pd) + axis] = at[0], n - 1 - at[-1]
+    pd[axis] = n
+    return b.pad(piece, pads, tensor_type(pd, element_type(ct)))
 
 
 @jvp("GatherElements")

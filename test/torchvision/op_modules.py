@@ -46,6 +46,45 @@ class FNO2d(nn.Module):
         return F.gelu(y + self.lift(x))
 
 
+class Coupling(nn.Module):
+    """A RealNVP affine coupling layer on the rows' halves, then the other
+    way round: y2 = x2 * exp(s(x1)) + t(x1), and log|det J| summed."""
+    def __init__(self, d: int = 32):
+        super().__init__()
+        self.nets = nn.ModuleList(nn.Sequential(nn.Linear(d // 2, 16), nn.Tanh(),
+                                                nn.Linear(16, d)) for _ in range(2))
+
+    def forward(self, x):
+        z = _rows(x)
+        h = z.shape[-1] // 2
+        logdet = 0
+        for net in self.nets:
+            a, b = z[..., :h], z[..., h:]
+            s, t = net(a).chunk(2, -1)
+            s = torch.tanh(s)
+            z = torch.cat([b * torch.exp(s) + t, a], -1)
+            logdet = logdet + s.sum(-1, keepdim=True)
+        return z * logdet
+
+
+class KANLayer(nn.Module):
+    """A Kolmogorov-Arnold layer: each input through order-1 B-splines (hat
+    functions on a uniform grid, written with comparisons) plus SiLU."""
+    def __init__(self, d_in: int = 8, d_out: int = 4, grid: int = 6):
+        super().__init__()
+        self.register_buffer("knots", torch.linspace(-2, 2, grid))
+        self.coef = nn.Parameter(torch.randn(d_in, grid, d_out) / grid)
+        self.base = nn.Linear(d_in, d_out)
+
+    def forward(self, x):
+        u = x.reshape(-1, 8)
+        k = self.knots
+        h = k[1] - k[0]
+        d = (u.unsqueeze(-1) - k) / h
+        hat = torch.clamp(1 - d.abs(), min=0)
+        return torch.einsum("big,igo->bo", hat, self.coef) + self.base(F.silu(u))
+
+
 def _theta(x, scale: float = 1.0):
     t = torch.tensor([[[0.9, 0.1, 0.05], [-0.1, 1.1, 0.0]]], dtype=x.dtype) * scale
     return t.expand(x.shape[0], 2, 3)
@@ -177,5 +216,7 @@ def op_modules() -> dict:
         # a Python loop over the sequence, written out step by step by the
         # exporters (each step reads x[:, t])
         "unrolled_gru_cell": lambda: Fn(_unrolled_cell, nn.GRUCell(32, 6)),
+        "realnvp_coupling": lambda: Coupling(),
+        "kan_layer": lambda: KANLayer(),
     }
     return {name: (make, IMAGE) for name, make in modules.items()}

@@ -15,7 +15,8 @@ trigonometric/hyperbolic and other activations (each fed inside its domain),
 GatherElements/GatherND/ScatterElements/ScatterND/TopK/Trilu/
 ReverseSequence/Compress/CumProd, ReduceProd/L1/LogSum, PRelu/Mean/Sum,
 global and Lp pools, Lp/MeanVariance normalization, RNN/GRU/LSTM; with 2,
-the shape-keeping ones of them inside If/Scan/Loop bodies too.
+the shape-keeping ones of them inside If/Scan/Loop bodies too; with 3, values
+read piece by piece (Slices, Gathers) and concatenated back.
 
     generate(seed, sequences=0, wide=0) -> (model, feeds)
 
@@ -288,6 +289,40 @@ class Graph:
                          dtype=np.int64).reshape(ishape)
         out = s[:axis] + ishape + s[axis + 1:]
         return self.add(self.node("Gather", [x, self.const(idx, "idx")], axis=axis)[0], out)
+
+    def pieces(self, x):
+        """x read piece by piece along one axis (Slices, Gathers of a scalar or
+        of consecutive indices), sometimes with a piece left out or read
+        twice, each piece through its own unary op, concatenated back:
+        reverse mode sums the pieces' cotangents (simplify's sums of
+        placements)."""
+        r = self.gen.r
+        s = self.pool[x]
+        axes = [a for a in range(len(s)) if s[a] > 1]
+        if not axes:
+            return None
+        a = r.choice(axes)
+        n = s[a]
+        cuts = sorted(r.sample(range(1, n), r.randint(1, n - 1)))
+        bounds = list(zip([0] + cuts, cuts + [n]))
+        if len(bounds) > 2 and r.random() < 0.3:
+            bounds.pop(r.randrange(len(bounds)))
+        if r.random() < 0.3:
+            bounds.append(r.choice(bounds))
+        parts, width = [], 0
+        for lo, hi in bounds:
+            how = r.choice(["slice", "gather", "scalar"] if hi - lo == 1 else ["slice", "gather"])
+            shape = s[:a] + (hi - lo,) + s[a + 1:]
+            if how == "slice":
+                p = self.node("Slice", [x, self.i64([lo]), self.i64([hi]), self.i64([a])])[0]
+            elif how == "gather":
+                p = self.node("Gather", [x, self.i64(list(range(lo, hi)))], axis=a)[0]
+            else:
+                g = self.node("Gather", [x, self.const(np.asarray(lo, np.int64), "i")], axis=a)[0]
+                p = self.node("Unsqueeze", [g, self.i64([a])])[0]
+            parts.append(self.unary(self.add(p, shape)) or p)
+            width += hi - lo
+        return self.add(self.node("Concat", parts, axis=a)[0], s[:a] + (width,) + s[a + 1:])
 
     def softmax(self, x):
         s = self.pool[x]
@@ -1015,7 +1050,8 @@ class Gen:
                     g.control, g.attention, g.attention] + \
             ([g.split_list, g.split_list] if self.sequences else []) + \
             ([g.more_unary, g.more_binary, g.indexing, g.indexing, g.norm_pool, g.recurrent]
-             if self.wide else [])
+             if self.wide else []) + \
+            ([g.pieces, g.pieces] if self.wide > 2 else [])
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()

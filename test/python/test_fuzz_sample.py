@@ -58,3 +58,16 @@ def test_fuzz_sample_with_the_wider_op_set():
             "Softsign", "Selu", "HardSigmoid", "Celu", "HardSwish", "Mish", "Gelu"}
     checked = [r for r in results if r["outcome"] == "ok" and wide & set(r.get("ops", []))]
     assert len(checked) >= 5, fuzz.summary(results)
+
+
+def test_fuzz_sample_reading_values_piece_by_piece():
+    """40 generated models from a base seed whose models also read values
+    piece by piece (Slices, Gathers of a scalar or of consecutive indices)
+    and concatenate them back: reverse mode's sums of placements."""
+    cases = [i for i in range(80) if fuzz.case_kind(i) == "gen"]
+    results = fuzz.run_cases(cases, base=fuzz.PIECES_SEEDS, jobs=1, timeout=60)
+    bugs = [r for r in results if r["outcome"] in fuzz.BUGS]
+    assert not bugs, fuzz.summary(results)
+    read = [r for r in results if r["outcome"] == "ok" and "Concat" in r.get("ops", [])
+            and {"Slice", "Gather"} & set(r.get("ops", []))]
+    assert len(read) >= 3, fuzz.summary(results)

@@ -518,12 +518,13 @@ def _flatten_concat(b, op: ir.Operation, varying: set) -> ir.Operation | None:
 # tensors, quadratic in T. Pieces that meet end to end are concatenated
 # instead and padded once.
 
-def _placement(v: ir.Value, varying: set) -> tuple[int, int, int, ir.Value] | None:
+def _placement(v: ir.Value, varying: set, parent) -> tuple[int, int, int, ir.Value] | None:
     """(axis, start, end, piece) for v = Pad(piece) by zeros along one axis
-    only (constant pads, a static extent there), v used once."""
+    only (constant pads, a static extent there), v used once, made in the
+    block of `parent`'s ops."""
     op = defining_op(v)
     if op is None or _op_type(op) != "Pad" or v not in varying or not _single_use(v) or \
-            (attribute(op, "mode") or "constant") != "constant":
+            op.parent != parent or (attribute(op, "mode") or "constant") != "constant":
         return None
     if len(op.operands) == 1:  # before opset 11: attributes
         pads, value = attribute(op, "pads"), attribute(op, "value") or 0.0
@@ -546,14 +547,15 @@ def _placement(v: ir.Value, varying: set) -> tuple[int, int, int, ir.Value] | No
 
 def _summands(root: ir.Operation, varying: set) -> tuple[list, list]:
     """The terms of the Add/Sum tree rooted at `root` (inner Adds/Sums used
-    once, of root's type, looked through) and the inner ops."""
+    once, of root's type, in its block, looked through) and the inner ops.
+    (An outer block's ops stay there: a loop body would run them per step.)"""
     terms, inner = [], []
     t = root.results[0].type
 
     def visit(v: ir.Value) -> None:
         op = defining_op(v)
         if op is not None and _op_type(op) in ("Add", "Sum") and v in varying and \
-                _single_use(v) and v.type == t:
+                _single_use(v) and v.type == t and op.parent == root.parent:
             inner.append(op)
             for o in op.operands:
                 visit(o)
@@ -580,7 +582,7 @@ def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
                 user.results[0].type == out.type:
             continue
         terms, inner = _summands(root, varying)
-        runs, kept = _runs(terms, varying, symdims.dims(out))
+        runs, kept = _runs(terms, varying, symdims.dims(out), root.parent)
         if not runs:
             continue
         b.builder.location = root.location
@@ -602,13 +604,13 @@ def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
     return ops, count
 
 
-def _runs(terms: list, varying: set, want: list | None) -> tuple[list, list]:
+def _runs(terms: list, varying: set, want: list | None, parent) -> tuple[list, list]:
     """The placements among `terms` grouped into runs whose pieces meet end
     to end along one axis (two or more each): (axis, start, end, placements,
     pieces) per run, and the terms in no run."""
     by_axis: dict = {}
     for v in terms:
-        p = _placement(v, varying)
+        p = _placement(v, varying, parent)
         # each placement has the sum's extents (no broadcasting inside the
         # tree), so its pieces agree on the other axes
         if p is not None and want is not None and symdims.dims(v) == want:

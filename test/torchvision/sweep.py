@@ -7,7 +7,7 @@ the importer or the rules:
 
     # 1. in an environment with torch and torchvision (x86-64:
     #    pip install torch==2.14.1 torchvision==0.29.1 onnx onnxscript),
-    #    and transformers for 26 small Hugging Face stacks:
+    #    and transformers for 27 small Hugging Face stacks:
     python test/torchvision/sweep.py export OUT [model,...] [kind,...]
     # 2. in the project's environment:
     python test/torchvision/sweep.py check OUT
@@ -142,6 +142,9 @@ def _models() -> dict:
         "phi": (lambda: t.PhiModel(t.PhiConfig(**small)), None, None),
         "gpt_neox": (lambda: t.GPTNeoXModel(t.GPTNeoXConfig(**small, rotary_pct=0.5)), None,
                      None),
+        # rotary embeddings on interleaved pairs (x[..., ::2], x[..., 1::2])
+        "gptj": (lambda: t.GPTJModel(t.GPTJConfig(n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                                  attn_implementation="eager")), None, None),
         "falcon": (lambda: t.FalconModel(t.FalconConfig(
             hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
             attn_implementation="eager")), None, None),

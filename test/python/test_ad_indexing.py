@@ -491,6 +491,15 @@ def test_gather_nd_before_opset16_over_run_time_extents(batch_dims, idx):
         check_hessian(m, f, output="y")
 
 
+@pytest.mark.parametrize("opset", [10, 11])
+def test_strided_slice_before_opset11(opset):
+    """A strided Slice's transpose interleaves the cotangent with zeros by
+    Pads: at opset 10 Pad takes its pads as an attribute (an input made
+    onnx.PadV2 fail verification)."""
+    run([const("s", [1]), const("e", [6]), const("a", [1]), const("st", [2]),
+         h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 6), opset=opset)
+
+
 def test_slice_steps_opset13():
     run([const("s", [0]), const("e", [100]), const("a", [1]), const("st", [2]),
          h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 5), opset=13)

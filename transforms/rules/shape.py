@@ -444,7 +444,7 @@ def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: 
         u = b.unsqueeze(ct, [a + 1])
         pads = [0] * (2 * (r + 1))
         pads[r + 1 + a + 1] = step - 1
-        u = b.op("Pad", [u, b.ints(pads)], tensor_type(cd[:a + 1] + [step] + cd[a + 1:], elem))
+        u = b.pad(u, pads, tensor_type(cd[:a + 1] + [step] + cd[a + 1:], elem))
         cd[a] = count * step
         if b.opset >= 14 and 0 in cd[a:]:  # literal zeros: extents only with allowzero
             target = b.concat([b.shape(u, 0, a), b.ints(cd[a:])], 0)
@@ -459,7 +459,7 @@ def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: 
     pads[a], pads[r + a] = first, n - first - span
     if any(pads):
         cd[a] = n
-        ct = b.op("Pad", [ct, b.ints(pads)], tensor_type(cd, elem))
+        ct = b.pad(ct, pads, tensor_type(cd, elem))
     return ct
 
 

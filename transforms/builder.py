@@ -272,6 +272,67 @@ def _check_bfloat16(op_type_: str, opset: int) -> None:
                             "does not have")
 
 
+def _expand_before_8(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type
+                     ) -> ir.Value:
+    """Expand before opset 8: x plus zeros of the target shape (a [1, ..., 1]
+    zero tiled by the shape; Add broadcasts both ways, as Expand does).
+    Exact, but that -0.0 becomes +0.0."""
+    x, shape = operands
+    sd = dims(shape)
+    if sd is None or len(sd) != 1 or sd[0] is None:
+        raise UnsupportedOp("Expand before opset 8 needs the length of its target shape")
+    r = sd[0]
+    one = b.reshape(b.scalar(0.0, x), [1] * r, [1] * r)
+    zeros = b.create("Tile", [one, shape], [tensor_type(dims(result_type), element_type(x))])[0]
+    return b.create("Add", [x, zeros], [result_type])[0]
+
+
+def _sign_before_9(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type
+                   ) -> ir.Value:
+    """Sign before opset 9: (x > 0) - (x < 0), as 0/1 of x's type (NaN: 0)."""
+    x, = operands
+    zero = b.scalar(0.0, x)
+    pos = b.cast_like(b.compare("Greater", x, zero), x)
+    return b.create("Sub", [pos, b.cast_like(b.compare("Less", x, zero), x)], [result_type])[0]
+
+
+def _variadic_before_8(b: "Builder", op_type_: str, operands: Sequence[ir.Value],
+                       result_type: ir.Type) -> ir.Value:
+    """Sum, Mean, Max, Min before opset 8 take operands of one shape only:
+    Sum and Mean as Adds (which broadcast from opset 7), Max and Min on
+    operands brought to the result's shape (_expand_before_8)."""
+    if all(v.type == result_type for v in operands):
+        return b.create(op_type_, list(operands), [result_type])[0]
+    if op_type_ in ("Sum", "Mean"):
+        out = operands[0]
+        for v in operands[1:]:
+            out = b.create("Add", [out, v], [result_type])[0]
+        if op_type_ == "Mean":
+            out = b.create("Div", [out, b.scalar(float(len(operands)), out)], [result_type])[0]
+        return out
+    r = rank(result_type)
+    if r is None:
+        raise UnsupportedOp(f"{op_type_} of operands of different shapes before opset 8 "
+                            "needs the rank of its result")
+    total = operands[0]
+    for v in operands[1:]:  # (the shape only: an overflow to inf does not matter)
+        total = b.create("Add", [total, v], [result_type])[0]
+    shape = b.op("Shape", [total], tensor_type([r], ir.IntegerType.get_signless(64)))
+    full = [_expand_before_8(b, [v, shape], result_type) for v in operands]
+    return b.create(op_type_, full, [result_type])[0]
+
+
+# Ops the rules emit that an older opset lacks or restricts: (first opset of
+# the form the rules use, the same values in the ops the older one has).
+# Where before 9 stays refused here: its NaN guards have no exact arithmetic
+# form (elementwise._select lowers the activations' own).
+_OLDER_FORMS: dict = {
+    "Expand": (8, _expand_before_8), "Sign": (9, _sign_before_9),
+    **{v: (8, lambda b, ops, t, v=v: _variadic_before_8(b, v, ops, t))
+       for v in ("Sum", "Mean", "Max", "Min")},
+}
+
+
 def _onnx_dtype(elem: ir.Type) -> int:
     """The TensorProto data type of an MLIR element type."""
     for t, code in ((ir.F16Type, onnx.TensorProto.FLOAT16), (ir.BF16Type, onnx.TensorProto.BFLOAT16),
@@ -323,6 +384,9 @@ class Builder:
            result_type: ir.Type, **attrs) -> ir.Value:
         if op_type_ == "Reshape" and self.opset < 14:
             _check_zero_extents(operands[0], operands[1], result_type)
+        older = _OLDER_FORMS.get(op_type_)
+        if older is not None and self.opset < older[0]:
+            return older[1](self, operands, result_type)
         return self.create(op_type_, operands, [result_type], **attrs)[0]
 
     def none(self) -> ir.Value:

@@ -35,6 +35,12 @@ def _mask(b: Builder, cond: ir.Value, like: ir.Value) -> ir.Value:
 
 
 def _select(b: Builder, cond: ir.Value, a: ir.Value, c: ir.Value) -> ir.Value:
+    """An activation's piecewise coefficient. Before opset 9 (no Where) the
+    mask arithmetic a * cond + c * (not cond): the same for finite branches
+    (an infinite input makes the branch it does not take NaN)."""
+    if b.opset < 9:
+        return b.add(b.mul(a, _mask(b, cond, a)),
+                     b.mul(c, _mask(b, b.op("Not", [cond], cond.type), c)))
     return b.where(cond, a, c)
 
 

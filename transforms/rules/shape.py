@@ -649,6 +649,15 @@ def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
         b.reshape(depth, b.ints([]), [])
     if element_type(idx) != _i64():  # (nor int32 indices with an int64 depth: ONNX Runtime)
         idx = b.op("Cast", [idx], tensor_type(d, _i64()), to=7)  # INT64
+    if b.opset < 9:  # OneHot is opset 9: idx compared with 0..depth-1
+        if not isinstance(depth, int) or d is None:
+            raise UnsupportedOp("scatter-add before opset 9 needs a static extent and rank")
+        r = len(d) + 1
+        at = axis % r
+        positions = b.constant(ir.DenseElementsAttr.get(
+            np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (r - 1 - at))))
+        hot = b.compare("Equal", b.unsqueeze(idx, [at]), positions)
+        return b.cast_like(hot, like)
     hot = b.op("OneHot", [idx, depth_v, vals], tensor_type(out, ir.F32Type.get()), axis=axis)
     return hot if isinstance(elem, ir.F32Type) else b.cast_like(hot, like)
 

@@ -272,8 +272,8 @@ def _check_bfloat16(op_type_: str, opset: int) -> None:
                             "does not have")
 
 
-def _expand_before_8(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type
-                     ) -> ir.Value:
+def _expand_before_8(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type,
+                     **_) -> ir.Value:
     """Expand before opset 8: x plus zeros of the target shape (a [1, ..., 1]
     zero tiled by the shape; Add broadcasts both ways, as Expand does).
     Exact, but that -0.0 becomes +0.0."""
@@ -287,8 +287,8 @@ def _expand_before_8(b: "Builder", operands: Sequence[ir.Value], result_type: ir
     return b.create("Add", [x, zeros], [result_type])[0]
 
 
-def _sign_before_9(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type
-                   ) -> ir.Value:
+def _sign_before_9(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type,
+                   **_) -> ir.Value:
     """Sign before opset 9: (x > 0) - (x < 0), as 0/1 of x's type (NaN: 0)."""
     x, = operands
     zero = b.scalar(0.0, x)
@@ -322,13 +322,23 @@ def _variadic_before_8(b: "Builder", op_type_: str, operands: Sequence[ir.Value]
     return b.create(op_type_, full, [result_type])[0]
 
 
+def _scatter_elements_before_11(b: "Builder", operands: Sequence[ir.Value],
+                                result_type: ir.Type, **attrs) -> ir.Value:
+    """ScatterElements without reduction before opset 11: Scatter (opsets 9
+    and 10), the same op under its older name."""
+    if attrs.get("reduction", "none") != "none":
+        raise UnsupportedOp("a scatter-add needs ScatterElements' reduction (opset >= 16)")
+    return b.create("Scatter", list(operands), [result_type], axis=attrs.get("axis", 0))[0]
+
+
 # Ops the rules emit that an older opset lacks or restricts: (first opset of
 # the form the rules use, the same values in the ops the older one has).
 # Where before 9 stays refused here: its NaN guards have no exact arithmetic
 # form (elementwise._select lowers the activations' own).
 _OLDER_FORMS: dict = {
     "Expand": (8, _expand_before_8), "Sign": (9, _sign_before_9),
-    **{v: (8, lambda b, ops, t, v=v: _variadic_before_8(b, v, ops, t))
+    "ScatterElements": (11, _scatter_elements_before_11),
+    **{v: (8, lambda b, ops, t, v=v, **_: _variadic_before_8(b, v, ops, t))
        for v in ("Sum", "Mean", "Max", "Min")},
 }
 
@@ -386,7 +396,7 @@ class Builder:
             _check_zero_extents(operands[0], operands[1], result_type)
         older = _OLDER_FORMS.get(op_type_)
         if older is not None and self.opset < older[0]:
-            return older[1](self, operands, result_type)
+            return older[1](self, operands, result_type, **attrs)
         return self.create(op_type_, operands, [result_type], **attrs)[0]
 
     def none(self) -> ir.Value:

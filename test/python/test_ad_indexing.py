@@ -492,11 +492,13 @@ def test_gather_nd_before_opset16_over_run_time_extents(batch_dims, idx):
 
 
 @pytest.mark.parametrize("opset", [10, 11])
-def test_strided_slice_before_opset11(opset):
+@pytest.mark.parametrize("start, end, step", [(1, 6, 2), (4, 0, -2)])
+def test_strided_slice_before_opset11(opset, start, end, step):
     """A strided Slice's transpose interleaves the cotangent with zeros by
-    Pads: at opset 10 Pad takes its pads as an attribute (an input made
-    onnx.PadV2 fail verification)."""
-    run([const("s", [1]), const("e", [6]), const("a", [1]), const("st", [2]),
+    Pads (a step > 0) or places it by a scatter (< 0): at opset 10 Pad
+    takes its pads as an attribute (an input made onnx.PadV2 fail
+    verification), and the scatter is Scatter, ScatterElements' name there."""
+    run([const("s", [start]), const("e", [end]), const("a", [1]), const("st", [step]),
          h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 6), opset=opset)
 
 

@@ -576,13 +576,20 @@ def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
                 not isinstance(root.results[0].type, ir.RankedTensorType):
             continue
         out = root.results[0]
+        if not any(_op_type(o.owner) in ("Pad", "Add", "Sum") for o in root.operands
+                   if isinstance(o.owner, (ir.Operation, ir.OpView))):
+            continue  # (most sums: no tree, no placement)
         # a root: not itself an inner term of a larger tree
         user = next((u.owner for u in out.uses), None)
         if _single_use(out) and user is not None and _op_type(user) in ("Add", "Sum") and \
                 user.results[0].type == out.type:
             continue
         terms, inner = _summands(root, varying)
-        runs, kept = _runs(terms, varying, symdims.dims(out), root.parent)
+        found = [(v, p) for v in terms
+                 if (p := _placement(v, varying, root.parent)) is not None]
+        if len(found) < 2:  # (most sums: no symbolic extents asked for)
+            continue
+        runs, kept = _runs(terms, found, symdims.dims(out))
         if not runs:
             continue
         b.builder.location = root.location
@@ -604,16 +611,16 @@ def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
     return ops, count
 
 
-def _runs(terms: list, varying: set, want: list | None, parent) -> tuple[list, list]:
-    """The placements among `terms` grouped into runs whose pieces meet end
-    to end along one axis (two or more each): (axis, start, end, placements,
-    pieces) per run, and the terms in no run."""
+def _runs(terms: list, found: list, want: list | None) -> tuple[list, list]:
+    """The placements `found` among `terms` ((value, _placement) pairs)
+    grouped into runs whose pieces meet end to end along one axis (two or
+    more each): (axis, start, end, placements, pieces) per run, and the
+    terms in no run."""
     by_axis: dict = {}
-    for v in terms:
-        p = _placement(v, varying, parent)
+    for v, p in found:
         # each placement has the sum's extents (no broadcasting inside the
         # tree), so its pieces agree on the other axes
-        if p is not None and want is not None and symdims.dims(v) == want:
+        if want is not None and symdims.dims(v) == want:
             by_axis.setdefault(p[0], []).append((p[1], p[2], v, p[3]))
     runs, placed = [], set()
     for a, found in by_axis.items():

@@ -576,8 +576,8 @@ def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
                 not isinstance(root.results[0].type, ir.RankedTensorType):
             continue
         out = root.results[0]
-        if not any(_op_type(o.owner) in ("Pad", "Add", "Sum") for o in root.operands
-                   if isinstance(o.owner, (ir.Operation, ir.OpView))):
+        if not any(d is not None and _op_type(d) in ("Pad", "Add", "Sum")
+                   for d in map(defining_op, root.operands)):
             continue  # (most sums: no tree, no placement)
         # a root: not itself an inner term of a larger tree
         user = next((u.owner for u in out.uses), None)
@@ -601,7 +601,8 @@ def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
         out.replace_all_uses_with(new)
         varying.add(new)
         # erased after the walk (users first), which still reads these ops
-        tree = [root] + inner + [defining_op(p) for run in runs for p in run[3]]
+        tree = [root] + inner + [defining_op(p) for _, _, _, placements, _ in runs
+                                 for p in placements]
         erased.update(op.results[0] for op in tree)
         dead += tree
         count += 1
@@ -623,10 +624,10 @@ def _runs(terms: list, found: list, want: list | None) -> tuple[list, list]:
         if want is not None and symdims.dims(v) == want:
             by_axis.setdefault(p[0], []).append((p[1], p[2], v, p[3]))
     runs, placed = [], set()
-    for a, found in by_axis.items():
-        found.sort(key=lambda f: f[0])
-        group = [found[0]]
-        for f in found[1:] + [None]:
+    for a, along in by_axis.items():
+        along.sort(key=lambda f: f[0])
+        group = [along[0]]
+        for f in along[1:] + [None]:
             if f is not None and f[0] == group[-1][1]:
                 group.append(f)
                 continue

@@ -291,8 +291,8 @@ def _unrolled(steps, read: str, opset: int = 18):
 def test_unrolled_reads_concatenate_their_cotangents(read):
     """A recurrence unrolled over T steps, reading x[:, t] at each: the T
     cotangents, each zero-padded to x's extent, summed cost T full-size
-    tensors (reverse/primal time 34-39 at T = 256, 3-5 at T = 16); pieces
-    that meet end to end are one Concat instead (6.0 and 2.2)."""
+    tensors (bench/unrolled.py: reverse/primal 11.9-13.3 at T = 256);
+    pieces that meet end to end are one Concat instead (4.0-4.2)."""
     from onnx_ad_mlir.api import reverse
     m = _unrolled(range(6), read)
     ops = [n.op_type for n in reverse(m, layout="onnx").graph.node]

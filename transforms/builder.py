@@ -382,6 +382,10 @@ class Builder:
             _check_bfloat16(op_type_, self.opset)
         if missing:
             operands = list(operands) + [None] * missing
+        known = _op_table.OPS[name.removeprefix("onnx.")]["attributes"]
+        for k, v in attrs.items():
+            if v is not None and k not in known:  # a rule's bug, before the exporter finds it
+                raise UnsupportedOp(f"{name} has no attribute '{k}' at opset {self.opset}")
         if any(v is None for v in operands):
             operands = [self.none() if v is None else v for v in operands]
         op = ir.Operation.create(

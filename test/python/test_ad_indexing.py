@@ -60,6 +60,14 @@ def test_gather_nd():
     run([const("i", [[0, 1], [2, 0], [0, 1]]), h.make_node("GatherND", ["x", "i"], ["y"])], (3, 2, 2))
 
 
+def test_gather_nd_opset11():
+    """GatherND-11 has no batch_dims: the tangent's GatherND carried
+    batch_dims=0, which the export refused (found by a probe of empty
+    indices)."""
+    run([const("i", [[0, 1], [2, 0], [0, 1]]), h.make_node("GatherND", ["x", "i"], ["y"])],
+        (3, 2, 2), opset=11)
+
+
 def test_gather_nd_batch_forward():
     m = model([const("i", [[1], [0]]), h.make_node("GatherND", ["x", "i"], ["y"], batch_dims=1)],
               [("x", D, [2, 3])], [("y", D, None)])
@@ -400,6 +408,20 @@ def test_slice_steps_reverse(steps):
     run([const("s", [-1 if steps[0] < 0 else 0]), const("e", [-100 if steps[0] < 0 else 100]),
          const("a", [1]), const("st", steps),
          h.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])], (2, 5))
+
+
+def test_slice_empty_along_one_axis():
+    """x[:, :, 0:-1:-2, 2::2] is empty (axis 2 has extent 1): its cotangent
+    reaches x nowhere. At opset 13 the Hessian's reversed axis scattered by
+    an empty index list reshaped by -1, which ONNX Runtime refuses (a fuzz
+    of strided reads)."""
+    nodes = [const("s", [0, 2]), const("e", [-1, 6]), const("a", [2, 3]), const("st", [-2, 2]),
+             h.make_node("Slice", ["x", "s", "e", "a", "st"], ["p"]),
+             h.make_node("Tanh", ["p"], ["pt"]), h.make_node("Mul", ["pt", "pt"], ["pp"]),
+             h.make_node("ReduceSum", ["pp"], ["ps"], keepdims=0),
+             h.make_node("Sin", ["x"], ["q"]), h.make_node("ReduceSum", ["q"], ["qs"], keepdims=0),
+             h.make_node("Add", ["ps", "qs"], ["y"])]
+    run(nodes, (2, 3, 1, 5), opset=13)
 
 
 def test_slice_of_huge_extent_builds():

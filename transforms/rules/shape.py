@@ -370,6 +370,11 @@ def _t_slice(b: Builder, op, cts, linear):
         axes = _slice_axes(op, len(d))
         if axes is None:
             return [_t_slice_by_positions(b, op, cts[0])] + tail
+    if starts is not None and any(d[a] is not None and st != 0 and not range(d[a])[slice(s, e, st)]
+                                  for s, e, st, a in zip(starts, ends, steps, axes)):
+        # an empty piece: nothing reaches x (a scatter of no indices reshaped
+        # them by -1, which ONNX Runtime refuses for an empty tensor)
+        return [None] + tail
     if starts is not None and all(st == -1 and s == -1 and e <= -2**62
                                   for s, e, st in zip(starts, ends, steps)):
         # full reversals (start -1, end -inf, step -1): their own transpose
@@ -1018,7 +1023,7 @@ def _gather_nd(b: Builder, op, tangents):
     out_rank = lead + r - q - batch
     res = b.op("GatherND", [moved, idx], tensor_type(
         [None] * (out_rank + 1) if yd is None else yd[:lead] + [None] + yd[lead:], element_type(y)),
-        batch_dims=batch)
+        **({"batch_dims": batch} if batch else {}))  # (GatherND-11 has no batch_dims)
     return [_front(b, res, lead)]
 
 

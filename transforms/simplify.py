@@ -28,9 +28,11 @@ fusions still recognise it). Each fold is exact algebra
   Conv) -> the first such Shape in the block; the Reshape targets built
   from it then become identical and CSE merges them (resnet forward: one
   Shape and three Concats instead of eight and ten).
-* A sum (Add/Sum tree) of zero Pads along one axis whose pieces meet end to
-  end (a value read piece by piece: x[:, t] at each step of an unrolled
-  recurrence) -> one Concat of the pieces, padded once.
+* A sum (Add/Sum tree) of zero Pads whose pads agree on every axis but
+  one, along which their pieces meet end to end (a value read piece by
+  piece: x[:, t] at each step of an unrolled recurrence) -> one Concat of
+  the pieces, padded once; also under a common Reshape (strided pieces
+  x[j::step], placed on a grid by shape.py's _on_grid).
 Together, the GELU/erf chain of tangent ops collapses to one Mul by a
 coefficient. Intermediate results must have no other user.
 """
@@ -43,7 +45,7 @@ from onnx_ad_mlir.tensors import dense_floats
 
 from . import symdims
 from .builder import (Builder, attribute, constant_ints, constant_uniform, constant_value,
-                      defining_op, dims, element_type, operand_or_none)
+                      defining_op, dims, element_type, operand_or_none, tensor_type)
 from .rules import control_flow
 from .rules.reduction import reduce_axes
 
@@ -512,16 +514,16 @@ def _flatten_concat(b, op: ir.Operation, varying: set) -> ir.Operation | None:
 # ---- sums of placements --------------------------------------------------------
 #
 # Reverse mode sums the cotangents of a value's uses. Uses that read disjoint
-# pieces of it along one axis (an unrolled recurrence reading x[:, t] at each
-# step, rotary embeddings' two halves) give cotangents that are each a piece
-# zero-padded to the full extent: summing T of them writes T full-size
-# tensors, quadratic in T. Pieces that meet end to end are concatenated
-# instead and padded once.
+# pieces of it (an unrolled recurrence reading x[:, t] at each step, rotary
+# embeddings' two halves or interleaved pairs, a patch merge's four strided
+# quarters) give cotangents that are each a piece zero-padded to the full
+# extent: summing T of them writes T full-size tensors, quadratic in T.
+# Pieces that meet end to end are concatenated instead and padded once.
 
-def _placement(v: ir.Value, varying: set, parent) -> tuple[int, int, int, ir.Value] | None:
-    """(axis, start, end, piece) for v = Pad(piece) by zeros along one axis
-    only (constant pads, a static extent there), v used once, made in the
-    block of `parent`'s ops."""
+def _placement(v: ir.Value, varying: set, parent) -> tuple[list, ir.Value] | None:
+    """(pads, piece) for v = Pad(piece) by zeros (constant pads, static
+    extents along the padded axes), v used once, made in the block of
+    `parent`'s ops."""
     op = defining_op(v)
     if op is None or _op_type(op) != "Pad" or v not in varying or not _single_use(v) or \
             op.parent != parent or (attribute(op, "mode") or "constant") != "constant":
@@ -538,11 +540,9 @@ def _placement(v: ir.Value, varying: set, parent) -> tuple[int, int, int, ir.Val
     if pads is None or value != 0.0 or d is None or len(pads) != 2 * len(d) or min(pads) < 0:
         return None
     r = len(d)
-    padded = [a for a in range(r) if pads[a] or pads[r + a]]
-    if len(padded) != 1 or d[padded[0]] is None:
+    if any((pads[a] or pads[r + a]) and d[a] is None for a in range(r)):
         return None
-    a = padded[0]
-    return a, pads[a], d[a] - pads[r + a], op.operands[0]
+    return list(pads), op.operands[0]
 
 
 def _summands(root: ir.Operation, varying: set) -> tuple[list, list]:
@@ -568,15 +568,15 @@ def _summands(root: ir.Operation, varying: set) -> tuple[list, list]:
 
 def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
     """Add/Sum trees of placements (above) whose pieces meet end to end
-    along one axis -> one Concat of the pieces, padded once. Returns the ops
-    left and how many trees were rewritten."""
+    -> the pieces concatenated, padded once. Returns the ops left and how
+    many trees were rewritten."""
     erased, dead, count = set(), [], 0
     for root in ops:
         if _op_type(root) not in ("Add", "Sum") or \
                 not isinstance(root.results[0].type, ir.RankedTensorType):
             continue
         out = root.results[0]
-        if not any(d is not None and _op_type(d) in ("Pad", "Add", "Sum")
+        if not any(d is not None and _op_type(d) in ("Pad", "Reshape", "Add", "Sum")
                    for d in map(defining_op, root.operands)):
             continue  # (most sums: no tree, no placement)
         # a root: not itself an inner term of a larger tree
@@ -585,24 +585,18 @@ def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
                 user.results[0].type == out.type:
             continue
         terms, inner = _summands(root, varying)
-        found = [(v, p) for v in terms
-                 if (p := _placement(v, varying, root.parent)) is not None]
-        if len(found) < 2:  # (most sums: no symbolic extents asked for)
-            continue
-        runs, kept = _runs(terms, found, symdims.dims(out))
-        if not runs:
-            continue
         b.builder.location = root.location
         with ir.InsertionPoint(root):
-            # each run's value has the sum's shape, hence its type
-            parts = kept + [_concatenated(b, run, out.type) for run in runs]
-            new = parts[0] if len(parts) == 1 else \
-                b.op("Add" if len(parts) == 2 else "Sum", parts, out.type)
+            parts, terms, gone = _merge_reshaped(b, terms, varying, root.parent, out.type)
+            joined, terms, placed = _join_terms(b, terms, varying, root.parent, out)
+        if not parts and not joined:
+            continue
+        with ir.InsertionPoint(root):
+            new = _sum(b, terms + parts + joined, out.type)
         out.replace_all_uses_with(new)
         varying.add(new)
         # erased after the walk (users first), which still reads these ops
-        tree = [root] + inner + [defining_op(p) for _, _, _, placements, _ in runs
-                                 for p in placements]
+        tree = [root] + inner + gone + placed
         erased.update(op.results[0] for op in tree)
         dead += tree
         count += 1
@@ -612,45 +606,106 @@ def _merge_placements(b, ops: list, varying: set) -> tuple[list, int]:
     return ops, count
 
 
-def _runs(terms: list, found: list, want: list | None) -> tuple[list, list]:
-    """The placements `found` among `terms` ((value, _placement) pairs)
-    grouped into runs whose pieces meet end to end along one axis (two or
-    more each): (axis, start, end, placements, pieces) per run, and the
-    terms in no run."""
-    by_axis: dict = {}
-    for v, p in found:
-        # each placement has the sum's extents (no broadcasting inside the
-        # tree), so its pieces agree on the other axes
-        if want is not None and symdims.dims(v) == want:
-            by_axis.setdefault(p[0], []).append((p[1], p[2], v, p[3]))
-    runs, placed = [], set()
-    for a, along in by_axis.items():
-        along.sort(key=lambda f: f[0])
-        group = [along[0]]
-        for f in along[1:] + [None]:
-            if f is not None and f[0] == group[-1][1]:
-                group.append(f)
+def _sum(b, parts: list, t: ir.Type) -> ir.Value:
+    return parts[0] if len(parts) == 1 else b.op("Add" if len(parts) == 2 else "Sum", parts, t)
+
+
+def _join_terms(b, terms: list, varying: set, parent, out: ir.Value) -> tuple[list, list, list]:
+    """The placements among `terms` that have the sum's extents (no
+    broadcasting inside the tree), joined (_joined). Returns the joined
+    placements, the terms left and the Pads replaced."""
+    found = [(v, p) for v in terms if (p := _placement(v, varying, parent)) is not None]
+    if len(found) < 2:  # (most sums: no symbolic extents asked for)
+        return [], terms, []
+    want = symdims.dims(out)
+    items = [(pads, piece, [v]) for v, (pads, piece) in found
+             if want is not None and symdims.dims(v) == want]
+    joined = [it for it in _joined(b, items, dims(out)) if len(it[2]) > 1] \
+        if len(items) >= 2 else []
+    used = {v for it in joined for v in it[2]}
+    values = [b.pad(piece, pads, out.type) if any(pads) else piece for pads, piece, _ in joined]
+    return values, [v for v in terms if v not in used], [defining_op(v) for v in used]
+
+
+def _joined(b, items: list, extents: list) -> list:
+    """Placements (pads, piece, the terms they sum) of one value whose pads
+    agree on every axis but one, along which their pieces meet end to end
+    -> one placement of the pieces concatenated along it; to a fixed point
+    (a grid's quarters: pairs along one axis, then the pairs along the
+    other)."""
+    r = len(extents)
+    changed = True
+    while changed:
+        changed = False
+        for a in range(r):
+            n = extents[a]
+            if not isinstance(n, int):
                 continue
-            if len(group) > 1:
-                runs.append((a, group[0][0], group[-1][1], [g[2] for g in group],
-                             [g[3] for g in group]))
-                placed.update(g[2] for g in group)
-            if f is not None:
-                group = [f]
-    return runs, [v for v in terms if v not in placed]
+            groups: dict = {}
+            for it in items:
+                groups.setdefault(tuple(it[0][:a] + it[0][a + 1:r + a] + it[0][r + a + 1:]),
+                                  []).append(it)
+            items = []
+            for group in groups.values():
+                group.sort(key=lambda it: it[0][a])
+                run = [group[0]]
+                for it in group[1:] + [None]:
+                    if it is not None and it[0][a] == n - run[-1][0][r + a]:
+                        run.append(it)
+                        continue
+                    if len(run) > 1:
+                        pads = list(run[0][0])
+                        pads[r + a] = run[-1][0][r + a]
+                        # (typed from the pads: a piece's own type may say ? there)
+                        cut = [e if e is None else e - pads[j] - pads[r + j]
+                               for j, e in enumerate(extents)]
+                        piece = b.op("Concat", [piece for _, piece, _ in run],
+                                     tensor_type(cut, element_type(run[0][1])), axis=a)
+                        items.append((pads, piece, [v for _, _, vs in run for v in vs]))
+                        changed = True
+                    else:
+                        items.append(run[0])
+                    if it is not None:
+                        run = [it]
+    return items
 
 
-def _concatenated(b, run: tuple, full: ir.Type) -> ir.Value:
-    """One run's pieces concatenated, padded to the full extent (type `full`)."""
-    a, start, end, placements, pieces = run
-    n = dims(placements[0])[a]
-    if start == 0 and end == n:
-        return b.op("Concat", pieces, full, axis=a)
-    r = len(dims(placements[0]))
-    pads = [0] * (2 * r)
-    pads[a], pads[r + a] = start, n - end
-    cat = b.concat(pieces, a)
-    return b.pad(cat, pads, full)
+def _merge_reshaped(b, terms: list, varying: set, parent, full: ir.Type) -> tuple[list, list, list]:
+    """Terms Reshape(placement) of one extents, reshaped alike: a strided
+    read's cotangent, the piece placed on a grid by a Pad and merged back by
+    a Reshape (shape.py's _on_grid). Reshape being linear, the pieces
+    x[j::step] of one value, whose Pads differ on the grid's inserted axes
+    only, are joined there and reshaped once. Returns the merged sums, the
+    terms left and the ops replaced (Reshapes and Pads)."""
+    groups: dict = {}
+    for v in terms:
+        op = defining_op(v)
+        if op is None or _op_type(op) != "Reshape" or v.type != full or v not in varying or \
+                not _single_use(v) or op.parent != parent or op.operands[1] in varying:
+            continue  # (a run-time target built from the placement would be erased)
+        inner = defining_op(op.operands[0])
+        if inner is None or _op_type(inner) != "Pad":
+            continue
+        d = symdims.dims(op.operands[0])
+        if d is not None:
+            groups.setdefault(tuple(map(str, d)), []).append(v)
+    merged, gone, used = [], [], set()
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        ws = [defining_op(v).operands[0] for v in group]
+        joined, kept, placed = _join_terms(b, ws, varying, parent, ws[0])
+        if not joined:
+            continue
+        first = defining_op(group[0])
+        inside = _sum(b, kept + joined, ws[0].type)
+        varying.add(inside)
+        merged.append(b.op("Reshape", [inside, first.operands[1]], full,
+                           **({"allowzero": 1} if attribute(first, "allowzero") else {})))
+        varying.add(merged[-1])
+        used.update(group)
+        gone += [defining_op(v) for v in group] + placed
+    return merged, [v for v in terms if v not in used], gone
 
 
 class _SimplifyBuilder:

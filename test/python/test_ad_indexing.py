@@ -341,6 +341,55 @@ def test_rotated_halves_concatenate_their_cotangents():
     check_derivatives(m, run_feeds)
 
 
+@pytest.mark.parametrize("n,step,opset", [(8, 2, 18), (9, 3, 18), (8, 2, 10), (7, 2, 18)])
+def test_interleaved_pieces_concatenate_their_cotangents(n, step, opset):
+    """x[..., j::step] for every j (GPT-J's rotary pairs): each piece's
+    cotangent is placed on a grid of n / step rows of `step` and merged
+    back, so the sum over j is one Concat along the grid's columns and one
+    Reshape, not `step` zero-filled full-width tensors (GPT-J's reverse
+    model, 2 layers of width 256: 0.90 of its time). An extent that `step`
+    does not divide (7) keeps its sum; all against differences and the
+    Hessian."""
+    from onnx_ad_mlir.api import reverse
+    nodes = [const("ax", [-1]), const("st", [step]), const("end", [n])]
+    for j in range(step):
+        nodes += [const(f"b{j}", [j]), const(f"c{j}", rng.standard_normal(len(range(j, n, step)))),
+                  h.make_node("Slice", ["x", f"b{j}", "end", "ax", "st"], [f"p{j}"]),
+                  h.make_node("Sin", [f"p{j}"], [f"s{j}"]),
+                  h.make_node("Mul", [f"s{j}", f"c{j}"], [f"y{j}"])]
+    nodes.append(h.make_node("Concat", [f"y{j}" for j in range(step)], ["y"], axis=-1))
+    m = model(nodes, [("x", D, ["n", 3, n])], [("y", D, None)], opset=opset)
+    ops = [n.op_type for n in reverse(m, layout="onnx").graph.node]
+    assert ("Pad" in ops) == (n % step != 0), ops
+    f = {"x": rng.standard_normal((2, 3, n))}
+    check_derivatives(m, f)
+    check_hessian(m, f)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_strided_quarters_concatenate_their_cotangents(opset):
+    """Swin's patch merging (and YOLOv5's Focus): x[:, i::2, j::2] for the
+    four (i, j), concatenated along the channels. Each quarter's cotangent
+    is one grid placement; the four join pairwise along one inserted axis,
+    then the pairs along the other: three Concats (besides the primal's),
+    one Reshape, no Pad (it was two interleaving Pads and Reshapes per
+    quarter, summed)."""
+    from onnx_ad_mlir.api import reverse
+    nodes = [const("axes", [1, 2]), const("st", [2, 2]), const("end", [4, 6])]
+    for i, j in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        nodes += [const(f"b{i}{j}", [i, j]),
+                  h.make_node("Slice", ["x", f"b{i}{j}", "end", "axes", "st"], [f"q{i}{j}"])]
+    nodes += [h.make_node("Concat", ["q00", "q10", "q01", "q11"], ["c"], axis=-1),
+              const("w", rng.standard_normal((12, 5))),
+              h.make_node("MatMul", ["c", "w"], ["m"]), h.make_node("Tanh", ["m"], ["y"])]
+    m = model(nodes, [("x", D, ["n", 4, 6, 3])], [("y", D, None)], opset=opset)
+    ops = [n.op_type for n in reverse(m, layout="onnx").graph.node]
+    assert "Pad" not in ops and ops.count("Concat") == 4 and ops.count("Reshape") == 1, ops
+    f = {"x": rng.standard_normal((2, 4, 6, 3))}
+    check_derivatives(m, f)
+    check_hessian(m, f)
+
+
 @pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
 @pytest.mark.parametrize("pads", [[1, 0, 2, 3], [0, -1, 1, 2], [-1, 2, 1, -2]])
 def test_pad(mode, pads):

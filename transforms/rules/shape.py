@@ -388,17 +388,30 @@ def _t_slice(b: Builder, op, cts, linear):
             pads[a], pads[len(d) + a] = s, n - max(e, s)
         return [b.pad(cts[0], pads, tensor_type([None] + d[1:], element_type(cts[0])))] \
             + tail
-    # Steps != 1 or run-time bounds: one scatter-add per sliced axis, last axis first.
+    # Steps != 1 or run-time bounds: the axes with static bounds and positive
+    # steps on one grid (one axis at a time if the grid's Reshape cannot be
+    # built), then one scatter-add per other sliced axis, last axis first.
     ct = cts[0]
     done: set[int] = set()
-    for i in reversed(range(len(axes))):
-        a = axes[i]
+    grid = []
+    for i, a in enumerate(axes):
         if starts is not None and d[a] is not None and steps[i] > 0:
             kept = range(d[a])[slice(starts[i], ends[i], steps[i])]
-            if kept and None not in dims(ct)[a + 1:]:
-                done.add(a)
-                ct = _interleave(b, ct, a, kept[0], len(kept), steps[i], d[a])
-                continue
+            grid.append((a, kept[0], len(kept), steps[i], d[a]))
+    placed = _on_grid(b, ct, grid) if grid else None
+    if placed is not None:
+        ct = placed
+        done.update(a for a, *_ in grid)
+    else:
+        for piece in reversed(grid):
+            placed = _on_grid(b, ct, [piece])
+            if placed is not None:
+                ct = placed
+                done.add(piece[0])
+    for i in reversed(range(len(axes))):
+        a = axes[i]
+        if a in done:
+            continue
         if starts is not None and d[a] is not None:
             idx = b.ints(list(range(d[a])[slice(starts[i], ends[i], steps[i])]))
         else:
@@ -433,39 +446,61 @@ def _t_slice_by_positions(b: Builder, op, ct: ir.Value) -> ir.Value:
     return b.reshape_to(placed, b.like_shape(ct, x), None if d is None else [None] + d[1:])
 
 
-def _interleave(b: Builder, ct: ir.Value, a: int, first: int, count: int, step: int,
-                n: int) -> ir.Value:
-    """Transpose of a strided Slice along axis a (positions first + i*step,
-    i < count, of n): ct interleaved with step-1 zeros, then placed -- Pads and
-    a Reshape, no scatter."""
+def _on_grid(b: Builder, ct: ir.Value, pieces: list) -> ir.Value | None:
+    """Transpose of a strided Slice along the axes of `pieces` ((axis, first,
+    count, step, n) each: positions first + i*step, i < count, of n): ct
+    placed, with one Pad, on a grid of ceil(n / step) rows of `step` per
+    axis (an axis inserted after each strided one), merged back by one
+    Reshape -- no scatter. The pieces x[j::step] of one value thus differ
+    only in the inserted axes' pads: a sum of their cotangents is a sum of
+    placements there (simplify.py concatenates them). None when the Reshape
+    would need a run-time extent after the first strided axis."""
     cd = list(dims(ct))
-    if not isinstance(cd[a], int):  # the Slice's type may say ? where its bounds are known
-        cd[a] = count
     elem = element_type(ct)
-    r = len(cd)
-    if count == 1:  # one position: no gaps (a step of 2^50 padded each element by it)
-        step = 1
-    if step > 1:
-        u = b.unsqueeze(ct, [a + 1])
-        pads = [0] * (2 * (r + 1))
-        pads[r + 1 + a + 1] = step - 1
-        u = b.pad(u, pads, tensor_type(cd[:a + 1] + [step] + cd[a + 1:], elem))
-        cd[a] = count * step
-        if b.opset >= 14 and 0 in cd[a:]:  # literal zeros: extents only with allowzero
-            target = b.concat([b.shape(u, 0, a), b.ints(cd[a:])], 0)
-            ct = b.op("Reshape", [u, target], tensor_type(cd, elem), allowzero=1)
+    for a, _, count, _, _ in pieces:
+        if not isinstance(cd[a], int):  # the Slice's type may say ? where its bounds are known
+            cd[a] = count
+    # one position: no gaps (a step of 2^50 padded each element by it)
+    pieces = sorted((a, first, count, step if count > 1 else 1, n)
+                    for a, first, count, step, n in pieces)
+    strided = [a for a, _, _, step, _ in pieces if step > 1]
+    if strided and None in cd[strided[0]:]:
+        return None
+    inserted = [a + i + 1 for i, a in enumerate(strided)]
+    ud = list(cd)
+    for p in inserted:  # (positions in the result, ascending)
+        ud.insert(p, 1)
+    pads = [0] * (2 * len(ud))
+    merged = list(cd)  # the extents once the grid's axes are merged back
+    for a, first, count, step, n in pieces:
+        at = a + sum(1 for s in strided if s < a)
+        if step > 1:
+            row, column = divmod(first, step)
+            rows = -(-n // step)
+            pads[at], pads[len(ud) + at] = row, rows - row - count
+            pads[at + 1], pads[len(ud) + at + 1] = column, step - 1 - column
+            ud[at], ud[at + 1], merged[a] = rows, step, rows * step
         else:
-            ct = b.reshape(u, [0] * a + [count * step] + cd[a + 1:], cd)
-    span = min(cd[a], n - first)
-    if span < cd[a]:
-        cd[a] = span
-        ct = b.slice(ct, [a], [0], [span], tensor_type(list(cd), elem))
-    pads = [0] * (2 * r)
-    pads[a], pads[r + a] = first, n - first - span
+            pads[at], pads[len(ud) + at] = first, n - first - count
+            ud[at] = merged[a] = n
+    u = b.unsqueeze(ct, inserted) if inserted else ct
     if any(pads):
-        cd[a] = n
-        ct = b.pad(ct, pads, tensor_type(cd, elem))
-    return ct
+        u = b.pad(u, pads, tensor_type(ud, elem))
+    if not strided:
+        return u
+    lead = strided[0]
+    if b.opset >= 14 and 0 in merged[lead:]:  # literal zeros: extents only with allowzero
+        target = b.concat([b.shape(u, 0, lead), b.ints(merged[lead:])], 0)
+        out = b.op("Reshape", [u, target], tensor_type(merged, elem), allowzero=1)
+    else:
+        out = b.reshape(u, [0] * lead + merged[lead:], merged)
+    ragged = [(a, n) for a, _, _, _, n in pieces if merged[a] > n]
+    if ragged:
+        for a, n in ragged:
+            merged[a] = n
+        out = b.slice(out, [a for a, _ in ragged], [0] * len(ragged), [n for _, n in ragged],
+                      tensor_type(list(merged), elem))
+    return out
 
 
 @transpose("Pad")

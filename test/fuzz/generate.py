@@ -16,7 +16,8 @@ GatherElements/GatherND/ScatterElements/ScatterND/TopK/Trilu/
 ReverseSequence/Compress/CumProd, ReduceProd/L1/LogSum, PRelu/Mean/Sum,
 global and Lp pools, Lp/MeanVariance normalization, RNN/GRU/LSTM; with 2,
 the shape-keeping ones of them inside If/Scan/Loop bodies too; with 3, values
-read piece by piece (Slices, Gathers) and concatenated back.
+read piece by piece (Slices, Gathers) and concatenated back; with 4, also
+by strided Slices (x[j::step], a patch merge's quarters).
 
     generate(seed, sequences=0, wide=0) -> (model, feeds)
 
@@ -322,6 +323,39 @@ class Graph:
                 p = self.node("Unsqueeze", [g, self.i64([a])])[0]
             parts.append(self.unary(self.add(p, shape)) or p)
             width += hi - lo
+        return self.add(self.node("Concat", parts, axis=a)[0], s[:a] + (width,) + s[a + 1:])
+
+    def strided_pieces(self, x):
+        """x read as its strided pieces x[j::step] along one axis, or as the
+        quarters x[i::2, j::2] of two even axes (a patch merge), sometimes
+        one left out, each through its own unary op, concatenated back:
+        reverse mode joins the pieces' grid placements (simplify's sums of
+        placements under a Reshape)."""
+        r = self.gen.r
+        s = self.pool[x]
+        axes = [a for a in range(len(s)) if s[a] > 1]
+        if not axes:
+            return None
+        even = [a for a in axes if s[a] % 2 == 0]
+        if len(even) >= 2 and r.random() < 0.4:
+            picked, step = sorted(r.sample(even, 2)), 2
+        else:
+            picked = [r.choice(axes)]
+            step = r.randint(2, min(4, s[picked[0]]))
+        offsets = [[j] for j in range(step)] if len(picked) == 1 else \
+            [[i, j] for i in range(2) for j in range(2)]
+        if len(offsets) > 2 and r.random() < 0.3:
+            offsets.pop(r.randrange(len(offsets)))
+        a = picked[0]
+        parts, width = [], 0
+        for first in offsets:
+            shape = list(s)
+            for b, j in zip(picked, first):
+                shape[b] = len(range(j, s[b], step))
+            p = self.node("Slice", [x, self.i64(first), self.i64([s[b] for b in picked]),
+                                    self.i64(picked), self.i64([step] * len(picked))])[0]
+            parts.append(self.unary(self.add(p, tuple(shape))) or p)
+            width += shape[a]
         return self.add(self.node("Concat", parts, axis=a)[0], s[:a] + (width,) + s[a + 1:])
 
     def softmax(self, x):
@@ -1051,7 +1085,8 @@ class Gen:
             ([g.split_list, g.split_list] if self.sequences else []) + \
             ([g.more_unary, g.more_binary, g.indexing, g.indexing, g.norm_pool, g.recurrent]
              if self.wide else []) + \
-            ([g.pieces, g.pieces] if self.wide > 2 else [])
+            ([g.pieces, g.pieces] if self.wide > 2 else []) + \
+            ([g.strided_pieces, g.strided_pieces] if self.wide > 3 else [])
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()

@@ -24,7 +24,8 @@ seed 144 on, generated models also hold sequence idioms (SEQUENCE_SEEDS),
 from 147 on lists read back inside their Loops too (WINDOW_SEEDS), from 188
 on the generator's wider op set (WIDE_SEEDS: indexing, recurrent, pools,
 the remaining activations), from 190 on inside bodies too (WIDE_BODY_SEEDS),
-from 253 on values read piece by piece and concatenated back (PIECES_SEEDS).
+from 253 on values read piece by piece and concatenated back (PIECES_SEEDS),
+from 259 on by strided Slices too (STRIDED_SEEDS).
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes
@@ -121,6 +122,7 @@ WINDOW_SEEDS = 147
 WIDE_SEEDS = 188
 WIDE_BODY_SEEDS = 190
 PIECES_SEEDS = 253
+STRIDED_SEEDS = 259
 
 
 def sequence_level(base: int) -> int:
@@ -128,8 +130,8 @@ def sequence_level(base: int) -> int:
 
 
 def wide_level(base: int) -> int:
-    return 3 if base >= PIECES_SEEDS else 2 if base >= WIDE_BODY_SEEDS else \
-        1 if base >= WIDE_SEEDS else 0
+    return 4 if base >= STRIDED_SEEDS else 3 if base >= PIECES_SEEDS else \
+        2 if base >= WIDE_BODY_SEEDS else 1 if base >= WIDE_SEEDS else 0
 
 
 def case_kind(i: int) -> str:

@@ -71,3 +71,21 @@ def test_fuzz_sample_reading_values_piece_by_piece():
     read = [r for r in results if r["outcome"] == "ok" and "Concat" in r.get("ops", [])
             and {"Slice", "Gather"} & set(r.get("ops", []))]
     assert len(read) >= 3, fuzz.summary(results)
+
+
+def test_fuzz_sample_reading_values_by_strided_slices():
+    """40 generated models from a base seed whose models also read values by
+    strided Slices (x[j::step], a patch merge's quarters) and concatenate
+    them back: the pieces' grid placements joined under one Reshape."""
+    from generate import generate
+    cases = [i for i in range(80) if fuzz.case_kind(i) == "gen"]
+    results = fuzz.run_cases(cases, base=fuzz.STRIDED_SEEDS, jobs=1, timeout=60)
+    bugs = [r for r in results if r["outcome"] in fuzz.BUGS]
+    assert not bugs, fuzz.summary(results)
+
+    def strided(seed: int) -> bool:
+        model, _ = generate(seed, sequences=fuzz.sequence_level(fuzz.STRIDED_SEEDS),
+                            wide=fuzz.wide_level(fuzz.STRIDED_SEEDS))
+        return any(n.op_type == "Slice" and len(n.input) == 5 for n in model.graph.node)
+    read = [r for r in results if r["outcome"] == "ok" and strided(r["seed"])]
+    assert len(read) >= 3, fuzz.summary(results)

@@ -218,5 +218,11 @@ def op_modules() -> dict:
         "unrolled_gru_cell": lambda: Fn(_unrolled_cell, nn.GRUCell(32, 6)),
         "realnvp_coupling": lambda: Coupling(),
         "kan_layer": lambda: KANLayer(),
+        # YOLOv5's Focus (a patch merge by strided slices) and interleaved
+        # pairs rotated as GPT-J's rotary embedding does
+        "focus_rotate_pairs": lambda: Fn(lambda x, c: c(torch.tanh(torch.cat(
+            [x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2], x[..., 1::2, 1::2]], 1)))
+            + torch.sin(torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)).sum(),
+            nn.Conv2d(16, 3, 3, padding=1)),
     }
     return {name: (make, IMAGE) for name, make in modules.items()}

@@ -141,9 +141,12 @@ def _infer_shapes(model: onnx.ModelProto, rows: list[NodeRow], inits: list[InitR
     try:
         # strict: a model contradicting its own declared shapes is refused
         inferred = validate.infer_shapes(skeleton, data_prop=False)
-        stand_ins = _attention_stand_ins(skeleton, inferred)
-        if stand_ins is not None:
-            skeleton, stand_ins = stand_ins
+        stand_ins = []
+        # rounds: an Attention whose V is another one's result sees V's
+        # wrong 0 extent as static until that one has its stand-in
+        while (found := _attention_stand_ins(skeleton, inferred)) is not None:
+            skeleton, more = found
+            stand_ins += more
             inferred = validate.infer_shapes(skeleton, data_prop=False)
         data_prop = _propagates_data(model.graph, rows, inits) and \
             not long_vectors(inferred.graph)

@@ -96,18 +96,27 @@ def test_layer_norm_reuses_statistics():
                                       for n in nodes), ops
 
 
-@pytest.mark.parametrize("logits, guarded", [("tanh", False), ("input", True), ("mask", True)])
+@pytest.mark.parametrize("logits, guarded", [("tanh", False), ("input", True), ("mask", True),
+                                             ("where_inf", True), ("where_min", False)])
 def test_softmax_mask_guard(logits, guarded):
     # The NaN-row guard (IsNaN, Where) stays only where a row of logits can be
-    # -inf on purpose: a function input, an infinite constant (a mask).
+    # -inf on purpose: a function input, an infinite constant (a mask), also
+    # selected by a Where; not for Hugging Face's causal masks, a Where of the
+    # finite float32 minimum (GPT-J's reverse model: the guard's IsNaN and
+    # Where were 2.4% of its time).
     ins = [("x", F, [2, 3, 4])]
     w = h.make_tensor("w", F, [4, 4], np.random.default_rng(1).uniform(-1, 1, 16).tolist())
     m_ = h.make_tensor("m", F, [4], [0.0, 0.0, -np.inf, 0.0])
+    keep = h.make_tensor("keep", TP.BOOL, [4], [True, True, False, True])
+    lows = {"where_inf": -np.inf, "where_min": float(np.finfo(np.float32).min)}
+    low = h.make_tensor("low", F, [], [lows.get(logits, 0.0)])
     pre = {"tanh": [h.make_node("Tanh", ["x"], ["t"]), h.make_node("MatMul", ["t", "w"], ["z"])],
            "input": [h.make_node("Identity", ["x"], ["z"])],
-           "mask": [h.make_node("MatMul", ["x", "w"], ["s"]), h.make_node("Add", ["s", "m"], ["z"])]}
+           "mask": [h.make_node("MatMul", ["x", "w"], ["s"]), h.make_node("Add", ["s", "m"], ["z"])],
+           **{k: [h.make_node("Tanh", ["x"], ["t"]), h.make_node("MatMul", ["t", "w"], ["s"]),
+                  h.make_node("Where", ["keep", "s", "low"], ["z"])] for k in lows}}
     m = model(pre[logits] + [h.make_node("Softmax", ["z"], ["y"], axis=-1)], ins,
-              [("y", F, [2, 3, 4])], initializers=[w, m_])
+              [("y", F, [2, 3, 4])], initializers=[w, m_, keep, low])
     check(f"Softmax-guard-{logits}", m, feeds_for(ins))
     for derived in (forward(m), reverse(m)):
         ops = [n.op_type for n in derived.graph.node]

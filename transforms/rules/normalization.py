@@ -48,17 +48,23 @@ def _softmax_axes(op: ir.Operation) -> list[int]:
     return list(range(a, r)) if op.name.endswith("V11") else [a]
 
 
-# Ops whose result has a -inf entry only if an operand has an infinite one,
-# or by accident (overflow, a zero divisor or base): such a row of logits is
-# not a mask the model replaces later, and its primal probabilities are NaN.
+# Ops whose result has a -inf entry only if a float operand has an infinite
+# one, or by accident (overflow, a zero divisor or base): such a row of logits
+# is not a mask the model replaces later, and its primal probabilities are
+# NaN. (Where selects among its float operands: Hugging Face's causal masks
+# put the finite float32 minimum where a row is masked, and a row of those
+# has finite probabilities.)
 _INF_PROPAGATING = {"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Transpose",
                     "Reshape", "Split", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Gather",
-                    "Concat", "Identity", "Cast", "Expand", "Einsum", "BatchNormalization"}
+                    "Concat", "Identity", "Cast", "Expand", "Einsum", "BatchNormalization",
+                    "Where", "Min", "Max", "Tile", "Pad", "ReduceSum", "ReduceMean",
+                    "ReduceMax", "ReduceMin", "Reciprocal", "Clip", "GatherElements",
+                    "GatherND"}
 # Ops whose float result is never -inf for finite parameters (operand 0 may be
 # anything: bounded, non-negative, or NaN rather than -inf).
 _NO_NEG_INF = {"Tanh", "Sigmoid", "Erf", "Softmax", "Exp", "Relu", "Abs", "Sqrt", "Sin", "Cos",
                "LayerNormalization", "RMSNormalization", "Gelu"}
-_MASK_SEARCH_BUDGET = 32
+_MASK_SEARCH_BUDGET = 128
 _LARGEST_CHECKED_CONSTANT = 1 << 20
 
 

@@ -79,11 +79,22 @@ def _finite_constant(attr: ir.Attribute) -> bool:
     return data is not None and bool(np.isfinite(data).all())
 
 
+def _finite_weight(v: ir.Value) -> bool:
+    """A finite constant, maybe transposed or reshaped (a layer's weight)."""
+    op = defining_op(v)
+    while op is not None and op_type(op) in ("Transpose", "Identity", "Reshape", "Cast"):
+        op = defining_op(op.operands[0])
+    return op is not None and is_constant_op(op) and "value" in op.attributes and \
+        _finite_constant(op.attributes["value"])
+
+
 def _may_mask(logits: ir.Value) -> bool:
     """Whether a softmax row of `logits` can be all -inf on purpose (a mask):
     some value it is computed from is a function argument, an infinite
-    constant, or an op (Where, Min, ...) outside the two tables above. A
-    bounded search; its budget spent means yes."""
+    constant, or an op (Log, ...) outside the two tables above. A product
+    by a finite weight matrix (q, k = x W) carries no mask: a -inf in x
+    makes its row NaN or +-inf entries, not a row of -inf. A bounded
+    search; its budget spent means yes."""
     stack, seen, budget = [logits], set(), _MASK_SEARCH_BUDGET
     while stack:
         v = stack.pop()
@@ -101,7 +112,9 @@ def _may_mask(logits: ir.Value) -> bool:
                 return True
             continue
         ot = op_type(op)
-        if ot in _NO_NEG_INF:
+        if ot in ("MatMul", "Gemm") and any(_finite_weight(w) for w in list(op.operands)[:2]):
+            stack.extend(w for w in list(op.operands)[2:] if is_float(w))  # (Gemm's bias)
+        elif ot in _NO_NEG_INF:
             stack.extend(w for w in list(op.operands)[1:] if is_float(w))
         elif ot in _INF_PROPAGATING:
             stack.extend(w for w in op.operands if is_float(w))

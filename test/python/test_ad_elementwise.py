@@ -205,6 +205,24 @@ def test_float32_model():
     check_derivatives(m, feeds)
 
 
+@pytest.mark.parametrize("p", [np.array(2.0), np.array([3.0]), np.array(3, np.int64),
+                               np.array(-2.0)])
+def test_small_integer_powers(p):
+    """x ** 2 and x ** 3 (GPT-2's tanh GELU cubes): their coefficients are
+    products, so the derivative models hold no Pow but the primal's (ONNX
+    Runtime's Pow costs about twice a Mul); other exponents keep theirs."""
+    m = model([h.make_node("Pow", ["x", "p"], ["q"]), h.make_node("Sin", ["q"], ["y"])],
+              [("x", D, [2, 3])], [("y", D, [2, 3])],
+              initializers=[numpy_helper.from_array(p, "p")])
+    x = np.random.default_rng(3).uniform(0.5, 1.5, (2, 3))
+    check_derivatives(m, {"x": x})
+    check_hessian(m, {"x": x})
+    small = float(p.reshape(-1)[0]) in (2.0, 3.0)
+    for derived in (forward(m, layout="onnx"), reverse(m, layout="onnx")):
+        pows = sum(n.op_type == "Pow" for n in derived.graph.node)
+        assert pows == 1 if small else pows > 1, pows
+
+
 @pytest.mark.parametrize("root", [h.make_node("Pow", ["x", "p"], ["q"]),
                                   h.make_node("Sqrt", ["x"], ["q"])])
 def test_fractional_power_of_a_masked_negative_base(root):

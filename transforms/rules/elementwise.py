@@ -342,6 +342,16 @@ def _small_floats(v: ir.Value) -> list[float] | None:
     return constant_floats(v)
 
 
+def _unit_exponent(e: ir.Value, a: ir.Value) -> int | None:
+    """A Pow exponent's integer value when it is one constant entry that
+    does not widen the base's shape, else None."""
+    de, da = dims(e), dims(a)
+    if de is None or da is None or len(de) > len(da) or any(d != 1 for d in de):
+        return None
+    values = _integer_exponents(e)
+    return values[0] if values is not None and len(values) == 1 else None
+
+
 def _integer_exponents(e: ir.Value) -> list[int] | None:
     """A Pow exponent's entries when it is a constant of integers
     (integer-typed, or floats such as 2.0), else None."""
@@ -366,8 +376,12 @@ def _pow(b: Builder, op, tangents):
     r = _out_rank(op)
     terms = []
     if tangents[0] is not None:
-        ef = e if is_float(e) and element_type(e) == element_type(a) else b.cast_like(e, a)
-        coef = b.mul(ef, b.ew("Pow", a, b.sub(ef, _c(b, 1.0, a))))
+        c = _unit_exponent(e, a)
+        if c in (2, 3):  # x^2, x^3 (GELU's tanh form): products, a Pow costs twice a Mul
+            coef = b.mul(a if c == 2 else b.mul(a, a), _c(b, float(c), a))
+        else:
+            ef = e if is_float(e) and element_type(e) == element_type(a) else b.cast_like(e, a)
+            coef = b.mul(ef, b.ew("Pow", a, b.sub(ef, _c(b, 1.0, a))))
         if _integer_exponents(e) is None:
             coef = _zero_where_nan(b, coef, y, a)
         terms.append(scale(b, tangents[0], coef, r))

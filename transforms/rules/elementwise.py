@@ -342,14 +342,41 @@ def _small_floats(v: ir.Value) -> list[float] | None:
     return constant_floats(v)
 
 
-def _unit_exponent(e: ir.Value, a: ir.Value) -> int | None:
-    """A Pow exponent's integer value when it is one constant entry that
-    does not widen the base's shape, else None."""
+def _single_exponent(e: ir.Value, a: ir.Value) -> float | None:
+    """A Pow exponent's value when it is one constant entry that does not
+    widen the base's shape, else None."""
     de, da = dims(e), dims(a)
     if de is None or da is None or len(de) > len(da) or any(d != 1 for d in de):
         return None
-    values = _integer_exponents(e)
-    return values[0] if values is not None and len(values) == 1 else None
+    values = constant_ints(e)
+    if values is None:
+        values = _small_floats(e)
+    return float(values[0]) if values is not None and len(values) == 1 else None
+
+
+def _power_coefficient(b: Builder, a: ir.Value, y: ir.Value, c: float) -> ir.Value | None:
+    """c * a^(c - 1) for y = a^c without a Pow ONNX Runtime runs slowly: it
+    has fast kernels for the exponents 2 and 3 only, others take ~15x a
+    Mul (RMSNorm's a^2 had a^1, GPT-2's GELU a^3 had a^2; Llama's reverse
+    model spent 15% of its time in such Pows). The same values at a = 0
+    (0 or +-inf) and NaN where y is. None for other exponents."""
+    if c == 1.0:
+        return _c(b, 1.0, a)
+    if c == 2.0:
+        return b.mul(a, _c(b, 2.0, a))
+    if c == 3.0:
+        return b.mul(b.mul(a, a), _c(b, 3.0, a))
+    if c == 4.0:
+        return b.mul(b.ew("Pow", a, _c(b, 3.0, a)), _c(b, 4.0, a))
+    if c == 0.5:
+        return b.div(_c(b, 0.5, a), y)
+    if c == 1.5:
+        return b.mul(b.ew("Sqrt", a), _c(b, 1.5, a))
+    if c == -1.0:
+        return b.neg(b.mul(y, y))
+    if c == -0.5:
+        return b.mul(b.div(y, a), _c(b, -0.5, a))
+    return None
 
 
 def _integer_exponents(e: ir.Value) -> list[int] | None:
@@ -376,10 +403,9 @@ def _pow(b: Builder, op, tangents):
     r = _out_rank(op)
     terms = []
     if tangents[0] is not None:
-        c = _unit_exponent(e, a)
-        if c in (2, 3):  # x^2, x^3 (GELU's tanh form): products, a Pow costs twice a Mul
-            coef = b.mul(a if c == 2 else b.mul(a, a), _c(b, float(c), a))
-        else:
+        c = _single_exponent(e, a)
+        coef = None if c is None else _power_coefficient(b, a, y, c)
+        if coef is None:
             ef = e if is_float(e) and element_type(e) == element_type(a) else b.cast_like(e, a)
             coef = b.mul(ef, b.ew("Pow", a, b.sub(ef, _c(b, 1.0, a))))
         if _integer_exponents(e) is None:

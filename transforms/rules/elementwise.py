@@ -143,8 +143,18 @@ def _hard_swish(b: Builder, x: ir.Value) -> ir.Value:
 
 def _mish(b: Builder, x: ir.Value) -> ir.Value:
     # y = x tanh(sp(x)): y' = tanh(sp) + x sigmoid(x) (1 - tanh(sp)^2)
-    th = b.ew("Tanh", b.ew("Softplus", x))
+    th = _tanh_softplus(b, x)
     return b.add(th, b.mul(b.mul(x, _sigmoid(b, x)), b.sub(_c(b, 1.0, x), _square(b, th))))
+
+
+def _tanh_softplus(b: Builder, x: ir.Value) -> ir.Value:
+    """tanh(log(1 + e^x)) = n / (n + 2), n = e^x (e^x + 2): ONNX Runtime's
+    Softplus costs ~35 Mul (as much as the Mish it serves). Past x = 20 it
+    is 1 to within 1e-17, so e^x is taken at min(x, 20) (no inf / inf);
+    for x << 0 it is n / 2 ~ e^x, accurate."""
+    e = b.ew("Exp", b.op("Min", [x, _c(b, 20.0, x)], x.type))
+    n = b.mul(e, b.add(e, _c(b, 2.0, x)))
+    return b.div(n, b.add(n, _c(b, 2.0, x)))
 
 
 def _gelu(b: Builder, op: ir.Operation, x: ir.Value) -> ir.Value:

@@ -370,8 +370,11 @@ def _t_slice(b: Builder, op, cts, linear):
         axes = _slice_axes(op, len(d))
         if axes is None:
             return [_t_slice_by_positions(b, op, cts[0])] + tail
-    if starts is not None and any(d[a] is not None and st != 0 and not range(d[a])[slice(s, e, st)]
-                                  for s, e, st, a in zip(starts, ends, steps, axes)):
+    # the positions each sliced axis keeps, where its extent and bounds are known
+    kept = [None] * len(axes) if starts is None else \
+        [None if d[a] is None or st == 0 else range(d[a])[slice(s, e, st)]
+         for s, e, st, a in zip(starts, ends, steps, axes)]
+    if any(k is not None and not k for k in kept):
         # an empty piece: nothing reaches x (a scatter of no indices reshaped
         # them by -1, which ONNX Runtime refuses for an empty tensor)
         return [None] + tail
@@ -393,11 +396,8 @@ def _t_slice(b: Builder, op, cts, linear):
     # built), then one scatter-add per other sliced axis, last axis first.
     ct = cts[0]
     done: set[int] = set()
-    grid = []
-    for i, a in enumerate(axes):
-        if starts is not None and d[a] is not None and steps[i] > 0:
-            kept = range(d[a])[slice(starts[i], ends[i], steps[i])]
-            grid.append((a, kept[0], len(kept), steps[i], d[a]))
+    grid = [(a, k[0], len(k), k.step, d[a]) for a, k in zip(axes, kept)
+            if k is not None and k.step > 0]
     placed = _on_grid(b, ct, grid) if grid else None
     if placed is not None:
         ct = placed
@@ -412,8 +412,8 @@ def _t_slice(b: Builder, op, cts, linear):
         a = axes[i]
         if a in done:
             continue
-        if starts is not None and d[a] is not None:
-            idx = b.ints(list(range(d[a])[slice(starts[i], ends[i], steps[i])]))
+        if kept[i] is not None:
+            idx = b.ints(list(kept[i]))
         else:
             idx = _slice_indices(b, op, x, i, a)
         done.add(a)
@@ -450,8 +450,8 @@ def _on_grid(b: Builder, ct: ir.Value, pieces: list) -> ir.Value | None:
     """Transpose of a strided Slice along the axes of `pieces` ((axis, first,
     count, step, n) each: positions first + i*step, i < count, of n): ct
     placed, with one Pad, on a grid of ceil(n / step) rows of `step` per
-    axis (an axis inserted after each strided one), merged back by one
-    Reshape -- no scatter. The pieces x[j::step] of one value thus differ
+    strided axis (an axis inserted after each), merged back by one Reshape
+    -- no scatter; along an axis of step 1, just zero-padded. The pieces x[j::step] of one value thus differ
     only in the inserted axes' pads: a sum of their cotangents is a sum of
     placements there (simplify.py concatenates them). None when the Reshape
     would need a run-time extent after the first strided axis."""
@@ -849,13 +849,7 @@ def _padded_gather(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Value,
     if at != list(range(at[0], at[0] + len(at))) or at[0] < 0 or at[-1] >= n:
         return None
     piece = b.unsqueeze(ct, [axis]) if q == 0 else ct
-    if len(at) == n:  # every index: nothing to pad
-        return piece
-    pd = list(dims(piece))
-    pads = [0] * (2 * len(pd))
-    pads[axis], pads[len(pd) + axis] = at[0], n - 1 - at[-1]
-    pd[axis] = n
-    return b.pad(piece, pads, tensor_type(pd, element_type(ct)))
+    return _on_grid(b, piece, [(axis, at[0], len(at), 1, n)])
 
 
 @jvp("GatherElements")

@@ -162,10 +162,13 @@ def _broadcast2(a: Dims, b: Dims) -> Dims:
     return out
 
 
+def i64() -> ir.Type:
+    return ir.IntegerType.get_signless(64)
+
+
 def ints_attr(values: Iterable[int]) -> ir.ArrayAttr:
     """An INTS attribute (ArrayAttr of i64 IntegerAttr), as the importer makes them."""
-    i64 = ir.IntegerType.get_signless(64)
-    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, int(v)) for v in values])
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64(), int(v)) for v in values])
 
 
 def _attr(value: object) -> ir.Attribute:
@@ -202,6 +205,29 @@ def attribute(op: ir.Operation, name: str):
         return a
     entry = _op_table.OPS[op.name.removeprefix("onnx.")]["attributes"].get(name)
     return None if entry is None else entry[2]
+
+
+def has_attribute(op: ir.Operation, name: str) -> bool:
+    """Whether the op's schema version has the attribute (set or defaulted)."""
+    return name in _op_table.OPS[op.name.removeprefix("onnx.")]["attributes"]
+
+
+def axis_attribute(op: ir.Operation, r: int | None, name: str = "axis") -> int:
+    """The op's axis in [0, r): the validator checks it against declared
+    ranks; a rank known only after import (a Loop result's) is checked here."""
+    a = attribute(op, name)
+    if r is not None and not -r <= a < r:
+        raise UnsupportedOp(f"{name} {a} is out of range for a rank-{r} operand")
+    if a < 0:
+        if r is None:
+            raise UnsupportedOp(f"negative {name} needs the operand's rank")
+        a += r
+    return a
+
+
+def known_rank(values) -> int | None:
+    """The rank of the first ranked value (Concat's operands and result share it)."""
+    return next((rank(v) for v in values if rank(v) is not None), None)
 
 
 def op_type(op: ir.Operation) -> str:
@@ -432,6 +458,16 @@ class Builder:
 
     def int_scalar(self, value: int) -> ir.Value:
         return self.constant(ir.DenseElementsAttr.get(np.asarray(value, dtype=np.int64)))
+
+    def zeros(self, shape: ir.Value, out: Dims | None, like: ir.Value) -> ir.Value:
+        """Zeros of run-time `shape` (static extents `out`), like's element type."""
+        return self.expand(self.scalar(0.0, like), shape, out)
+
+    def zeros_over(self, primal: ir.Value, k: ir.Value) -> ir.Value:
+        """Zeros [k] + shape(primal), the shape read at run time where unknown."""
+        d = dims(primal)
+        return self.zeros(self.concat([k, self.shape(primal)], 0), None if d is None else [None] + d,
+                          primal)
 
     # ---- elementwise ------------------------------------------------------
     def ew(self, op_type_: str, *operands: ir.Value, **attrs) -> ir.Value:

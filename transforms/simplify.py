@@ -32,7 +32,7 @@ fusions still recognise it). Each fold is exact algebra
   one, along which their pieces meet end to end (a value read piece by
   piece: x[:, t] at each step of an unrolled recurrence) -> one Concat of
   the pieces, padded once; also under a common Reshape (strided pieces
-  x[j::step], placed on a grid by shape.py's _on_grid).
+  x[j::step], placed on a grid by shape.py's on_grid).
 Together, the GELU/erf chain of tangent ops collapses to one Mul by a
 coefficient. Intermediate results must have no other user.
 """
@@ -673,7 +673,7 @@ def _joined(b, items: list, extents: list) -> list:
 def _merge_reshaped(b, terms: list, varying: set, parent, full: ir.Type) -> tuple[list, list, list]:
     """Terms Reshape(placement) of one extents, reshaped alike: a strided
     read's cotangent, the piece placed on a grid by a Pad and merged back by
-    a Reshape (shape.py's _on_grid). Reshape being linear, the pieces
+    a Reshape (shape.py's on_grid). Reshape being linear, the pieces
     x[j::step] of one value, whose Pads differ on the grid's inserted axes
     only, are joined there and reshaped once. Returns the merged sums, the
     terms left and the ops replaced (Reshapes and Pads)."""

@@ -1,4 +1,4 @@
-"""Indexing and data-movement rules (shape.py): finite differences in float64,
+"""Indexing and data-movement rules (indexing.py, shape.py): finite differences in float64,
 the forward/reverse identity, and Hessians where the model is nonlinear."""
 from __future__ import annotations
 

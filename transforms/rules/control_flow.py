@@ -148,12 +148,6 @@ def _move_body(old: ir.Block, new: ir.Block, mapping: dict) -> list[ir.Value]:
     return yielded
 
 
-def _zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
-    d = dims(primal)
-    target = b.concat([k, b.shape(primal)], 0)
-    return b.expand(b.scalar(0.0, primal), target, None if d is None else [None] + d)
-
-
 def _k_of(b: Builder, values) -> ir.Value:
     return next(b.shape(v, 0, 1) for v in values if v is not None)
 
@@ -297,7 +291,7 @@ def _fwd_if(op: ir.Operation, rewriter, state: Tangents) -> bool:
         with ir.InsertionPoint(terms[side]):
             for j, ts in pairs:
                 t = ts[side]
-                new_yields[side].append(_zeros(b, ys[side][j], state.k) if t is None
+                new_yields[side].append(b.zeros_over(ys[side][j], state.k) if t is None
                                         else b.fit(t, ys[side][j]))
     types = [r.type for r in op.results] + [b.derivative_type(op.results[j]) for j, _ in pairs]
     with ir.InsertionPoint(op):
@@ -327,14 +321,14 @@ def _fwd_loop(op: ir.Operation, rewriter, state: Tangents, name: str) -> bool:
         return False
     with ir.InsertionPoint(term):
         t_cys = [b.fit(state.get(cys[j]), cys[j]) if state.get(cys[j]) is not None
-                 else _zeros(b, cys[j], state.k) for j in carried]
+                 else b.zeros_over(cys[j], state.k) for j in carried]
         t_outs = [(m, b.fit(state.get(y), y)) for m, y in enumerate(outs)
                   if is_float(y) and state.get(y) is not None]
     with ir.InsertionPoint(op):
         t_inits = [state.get(inits[j]) if state.get(inits[j]) is not None
-                   else _zeros(b, inits[j], state.k) for j in carried]
+                   else b.zeros_over(inits[j], state.k) for j in carried]
         t_scans = [state.get(scans[i]) if state.get(scans[i]) is not None
-                   else _zeros(b, scans[i], state.k) for i in scanned]
+                   else b.zeros_over(scans[i], state.k) for i in scanned]
     n, m = len(cargs), len(sargs)
     attrs = _attrs(op)
     res = list(op.results)
@@ -537,7 +531,7 @@ def _rev_if(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict) -
         # its result (coefficients read it there; the recomputation may die)
         _reuse_marked(blk, list(op.results))
         with ir.InsertionPoint(blk):
-            outs = [_zeros(b, x, k) if ct is None else b.fit(ct, x) for x, ct in zip(inputs, cts)]
+            outs = [b.zeros_over(x, k) if ct is None else b.fit(ct, x) for x, ct in zip(inputs, cts)]
         _yield(blk, outs, op.location)
     copy.erase()
     _hoist_invariants(new)
@@ -957,9 +951,9 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
             symdims.register(c, r)
     # Cotangent inits for the carried values: those of the final results.
     ct_final = [ct_at[j] for j in fl]
-    ct_final = [_zeros(b, finals[j], k) if c is None else b.fit(c, finals[j])
+    ct_final = [b.zeros_over(finals[j], k) if c is None else b.fit(c, finals[j])
                 for j, c in zip(fl, ct_final)]
-    acc0 = [_zeros(b, c, k) for c in caps_all]
+    acc0 = [b.zeros_over(c, k) for c in caps_all]
     ct_scan = [(m, ct_at[n + m]) for m, y in enumerate(scan_results)
                if is_float(y) and ct_at[n + m] is not None]
     # the next value of states in `nexts` (what the reverse of step t reads
@@ -1019,9 +1013,9 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
         kk = ct_v[0] if ct_v else (acc[0] if acc else cty[0])
         with ir.InsertionPoint(blk):
             kin = b.shape(kk, 0, 1)
-            new_ct_v = [_zeros(b, s_in[j], kin) if c is None else b.fit(c, s_in[j])
+            new_ct_v = [b.zeros_over(s_in[j], kin) if c is None else b.fit(c, s_in[j])
                         for j, c in zip(fl, cts[:len(fl)])]
-            ct_x = [_zeros(b, x_in[i], kin) if c is None else b.fit(c, x_in[i])
+            ct_x = [b.zeros_over(x_in[i], kin) if c is None else b.fit(c, x_in[i])
                     for i, c in zip(act_x, cts[len(fl):len(fl) + len(act_x)])]
             new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
                        for ac, c, cap in zip(acc, cts[len(fl) + len(act_x):], caps_all)]
@@ -1090,7 +1084,7 @@ def _rev_loop(b: Builder, op: ir.Operation, inputs: list[ir.Value], ct_of: dict,
     kk = ct_v[0] if ct_v else acc[0]
     with ir.InsertionPoint(blk):
         kin = b.shape(kk, 0, 1)
-        new_ct_v = [_zeros(b, states[j], kin) if c is None else b.fit(c, states[j])
+        new_ct_v = [b.zeros_over(states[j], kin) if c is None else b.fit(c, states[j])
                     for j, c in zip(fl, cts[:len(fl)])]
         new_acc = [ac if c is None else b.add(ac, b.fit(c, cap))
                    for ac, c, cap in zip(acc, cts[len(fl):], caps_all)]

@@ -37,15 +37,11 @@ from onnx_ad_mlir.errors import UnsupportedOp
 
 from .. import symdims
 from ..builder import (Builder, attribute, constant_floats, constant_ints, constant_value, dims,
-                       element_type, op_type, operand_or_none, producer, rank, resize_scales,
+                       element_type, i64, op_type, operand_or_none, producer, rank, resize_scales,
                        tensor_type)
 from ..registry import jvp, transpose
+from .indexing import GATHER_TRANSPOSE_HOOKS
 from .linalg import matmul, run_time_pads, spatial_pads
-from .shape import GATHER_TRANSPOSE_HOOKS
-
-
-def _i64() -> ir.Type:
-    return ir.IntegerType.get_signless(64)
 
 
 def _verbatim(op: ir.Operation, drop: tuple = ()) -> dict:
@@ -153,7 +149,7 @@ def _max_pool(b: Builder, op, tangents):
     if idx is None:
         if len(op.results) < 2:
             raise UnsupportedOp("MaxPool before opset 8 has no Indices output")
-        made = b.create("MaxPool", [x], [y.type, tensor_type(dims(y), _i64())],
+        made = b.create("MaxPool", [x], [y.type, tensor_type(dims(y), i64())],
                         **_verbatim(op, ("storage_order",)))
         idx = made[1]
     t, xd = tangents[0], dims(x)
@@ -871,7 +867,7 @@ def _resize(b: Builder, op, tangents):
         # merged directions (batch not resized); _t_resize builds the
         # matrices at run time
         def merged_sizes(merged: ir.Value) -> list:
-            tail = b.slice(sizes, [0], [1], [r], tensor_type([r - 1], _i64()))
+            tail = b.slice(sizes, [0], [1], [r], tensor_type([r - 1], i64()))
             return list(op.operands[1:3]) + [b.concat([b.shape(merged, 0, 1), tail], 0)]
         rest = merged_sizes if sizes is not None and scales is None else None
         return [_on_merged_batch(b, op, t, rest)] + [None] * (len(op.results) - 1)
@@ -952,7 +948,7 @@ def _shape_entry(b: Builder, v: ir.Value, i: int) -> ir.Value:
             if i < first + d[0]:
                 return _shape_entry(b, piece, i - first)
             first += d[0]
-    return b.slice(v, [0], [i], [i + 1], tensor_type([1], _i64()))
+    return b.slice(v, [0], [i], [i + 1], tensor_type([1], i64()))
 
 
 def _permute(b: Builder, v: ir.Value, perm: list[int]) -> ir.Value:
@@ -1020,7 +1016,7 @@ def _affine_grid(b: Builder, op, tangents):
                             "spatial rank")
     n = sd[0]
     return [_on_merged_batch(b, op, t, lambda merged: [b.concat(
-        [b.shape(merged, 0, 1), b.slice(size, [0], [1], [n], tensor_type([n - 1], _i64()))], 0)])]
+        [b.shape(merged, 0, 1), b.slice(size, [0], [1], [n], tensor_type([n - 1], i64()))], 0)])]
 
 
 @transpose("AffineGrid")
@@ -1039,7 +1035,7 @@ def _t_affine_grid(b: Builder, op, cts, linear):
     eye = b.constant(ir.DenseElementsAttr.get(np.eye(s, s + 1, dtype=dtype)[None]))
     eye = eye if isinstance(elem, (ir.F64Type, ir.F32Type)) else b.cast_like(eye, theta)
     one_size = b.concat([b.ints([1, 1]), b.slice(size, [0], [2], [s + 2],
-                                                 tensor_type([s], _i64()))], 0)
+                                                 tensor_type([s], i64()))], 0)
     coords = b.op("AffineGrid", [eye, one_size], tensor_type([1] + spatial + [s], elem),
                   **_verbatim(op))
     coords = b.reshape_to(coords, b.concat([n_points, b.ints([s])], 0), [points, s])

@@ -160,10 +160,6 @@ def _add(b: Builder, a, c):
     return b.add(a, c)
 
 
-def _zeros(b: Builder, shape: ir.Value, out, like: ir.Value) -> ir.Value:
-    return b.expand(b.scalar(0.0, like), shape, out)
-
-
 def _flip(b: Builder, v: ir.Value, axis: int) -> ir.Value:
     """v reversed along axis (a Slice with step -1; its own transpose)."""
     return b.slice(v, [axis], [-1], [-2**62], v.type, steps=[-1])
@@ -654,7 +650,7 @@ def _reverse_scan(b: Builder, c: _Cell, ct_y, ct_h, ct_c, k, need_tA: bool):
     lstm = c.kind == "LSTM"
     el = element_type(c.Hprev)
     st = _state_type(c, el)
-    zeros = lambda: _zeros(b, b.concat([k, b.shape(c.Hprev, 1)], 0), dims(st), c.Hprev)
+    zeros = lambda: b.zeros(b.concat([k, b.shape(c.Hprev, 1)], 0), dims(st), c.Hprev)
     a_h = ct_h if ct_h is not None else zeros()
     a_c = (ct_c if ct_c is not None else zeros()) if lstm else None
     carried = [a_h] + ([a_c] if lstm else [])
@@ -698,7 +694,7 @@ def _body_matrix(scan: ir.Operation) -> ir.Value | None:
 
 
 def _is_zeros(v: ir.Value) -> bool:
-    """v is an Expand of the constant 0 (_zeros)."""
+    """v is an Expand of the constant 0 (Builder.zeros)."""
     op = producer(v, "Expand")
     return op is not None and constant_uniform(op.operands[0]) == 0.0
 
@@ -863,7 +859,7 @@ def _reverse_scan_gru_tiled(b: Builder, c: _Cell, ct_y, ct_h, k, need_tA: bool):
     tile = lambda v: b.concat([v] * 4, len(dims(v)) - 1)
     st = tensor_type([None] + dims(c.Hprev)[1:3] + [4 * H], el)
     if ct_h is None:
-        gh0 = _zeros(b, b.concat([k, b.shape(c.Hprev, 1, 3), b.ints([4 * H])], 0), dims(st),
+        gh0 = b.zeros(b.concat([k, b.shape(c.Hprev, 1, 3), b.ints([4 * H])], 0), dims(st),
                      c.Hprev)
     else:
         gh0 = tile(ct_h)
@@ -985,10 +981,10 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
             tC0 = None if tC0 is None else b.transpose(tC0, [0, 2, 1, 3])
         sshape = b.concat([b.ints([D]), b.shape(X, 1, 2), b.ints([H])], 0)
         sdims = [D, dims(X)[1], H]
-        h0 = H0 if H0 is not None else _zeros(b, sshape, sdims, X)
+        h0 = H0 if H0 is not None else b.zeros(sshape, sdims, X)
         c0 = None
         if kind == "LSTM":
-            c0 = C0 if C0 is not None else _zeros(b, sshape, sdims, X)
+            c0 = C0 if C0 is not None else b.zeros(sshape, sdims, X)
         c = _Cell(kind, acts, H, lbr, revs)
         c.P = P
         c.clip = attribute(op, "clip")
@@ -1006,7 +1002,7 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
         if state.mode == "forward":
             z = None
             if tH0 is None or (kind == "LSTM" and tC0 is None):
-                z = _zeros(b, b.concat([state.k, sshape], 0), [None] + sdims, X)
+                z = b.zeros(b.concat([state.k, sshape], 0), [None] + sdims, X)
             ty, th, tc = _forward_scan(b, c, tA, tH0 if tH0 is not None else z,
                                        (tC0 if tC0 is not None else z) if c0 is not None
                                        else None)

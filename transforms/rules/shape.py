@@ -1,4 +1,4 @@
-"""Shape and indexing ops. Every one is linear in its data operand, so the
+"""Shape ops and data movement (indexing ops are in indexing.py). Every one is linear in its data operand, so the
 JVP applies the op itself to the tangent with its axes shifted past the
 direction axis, and the transpose is the adjoint data movement."""
 from __future__ import annotations
@@ -11,11 +11,10 @@ from mlir import ir
 from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
 from .. import symdims
-from ..builder import (Builder, attribute, constant_ints, dims, element_type, op_type, operand_or_none,
-                       producer, rank, tensor_type)
+from ..builder import (Builder, attribute, axis_attribute, constant_ints, dims, element_type,
+                       has_attribute, i64, known_rank, op_type, operand_or_none, rank, tensor_type)
 from ..registry import jvp, transpose
-from .linalg import matmul
-from .reduction import zero_aware
+from .scatter import onehot_scatter, place_at, scatter_add_at
 
 
 def _reshape_like(b: Builder, t: ir.Value, primal: ir.Value) -> ir.Value:
@@ -180,44 +179,19 @@ def _t_expand(b: Builder, op, cts, linear):
     return [b.unbroadcast(cts[0], op.operands[0]), None]
 
 
-def _axis(op: ir.Operation, r: int | None, name: str = "axis") -> int:
-    """The op's axis in [0, r): the validator checks it against declared
-    ranks; a rank known only after import (a Loop result's) is checked here."""
-    a = attribute(op, name)
-    if r is not None and not -r <= a < r:
-        raise UnsupportedOp(f"{name} {a} is out of range for a rank-{r} operand")
-    if a < 0:
-        if r is None:
-            raise UnsupportedOp(f"negative {name} needs the operand's rank")
-        a += r
-    return a
-
-
-def _known_rank(values) -> int | None:
-    """The rank of the first ranked value (Concat's operands and result share it)."""
-    return next((rank(v) for v in values if rank(v) is not None), None)
-
-
-def _zeros_of(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
-    """Zeros [k] + shape(primal), the shape read at run time where unknown."""
-    target = b.concat([k, b.shape(primal)], 0)
-    d = dims(primal)
-    return b.expand(b.scalar(0.0, primal), target, None if d is None else [None] + d)
-
-
 @jvp("Concat")
 def _concat(b: Builder, op, tangents):
-    axis = _axis(op, _known_rank([op.results[0], *op.operands]))
+    axis = axis_attribute(op, known_rank([op.results[0], *op.operands]))
     parts = list(tangents)
     if any(t is None for t in tangents):  # (k is read only for zeros)
         k = next(b.shape(t, 0, 1) for t in tangents if t is not None)
-        parts = [t if t is not None else _zeros_of(b, x, k) for x, t in zip(op.operands, tangents)]
+        parts = [t if t is not None else b.zeros_over(x, k) for x, t in zip(op.operands, tangents)]
     return [b.concat(parts, axis + 1)]
 
 
 @transpose("Concat")
 def _t_concat(b: Builder, op, cts, linear):
-    axis = _axis(op, _known_rank([op.results[0], *op.operands]))
+    axis = axis_attribute(op, known_rank([op.results[0], *op.operands]))
     ct = cts[0]
     sizes = [dims(x)[axis] if dims(x) is not None else None for x in op.operands]
     out = []
@@ -248,11 +222,11 @@ def _t_concat(b: Builder, op, cts, linear):
 
 @jvp("Split")
 def _split(b: Builder, op, tangents):
-    r = _known_rank([op.operands[0], *op.results])  # the results share the rank
+    r = known_rank([op.operands[0], *op.results])  # the results share the rank
     a = attribute(op, "axis")
     # A negative axis counts from the end: the same axis of the tangent,
     # whose direction axis is in front (no rank needed).
-    axis = a if a < 0 and r is None else _axis(op, r) + 1
+    axis = a if a < 0 and r is None else axis_attribute(op, r) + 1
     t = tangents[0]
     operands = [t] + list(op.operands[1:])
     types = [b.derivative_type(r) for r in op.results]
@@ -341,11 +315,11 @@ def _slice_indices(b: Builder, op, x: ir.Value, i: int, a: int) -> ir.Value:
     """The indices along axis a kept by a Slice's i-th (start, end, step): the
     Slice itself applied to Range(0, extent) keeps the exact clamping rules."""
     n = b.squeeze(b.shape(x, a, a + 1), [0])
-    iota = b.op("Range", [b.int_scalar(0), n, b.int_scalar(1)], tensor_type([None], _i64()))
-    pick = lambda v: b.slice(v, [0], [i], [i + 1], tensor_type([1], _i64()))
+    iota = b.op("Range", [b.int_scalar(0), n, b.int_scalar(1)], tensor_type([None], i64()))
+    pick = lambda v: b.slice(v, [0], [i], [i + 1], tensor_type([1], i64()))
     st = operand_or_none(op, 4)
     return b.op("Slice", [iota, pick(op.operands[1]), pick(op.operands[2]), b.ints([0]),
-                          None if st is None else pick(st)], tensor_type([None], _i64()))
+                          None if st is None else pick(st)], tensor_type([None], i64()))
 
 
 @transpose("Slice")
@@ -398,13 +372,13 @@ def _t_slice(b: Builder, op, cts, linear):
     done: set[int] = set()
     grid = [(a, k[0], len(k), k.step, d[a]) for a, k in zip(axes, kept)
             if k is not None and k.step > 0]
-    placed = _on_grid(b, ct, grid) if grid else None
+    placed = on_grid(b, ct, grid) if grid else None
     if placed is not None:
         ct = placed
         done.update(a for a, *_ in grid)
     else:
         for piece in reversed(grid):
-            placed = _on_grid(b, ct, [piece])
+            placed = on_grid(b, ct, [piece])
             if placed is not None:
                 ct = placed
                 done.add(piece[0])
@@ -421,7 +395,7 @@ def _t_slice(b: Builder, op, cts, linear):
         target = b.concat([b.shape(ct, 0, 1)] + [b.shape(x if j in done else ct, j, j + 1)
                                                  for j in range(1, len(d))], 0)
         tdims = [None] + [d[j] if j in done else cd[j] for j in range(1, len(d))]
-        ct = scatter_add_into(b, ct, target, tdims, idx, a)
+        ct = place_at(b, ct, target, tdims, idx, a)
     return [ct] + tail
 
 
@@ -432,21 +406,21 @@ def _t_slice_by_positions(b: Builder, op, ct: ir.Value) -> ir.Value:
     in zeros, one row per direction."""
     x = op.operands[0]
     d = dims(x)
-    i64 = _i64()
-    size = b.op("Size", [x], tensor_type([], i64))
-    flat = b.op("Range", [b.int_scalar(0), size, b.int_scalar(1)], tensor_type([None], i64))
+    int64 = i64()
+    size = b.op("Size", [x], tensor_type([], int64))
+    flat = b.op("Range", [b.int_scalar(0), size, b.int_scalar(1)], tensor_type([None], int64))
     positions = b.reshape(flat, b.shape(x), None if d is None else [None] * len(d))
     kept = b.op("Slice", [positions] + list(op.operands[1:]),
-                tensor_type(None if d is None else [None] * len(d), i64))
+                tensor_type(None if d is None else [None] * len(d), int64))
     k = b.shape(ct, 0, 1)
     rows = b.reshape(ct, b.concat([k, b.ints([-1])], 0), [None, None])
     idx = b.expand(b.reshape(kept, [1, -1], [1, None]), b.shape(rows), [None, None])
-    zeros = _zeros(b, b.concat([k, b.reshape(size, [1], [1])], 0), [None, None], ct)
+    zeros = b.zeros(b.concat([k, b.reshape(size, [1], [1])], 0), [None, None], ct)
     placed = b.op("ScatterElements", [zeros, idx, rows], zeros.type, axis=1)
     return b.reshape_to(placed, b.like_shape(ct, x), None if d is None else [None] + d[1:])
 
 
-def _on_grid(b: Builder, ct: ir.Value, pieces: list) -> ir.Value | None:
+def on_grid(b: Builder, ct: ir.Value, pieces: list) -> ir.Value | None:
     """Transpose of a strided Slice along the axes of `pieces` ((axis, first,
     count, step, n) each: positions first + i*step, i < count, of n): ct
     placed, with one Pad, on a grid of ceil(n / step) rows of `step` per
@@ -556,17 +530,17 @@ def _t_pad_indexed(b: Builder, mode: str, t: ir.Value, pads: list[int] | None,
             _run_time_source_index(b, mode, n, pb, pe)
         if b.opset >= 16:
             cd = dims(ct)
-            ct = _scatter_add_into(b, b.concat([b.shape(ct, 0, a), n, b.shape(ct, a + 1)], 0),
+            ct = scatter_add_at(b, b.concat([b.shape(ct, 0, a), n, b.shape(ct, a + 1)], 0),
                                    cd[:a] + [d[a]] + cd[a + 1:], ct, src, a)
         else:
-            ct = _onehot_scatter(b, ct, src, a, d[a] if d[a] is not None else n)
+            ct = onehot_scatter(b, ct, src, a, d[a] if d[a] is not None else n)
     return ct
 
 
 def _run_time_source_index(b: Builder, mode: str, n: ir.Value, pb: int, pe: int) -> ir.Value:
     """_source_index on an extent n ([1] i64) read at run time."""
-    i64 = _i64()
-    vec = tensor_type([None], i64)
+    int64 = i64()
+    vec = tensor_type([None], int64)
     lo, hi = max(-pb, 0), max(-pe, 0)
     if lo or hi:
         n = b.sub(n, b.ints([lo + hi]))
@@ -585,589 +559,6 @@ def _run_time_source_index(b: Builder, mode: str, n: ir.Value, pb: int, pe: int)
         m = b.op("Mod", [i, period], vec)
         src = b.where(b.compare("Less", m, n), m, b.sub(period, m))
     return b.add(src, b.ints([lo])) if lo else src
-
-
-# ---- indexing: gathers, scatters and data movement ------------------------------
-#
-# Gathers are linear in their data; their transposes scatter-add (duplicates
-# accumulate) into zeros with ScatterElements/ScatterND(reduction="add") at
-# opset >= 16; before that (no reduction attribute) through a OneHot product,
-# exact but dense in the gathered axis' extent. Ops that
-# take an index tensor shaped like their data (GatherElements, ScatterElements)
-# get the indices broadcast over the direction axis.
-
-def _i64() -> ir.Type:
-    return ir.IntegerType.get_signless(64)
-
-
-def _tail(op: ir.Operation, n: int) -> list:
-    return [None] * (len(op.operands) - n)
-
-
-def _zeros(b: Builder, shape: ir.Value, out: list | None, like: ir.Value) -> ir.Value:
-    return b.expand(b.scalar(0.0, like), shape, out)
-
-
-def _over_directions(b: Builder, idx: ir.Value, k: ir.Value) -> ir.Value:
-    """idx [S] -> [k] + S (same values for every direction)."""
-    d = dims(idx)
-    u = b.unsqueeze(idx, [0])
-    return b.expand(u, b.concat([k, b.shape(idx)], 0), None if d is None else [None] + d)
-
-
-def _match_directions(b: Builder, idx: ir.Value, like: ir.Value) -> ir.Value:
-    """An index tensor of a linear op ([1] + S in a linear program) broadcast
-    to the direction count of a cotangent."""
-    d = dims(idx)
-    return b.expand(idx, b.concat([b.shape(like, 0, 1), b.shape(idx, 1)], 0),
-                    None if d is None else [None] + d[1:])
-
-
-def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Value,
-                      axis: int) -> ir.Value:
-    """Transpose of Gather(data_lin, idx, axis): ct [..pre, *Q, ..post] is
-    scatter-added into zeros shaped like data_lin (with ct's direction count)."""
-    q = rank(idx)
-    cd = dims(ct)
-    if q is None or cd is None or axis < 1:
-        raise UnsupportedOp("transposing Gather needs static ranks and a data axis >= 1")
-    flat_dims = cd[:axis] + [None] + cd[axis + q:]
-    # The gathered count, never -1: an extent of ct may be 0 at run time
-    # (ONNX refuses a 0-product target with -1)
-    idd = dims(idx)
-    mid = int(np.prod(idd)) if idd is not None and None not in idd else \
-        int(np.prod(cd[axis:axis + q])) if None not in cd[axis:axis + q] else None
-    dd = dims(data_lin)  # None: data of unknown rank (e.g. a Loop result)
-    if mid == 0 or 0 in cd[axis + q:]:  # nothing gathered: nothing to scatter back
-        return _zeros(b, b.like_shape(ct, data_lin), None if dd is None else [None] + dd[1:], ct)
-    allow = {}
-    if None not in cd[axis + q:] and mid is not None:  # a constant target keeps the rank visible
-        target = b.ints([0] * axis + [mid] + cd[axis + q:])
-    else:
-        count = b.ints([mid]) if mid is not None else b.reshape(
-            b.op("Size", [idx], tensor_type([], ir.IntegerType.get_signless(64))), [1], [1])
-        target = b.concat([b.shape(ct, 0, axis), count, b.shape(ct, axis + q)], 0)
-        allow = {"allowzero": 1} if b.opset >= 14 else {}
-    flat = b.op("Reshape", [ct, target], tensor_type(flat_dims, element_type(ct)), **allow)
-    if b.opset < 16:
-        depth = dd[axis] if dd is not None and dd[axis] is not None else \
-            b.shape(data_lin, axis, axis + 1)
-        return _onehot_scatter(b, flat, b.reshape(idx, [-1], [None]), axis, depth)
-    return _scatter_add_into(b, b.like_shape(ct, data_lin),
-                             None if dd is None else [None] + dd[1:], flat, idx, axis)
-
-
-def _scatter_add_into(b: Builder, shape: ir.Value, out: list | None, flat: ir.Value,
-                      idx: ir.Value, axis: int) -> ir.Value:
-    """Zeros of run-time `shape` (static extents `out`) plus flat [.., m at
-    axis, ..] scatter-added at the m indices idx (any shape) along axis:
-    ScatterElements with reduction (opset >= 16)."""
-    r = rank(flat)
-    ix = b.reshape(idx, [1] * axis + [-1] + [1] * (r - axis - 1),
-                   [1] * axis + [None] + [1] * (r - axis - 1))
-    zeros = _zeros(b, shape, out, flat)
-    return b.op("ScatterElements", [zeros, b.expand(ix, b.shape(flat), dims(flat)), flat],
-                zeros.type, axis=axis, reduction="add")
-
-
-def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
-           axis: int = -1) -> ir.Value:
-    """OneHot(idx, depth) as 0/1 of like's element type (a new axis at `axis`);
-    `depth` is an int or a 1-element i64 value read at run time."""
-    elem = element_type(like)
-    # ONNX Runtime's OneHot kernels produce float (not double): cast after.
-    vals = b.constant(ir.DenseElementsAttr.get(np.asarray([0.0, 1.0], np.float32)))
-    d = dims(idx)
-    out = None
-    if d is not None:
-        out = list(d)
-        out.insert(axis if axis >= 0 else len(d) + 1 + axis,
-                   depth if isinstance(depth, int) else None)
-    # A scalar depth (ONNX allows one element of rank 1 too): ONNX's reference
-    # evaluator reads only a scalar one.
-    depth_v = b.int_scalar(depth) if isinstance(depth, int) else \
-        b.reshape(depth, b.ints([]), [])
-    if element_type(idx) != _i64():  # (nor int32 indices with an int64 depth: ONNX Runtime)
-        idx = b.op("Cast", [idx], tensor_type(d, _i64()), to=7)  # INT64
-    if b.opset < 9:  # OneHot is opset 9: idx compared with 0..depth-1
-        if not isinstance(depth, int) or d is None:
-            raise UnsupportedOp("scatter-add before opset 9 needs a static extent and rank")
-        r = len(d) + 1
-        at = axis % r
-        positions = b.constant(ir.DenseElementsAttr.get(
-            np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (r - 1 - at))))
-        hot = b.compare("Equal", b.unsqueeze(idx, [at]), positions)
-        return b.cast_like(hot, like)
-    hot = b.op("OneHot", [idx, depth_v, vals], tensor_type(out, ir.F32Type.get()), axis=axis)
-    return hot if isinstance(elem, ir.F32Type) else b.cast_like(hot, like)
-
-
-def _onehot_scatter(b: Builder, flat: ir.Value, idx: ir.Value, axis: int,
-                    depth: int | ir.Value) -> ir.Value:
-    """Before opset 16 (no scatter reduction): flat [.., n at axis, ..] times
-    OneHot(idx) [n, depth] -- duplicates accumulate. `depth`: see onehot."""
-    fd = dims(flat)
-    r = len(fd)
-    perm = [i for i in range(r) if i != axis] + [axis]
-    moved = b.transpose(flat, perm)
-    prod = matmul(b, moved, onehot(b, idx, depth, flat))
-    inverse = [perm.index(i) for i in range(r)]
-    return b.transpose(prod, inverse)
-
-
-def _onehot_scatter_elements(b: Builder, ct: ir.Value, ix: ir.Value, axis: int,
-                             depth: int | None, target_dims: list | None = None,
-                             target: ir.Value | None = None) -> ir.Value:
-    """ScatterElements(zeros, ix, ct, add) before opset 16, via OneHot; an
-    unknown depth is read from `target` at run time."""
-    if depth is None:
-        if target is None:
-            raise UnsupportedOp("scatter-add before opset 16 needs a static extent")
-        depth = b.shape(target, axis, axis + 1)
-    r = rank(ct)
-    prod = b.mul(b.unsqueeze(ct, [r]), onehot(b, ix, depth, ct))
-    summed = b.reduce("ReduceSum", prod, [axis], False)
-    out = b.transpose(summed, list(range(axis)) + [r - 1] + list(range(axis, r - 1)))
-    # The indices may be shorter than the data on the other axes: zero-pad the ends.
-    od, td = dims(out), target_dims
-    if td is None or od is None:
-        raise UnsupportedOp("scatter-add before opset 16 needs static ranks")
-    if all(o is not None and t is not None for o, t in zip(od[1:], td[1:])):
-        if any(o < t for o, t in zip(od[1:], td[1:])):
-            pads = [0] * r + [0] + [t - o for o, t in zip(od[1:], td[1:])]
-            out = b.pad(out, pads, tensor_type([None] + td[1:], element_type(out)))
-        return out
-    if target is None:
-        raise UnsupportedOp("scatter-add before opset 16 needs static extents")
-    ends = b.sub(b.shape(target, 1), b.shape(out, 1))
-    pads = b.concat([b.ints([0] * (r + 1)), ends], 0)
-    return b.op("Pad", [out, pads], tensor_type([None] + td[1:], element_type(out)))
-
-
-def scatter_add_into(b: Builder, ct: ir.Value, target: ir.Value, tdims: list | None,
-                     idx: ir.Value, axis: int) -> ir.Value:
-    """ct (distinct indices idx [n] taken along `axis`) placed into zeros of
-    run-time shape `target`."""
-    cd = dims(ct)
-    r = len(cd)
-    ix = b.reshape(idx, [1] * axis + [-1] + [1] * (r - axis - 1), [1] * axis + [None] + [1] * (r - axis - 1))
-    ix = b.expand(ix, b.shape(ct), cd)
-    zeros = _zeros(b, target, tdims, ct)
-    # The indices of a Slice are distinct: a plain placement, no accumulation
-    # (also runs where ONNX Runtime has no reduction kernel, e.g. float16).
-    return b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis)
-
-
-def _check_constant_indices(x: ir.Value, idx: ir.Value, axis: int) -> None:
-    """Constant indices outside [-n, n) for a static extent n: ONNX accepts
-    them and ONNX Runtime fails when running; the derivative models would
-    gather (and scatter-add) at them too."""
-    d = dims(x)
-    n = d[axis] if d is not None and 0 <= axis < len(d) else None
-    values = None if n is None else constant_ints(idx)
-    if values and (min(values) < -n or max(values) >= n):
-        bad = next(v for v in values if not -n <= v < n)
-        raise UnsupportedOp(f"constant index {bad} is out of range for axis {axis} of extent {n}")
-
-
-def _check_distinct_positions(op: ir.Operation, idx: ir.Value, axis: int | None) -> None:
-    """A scatter without reduction whose constant indices (or a broadcast of
-    constant ones: torch's index_add, exported with a dynamic batch) write
-    one position twice. ONNX asks for distinct positions; the result depends
-    on the order of the updates (ONNX Runtime's last one wins), and its
-    transpose would give every duplicate the cotangent. `axis`: ScatterElements'
-    (positions differ along it within a line), None for ScatterND's tuples
-    (constant ones only)."""
-    if _reduction(op) != "none":
-        return
-    expand = producer(idx, "Expand")
-    src = idx if expand is None else expand.operands[0]
-    values, d, full = constant_ints(src), dims(src), dims(idx)
-    if values is None or d is None or full is None or len(values) != math.prod(d):
-        return
-    a = np.asarray(values).reshape(d)
-    n = dims(op.operands[0])
-    if axis is None:  # ScatterND: constant index tuples along the last axis
-        rows = a.reshape(-1, d[-1]) if expand is None and d and d[-1] else None
-        twice = rows is not None and len(np.unique(rows, axis=0)) < len(rows)
-    else:
-        if n is not None and n[axis] is not None:
-            a = np.where(a < 0, a + n[axis], a)
-        own = axis - (len(full) - len(d))  # src's axis (Expand may prepend axes)
-        line = full[axis]
-        if own < 0 or d[own] == 1:  # one index repeated along every line
-            twice = line is not None and line > 1
-        else:
-            ordered = np.sort(a, axis=own)
-            twice = bool((np.diff(ordered, axis=own) == 0).any())
-    if twice:
-        raise ImportFailure("indices that write one position twice, with reduction 'none': "
-                            "ONNX asks for distinct positions (the result would depend on "
-                            "the order of the updates)")
-
-
-@jvp("Gather")
-def _gather(b: Builder, op, tangents):
-    x, idx = op.operands
-    axis = _axis(op, rank(x))
-    _check_constant_indices(x, idx, axis)
-    return [b.op("Gather", [tangents[0], idx], b.derivative_type(op.results[0]), axis=axis + 1)]
-
-
-# Specialised Gather transposes, tried in order: hook(b, op, ct) -> value or None
-# (pooling.py: a Gather at MaxPool's Indices transposes through MaxUnpool).
-GATHER_TRANSPOSE_HOOKS: list = []
-
-
-@transpose("Gather")
-def _t_gather(b: Builder, op, cts, linear):
-    x, idx = op.operands
-    for hook in GATHER_TRANSPOSE_HOOKS:
-        special = hook(b, op, cts[0])
-        if special is not None:
-            return [special, None]
-    axis = _axis(op, rank(x))
-    placed = _padded_gather(b, cts[0], x, idx, axis)
-    if placed is not None:
-        return [placed, None]
-    return [scatter_add_along(b, cts[0], x, idx, axis), None]
-
-
-def _padded_gather(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Value,
-                   axis: int) -> ir.Value | None:
-    """Transpose of a Gather of the constant indices a, a+1, ..., a+m-1 (or
-    the scalar a) along a static extent: the cotangent zero-padded, as a
-    Slice's is, which simplify's sums of placements can concatenate (an
-    unrolled recurrence reading x[:, t] at every step). None otherwise."""
-    values, q, dd, cd = constant_ints(idx), rank(idx), dims(data_lin), dims(ct)
-    if not values or q is None or q > 1 or dd is None or cd is None or axis < 1:
-        return None
-    n = dd[axis]
-    if n is None:
-        return None
-    at = [v + n if v < 0 else v for v in values]
-    if at != list(range(at[0], at[0] + len(at))) or at[0] < 0 or at[-1] >= n:
-        return None
-    piece = b.unsqueeze(ct, [axis]) if q == 0 else ct
-    return _on_grid(b, piece, [(axis, at[0], len(at), 1, n)])
-
-
-@jvp("GatherElements")
-def _gather_elements(b: Builder, op, tangents):
-    x, idx = op.operands
-    axis = _axis(op, _known_rank([x, idx]))  # the same rank (GatherElements requires it)
-    _check_constant_indices(x, idx, axis)
-    t = tangents[0]
-    return [b.op("GatherElements", [t, _over_directions(b, idx, b.shape(t, 0, 1))],
-                 b.derivative_type(op.results[0]), axis=axis + 1)]
-
-
-@transpose("GatherElements")
-def _t_gather_elements(b: Builder, op, cts, linear):
-    x, idx = op.operands
-    ct = cts[0]
-    ix = _match_directions(b, idx, ct)
-    axis = _axis(op, _known_rank([x, idx]))  # x and idx have the same rank
-    xd = dims(x)
-    if xd is None and rank(idx) is not None:
-        xd = [None] * rank(idx)  # extents read at run time (like_shape)
-    if b.opset < 16:
-        return [_onehot_scatter_elements(b, ct, ix, axis, None if xd is None else xd[axis],
-                                         xd, x), None]
-    zeros = _zeros(b, b.like_shape(ct, x), None if xd is None else [None] + xd[1:], ct)
-    return [b.op("ScatterElements", [zeros, ix, ct], zeros.type, axis=axis, reduction="add"), None]
-
-
-def _reduction(op: ir.Operation) -> str:
-    r = attribute(op, "reduction") if "reduction" in _op_attrs(op) else None
-    r = r or "none"
-    if r not in ("none", "add"):
-        raise UnsupportedOp(f"derivative of {op_type(op)} with reduction='{r}'")
-    return r
-
-
-def _op_attrs(op: ir.Operation) -> dict:
-    from onnx_ad_mlir import _op_table
-    return _op_table.OPS[op.name.removeprefix("onnx.")]["attributes"]
-
-
-@jvp("ScatterElements", "Scatter")
-def _scatter_elements(b: Builder, op, tangents):
-    data, idx, upd = op.operands
-    axis = _axis(op, _known_rank([data, idx, upd]))
-    _check_constant_indices(data, idx, axis)
-    if _nonlinear_reduction(op):
-        return _scatter_elements_nonlinear(b, op, tangents)
-    _check_distinct_positions(op, idx, axis)
-    r = _reduction(op)
-    td, tu = tangents[0], tangents[2]
-    if td is None and tu is None:
-        return [None]
-    k = b.shape(td if td is not None else tu, 0, 1)
-    if td is None:
-        td = _zeros(b, b.concat([k, b.shape(data)], 0), None if dims(data) is None
-                    else [None] + dims(data), upd)
-    if tu is None:
-        tu = _zeros(b, b.concat([k, b.shape(upd)], 0), None if dims(upd) is None
-                    else [None] + dims(upd), data)
-    attrs = {"reduction": r} if r != "none" else {}
-    return [b.op(op_type(op), [td, _over_directions(b, idx, k), tu],
-                 b.derivative_type(op.results[0]), axis=_axis(op, rank(data)) + 1, **attrs)]
-
-
-def _nonlinear_reduction(op: ir.Operation) -> str | None:
-    """'max', 'min' or 'mul' for a scatter reducing so, else None."""
-    r = attribute(op, "reduction") if "reduction" in _op_attrs(op) else None
-    return r if r in ("max", "min", "mul") else None
-
-
-def _scatter_weights(b: Builder, op, gather: str, **attrs) -> tuple[ir.Value, ir.Value]:
-    """(wx, wu) of a max/min/mul scatter: its derivative is
-    scatter_add(td wx, tu wu), linear in (td, tu) through ops with transpose
-    rules (reverse mode, higher orders). max/min (torch's scatter_reduce
-    amax/amin, GNN max pooling): the values attaining each position's
-    extremum, ties sharing as Max/Min and ReduceMax share. mul: the product
-    of each factor's co-factors, exact with zeros as ReduceProd's rule."""
-    data, idx, upd = op.operands
-    y = op.results[0]
-    scatter = "ScatterElements" if gather == "GatherElements" else "ScatterND"
-    at = lambda v: b.op(gather, [v, idx], tensor_type(dims(upd), element_type(v)), **attrs)  # noqa: E731
-    total = lambda vx, vu, how: b.op(scatter, [vx, idx, vu], y.type,  # noqa: E731
-                                     reduction=how, **attrs)
-    if attribute(op, "reduction") != "mul":
-        cx = b.cast_like(b.compare("Equal", data, y), data)
-        cu = b.cast_like(b.compare("Equal", upd, at(y)), upd)
-        count = total(cx, cu, "add")  # >= 1: the extremum is attained
-        return b.div(cx, count), b.div(cu, at(count))
-    zx, nx = zero_aware(b, data)
-    zu, nu = zero_aware(b, upd)
-    prod, zeros = total(nx, nu, "mul"), total(zx, zu, "add")  # of non-zero factors; zeros
-
-    def weight(p, z, nonzero, isz):
-        zero = b.scalar(0.0, p)
-        return b.where(b.compare("Equal", z, zero), b.div(p, nonzero),
-                       b.where(b.compare("Equal", z, b.scalar(1.0, p)), b.mul(p, isz), zero))
-    return weight(prod, zeros, nx, zx), weight(at(prod), at(zeros), nu, zu)
-
-
-def _scatter_elements_nonlinear(b: Builder, op, tangents) -> list:
-    data, idx, upd = op.operands
-    td, tu = tangents[0], tangents[2]
-    if td is None and tu is None:
-        return [None]
-    axis = _axis(op, _known_rank([data, idx, upd]))
-    wx, wu = _scatter_weights(b, op, "GatherElements", axis=axis)
-    k = b.shape(td if td is not None else tu, 0, 1)
-    dd = _zeros_of(b, data, k) if td is None else b.mul(td, wx)
-    du = _zeros_of(b, upd, k) if tu is None else b.mul(tu, wu)
-    return [b.op("ScatterElements", [dd, _over_directions(b, idx, k), du],
-                 b.derivative_type(op.results[0]), axis=axis + 1, reduction="add")]
-
-
-@transpose("ScatterElements", "Scatter")
-def _t_scatter_elements(b: Builder, op, cts, linear):
-    data, idx, upd = op.operands
-    ct = cts[0]
-    axis = _axis(op, rank(data))
-    r = _reduction(op)
-    ix = _match_directions(b, idx, ct)
-    out = [None, None, None]
-    if linear[0]:
-        if r == "add":
-            out[0] = ct
-        else:
-            zeros = _zeros(b, b.shape(ix), dims(ix), ct)
-            out[0] = b.op(op_type(op), [ct, ix, zeros], ct.type, axis=axis)
-    if linear[2]:
-        out[2] = b.op("GatherElements", [ct, ix], tensor_type(dims(ix), element_type(ct)), axis=axis)
-    return out
-
-
-def _nd_perm(q: int, r: int, batch: int) -> list[int]:
-    """[k, B.., D.., rest] -> [B.., D(q).., k, rest]: the direction axis
-    right after the indexed axes, so GatherND/ScatterND index data axes."""
-    lead = list(range(1, 1 + batch + q))
-    return lead + [0] + list(range(1 + batch + q, r + 1))
-
-
-def _last_static(idx: ir.Value) -> int:
-    d = dims(idx)
-    if d is None or d[-1] is None:
-        raise UnsupportedOp("needs the static last extent of its indices")
-    return d[-1]
-
-
-def _nd_depth(op) -> int:
-    """The number of data axes a GatherND/ScatterND index addresses: the
-    static last extent of its indices, else from the static ranks (jax2onnx
-    builds indices by Reshape with shapes computed at run time):
-    GatherND: r(y) = r(idx) - 1 + r(x) - batch - q; ScatterND: r(upd) =
-    r(idx) - 1 + r(data) - q."""
-    idx = op.operands[1]
-    d = dims(idx)
-    if d is not None and d[-1] is not None:
-        q, r = d[-1], rank(op.operands[0])
-        batch = (attribute(op, "batch_dims") or 0) if op_type(op) == "GatherND" else 0
-        if r is not None and not 1 <= q <= r - batch:
-            # an invalid model: the import checks it where the rank was known then
-            raise ImportFailure(f"indices of depth {q} for its rank-{r} input"
-                                + (f" past {batch} batch axes" if batch else ""))
-        if op_type(op) == "ScatterND" and r is not None and rank(op.operands[2]) is not None \
-                and rank(op.operands[2]) != len(d) - 1 + r - q:
-            # (ONNX's inference does not compare them; ONNX Runtime refuses them running)
-            raise ImportFailure(f"updates of rank {rank(op.operands[2])}: indices {d} into "
-                                f"a rank-{r} input take rank {len(d) - 1 + r - q}")
-        return q
-    if op_type(op) == "GatherND":
-        ranks = [rank(idx), rank(op.operands[0]), rank(op.results[0])]
-        if None not in ranks:
-            return ranks[0] - 1 + ranks[1] - (attribute(op, "batch_dims") or 0) - ranks[2]
-    else:
-        ranks = [rank(idx), rank(op.operands[0]), rank(op.operands[2])]
-        if None not in ranks:
-            return ranks[0] - 1 + ranks[1] - ranks[2]
-    raise UnsupportedOp("needs the static last extent of its indices (or static ranks)")
-
-
-def _moved(b: Builder, t: ir.Value, perm: list[int]) -> ir.Value:
-    return b.transpose(t, perm)
-
-
-def _front(b: Builder, t: ir.Value, at: int) -> ir.Value:
-    """Moves axis `at` to the front."""
-    r = rank(t)
-    if r is None:
-        raise UnsupportedOp("needs static ranks")
-    return b.transpose(t, [at] + [i for i in range(r) if i != at])
-
-
-@jvp("GatherND")
-def _gather_nd(b: Builder, op, tangents):
-    x, idx = op.operands
-    q, batch, r = _nd_depth(op), attribute(op, "batch_dims") or 0, rank(x)
-    moved = _moved(b, tangents[0], _nd_perm(q, r, batch))
-    y = op.results[0]
-    yd = dims(y)
-    lead = rank(idx) - 1  # result axes before the direction axis
-    out_rank = lead + r - q - batch
-    res = b.op("GatherND", [moved, idx], tensor_type(
-        [None] * (out_rank + 1) if yd is None else yd[:lead] + [None] + yd[lead:], element_type(y)),
-        **({"batch_dims": batch} if batch else {}))  # (GatherND-11 has no batch_dims)
-    return [_front(b, res, lead)]
-
-
-def _with_batch_coordinates(b: Builder, idx: ir.Value, batch: int) -> ir.Value:
-    """GatherND indices with batch_dims > 0 as plain indices: the batch
-    coordinates prepended on the last axis."""
-    d = dims(idx)
-    if d is None or None in d[:batch]:
-        raise UnsupportedOp("GatherND with batch_dims needs static batch extents")
-    r = len(d)
-    grids = []
-    for j in range(batch):
-        shape = [1] * (r - 1) + [1]
-        shape[j] = d[j]
-        g = b.ints(list(range(d[j])))
-        g = b.reshape(g, shape, shape)
-        grids.append(b.expand(g, b.concat([b.shape(idx, 0, r - 1), b.ints([1])], 0),
-                              d[:r - 1] + [1]))
-    return b.concat(grids + [idx], r - 1)
-
-
-@transpose("GatherND")
-def _t_gather_nd(b: Builder, op, cts, linear):
-    x, idx = op.operands
-    batch = attribute(op, "batch_dims") or 0
-    if batch:
-        idx = _with_batch_coordinates(b, idx, batch)
-    ct = cts[0]
-    q = _nd_depth(op) + batch  # indices with the batch coordinates prepended
-    if b.opset < 16:
-        return [_onehot_scatter_nd(b, ct, x, idx, q), None]
-    zeros = _zeros(b, b.concat([b.shape(x, 0, q), b.shape(ct, rank(idx) - 1, rank(idx)),
-                                b.shape(x, q + 1)], 0), [None] * rank(x), ct)
-    # Linear GatherNDs come from the JVP above: the direction axis follows the indexed ones.
-    return [b.op("ScatterND", [zeros, idx, ct], zeros.type, reduction="add"), None]
-
-
-def _onehot_scatter_nd(b: Builder, ct: ir.Value, x: ir.Value, idx: ir.Value, q: int) -> ir.Value:
-    """ScatterND(zeros, idx, ct, add) before opset 16: linear indices over the
-    q indexed axes, then a OneHot product (duplicates accumulate)."""
-    ext = dims(x)[:q]
-    if None in ext:  # strides and depth read at run time
-        ext_v = b.shape(x, 0, q)
-        strides = b.concat([b.reduce("ReduceProd", b.shape(x, j + 1, q), [0], True)
-                            for j in range(q - 1)] + [b.ints([1])], 0)
-        depth = b.reduce("ReduceProd", ext_v, [0], True)
-    else:
-        ext_v = b.ints(ext)
-        strides = b.ints([int(np.prod(ext[j + 1:])) for j in range(q)])
-        depth = int(np.prod(ext))
-    neg = b.compare("Less", idx, b.ints([0]))
-    norm = b.where(neg, b.add(idx, ext_v), idx)
-    lin = b.reduce("ReduceSum", b.mul(norm, strides), [-1], False)
-    lead = rank(idx) - 1
-    cd = dims(ct)
-    rest = cd[lead + 1:]
-    front = _front(b, ct, lead)                                    # [k, I..., rest]
-    rest_v = b.ints(rest) if None not in rest else b.shape(ct, lead + 1)
-    flat = b.reshape(front, b.concat([b.ints([0, -1]), rest_v], 0), [None, None] + rest)
-    summed = _onehot_scatter(b, flat, b.reshape(lin, [-1], [None]), 1, depth)
-    back = b.reshape(summed, b.concat([b.ints([0] + ext), rest_v], 0), [None] + ext + rest) \
-        if None not in ext else \
-        b.reshape_to(summed, b.concat([b.shape(summed, 0, 1), ext_v, rest_v], 0),
-                     [None] + ext + rest)
-    r = len(ext) + 1 + len(rest)
-    return b.transpose(back, list(range(1, q + 1)) + [0] + list(range(q + 1, r)))
-
-
-@jvp("ScatterND")
-def _scatter_nd(b: Builder, op, tangents):
-    data, idx, upd = op.operands
-    nonlinear = _nonlinear_reduction(op)
-    r = "add" if nonlinear else _reduction(op)
-    q = _nd_depth(op)
-    if not nonlinear:
-        _check_distinct_positions(op, idx, None)
-    td, tu = tangents[0], tangents[2]
-    if td is None and tu is None:
-        return [None]
-    k = b.shape(td if td is not None else tu, 0, 1)
-    if nonlinear:  # (see _scatter_weights)
-        wx, wu = _scatter_weights(b, op, "GatherND")
-        td = None if td is None else b.mul(td, wx)
-        tu = None if tu is None else b.mul(tu, wu)
-    if td is None:
-        td = _zeros(b, b.concat([k, b.shape(data)], 0), [None] * (rank(data) + 1), upd)
-    if tu is None:
-        tu = _zeros(b, b.concat([k, b.shape(upd)], 0), [None] * (rank(upd) + 1), data)
-    rd = rank(data)
-    dm = _moved(b, td, _nd_perm(q, rd, 0))
-    lead = rank(idx) - 1
-    um = _moved(b, tu, _nd_perm(lead, rank(upd), 0))
-    attrs = {"reduction": r} if r != "none" else {}
-    res = b.op("ScatterND", [dm, idx, um], dm.type, **attrs)
-    return [_front(b, res, q)]
-
-
-@transpose("ScatterND")
-def _t_scatter_nd(b: Builder, op, cts, linear):
-    data, idx, upd = op.operands
-    ct = cts[0]
-    r = _reduction(op)
-    out = [None, None, None]
-    if linear[0]:
-        if r == "add":
-            out[0] = ct
-        else:
-            zeros = _zeros(b, b.concat([b.shape(idx, 0, rank(idx) - 1),
-                                        b.shape(ct, _nd_depth(op))], 0),
-                           [None] * (rank(idx) - 1 + rank(ct) - _nd_depth(op)), ct)
-            out[0] = b.op("ScatterND", [ct, idx, zeros], ct.type)
-    if linear[2]:
-        out[2] = b.op("GatherND", [ct, idx], tensor_type(
-            [None] * (rank(idx) - 1 + rank(ct) - _nd_depth(op)), element_type(ct)))
-    return out
 
 
 @jvp("Tile")
@@ -1276,21 +667,21 @@ def _pad(b: Builder, op, tangents):
                     # Pads for every axis of the tangent, placed at run time:
                     # (ONNX Runtime's transpose optimizer mis-remaps a Pad's
                     # run-time axes, so the tangent's Pad has none).
-                    i64 = _i64()
-                    ax = axes_in if element_type(axes_in) == i64 else \
-                        b.op("Cast", [axes_in], tensor_type(dims(axes_in), i64), to=7)
+                    int64 = i64()
+                    ax = axes_in if element_type(axes_in) == int64 else \
+                        b.op("Cast", [axes_in], tensor_type(dims(axes_in), int64), to=7)
                     ax = b.where(b.compare("Less", ax, b.ints([0])), b.add(ax, b.ints([r + 1])),
                                  b.add(ax, b.ints([1])))
                     at = b.concat([ax, b.add(ax, b.ints([r + 1]))], 0)
                     pv = b.op("ScatterElements", [b.ints([0] * (2 * r + 2)), at, pads_in],
-                              tensor_type([2 * r + 2], i64), axis=0)
+                              tensor_type([2 * r + 2], int64), axis=0)
                 elif r is None:
                     raise UnsupportedOp("Pad with run-time pads needs its operand's rank")
                 else:
                     half = b.ints([0])
-                    pv = b.concat([half, b.slice(pads_in, [0], [0], [r], tensor_type([r], _i64())),
+                    pv = b.concat([half, b.slice(pads_in, [0], [0], [r], tensor_type([r], i64())),
                                    half, b.slice(pads_in, [0], [r], [2 * r],
-                                                 tensor_type([r], _i64()))], 0)
+                                                 tensor_type([r], i64()))], 0)
             if out_t is None:
                 out_t = b.pad(t, [0] + pads[:r] + [0] + pads[r:], b.derivative_type(y)) \
                     if b.opset < 11 else b.op("Pad", [t, pv], b.derivative_type(y))
@@ -1313,7 +704,7 @@ def _pad(b: Builder, op, tangents):
                 padded = b.op("Pad", [t, b.ints([0] + pads[:r] + [0] + pads[r:])],
                               b.derivative_type(y), mode=mode)
                 symdims.register(padded, y)
-                return [padded] + _tail(op, 1)
+                return [padded] + [None] * (len(op.operands) - 1)
             for a in range(r):
                 if pads[a] == 0 and pads[r + a] == 0:
                     continue
@@ -1332,19 +723,19 @@ def _pad(b: Builder, op, tangents):
         mask = b.sub(b.scalar(1.0, y), inner)
         term = b.mul(b.align(tc, r), mask)
         out_t = term if out_t is None else b.add(out_t, term)
-    return [out_t] + _tail(op, 1)
+    return [out_t] + [None] * (len(op.operands) - 1)
 
 
 @jvp("Trilu")
 def _trilu(b: Builder, op, tangents):
     return [b.op("Trilu", [tangents[0]] + list(op.operands[1:]), b.derivative_type(op.results[0]),
-                 upper=attribute(op, "upper"))] + _tail(op, 1)
+                 upper=attribute(op, "upper"))] + [None] * (len(op.operands) - 1)
 
 
 @transpose("Trilu")
 def _t_trilu(b: Builder, op, cts, linear):
     return [b.op("Trilu", [cts[0]] + list(op.operands[1:]), cts[0].type,
-                 upper=attribute(op, "upper"))] + _tail(op, 1)
+                 upper=attribute(op, "upper"))] + [None] * (len(op.operands) - 1)
 
 
 @jvp("Range")
@@ -1357,7 +748,7 @@ def _range(b: Builder, op, tangents):
         terms.append(b.unsqueeze(ts, [1]))  # [k] -> [k, 1]
     if td is not None:
         n = b.squeeze(b.shape(y), [0])
-        iota = b.op("Range", [b.int_scalar(0), n, b.int_scalar(1)], tensor_type([None], _i64()))
+        iota = b.op("Range", [b.int_scalar(0), n, b.int_scalar(1)], tensor_type([None], i64()))
         terms.append(b.mul(b.unsqueeze(td, [1]), b.cast_like(iota, y)))
     return [None if not terms else b.sum(terms) if len(terms) > 1 else terms[0]]
 
@@ -1433,32 +824,13 @@ def _space_to_depth(b: Builder, op, tangents):
                          attribute(op, "mode") or "DCR")]
 
 
-@jvp("Compress")
-def _compress(b: Builder, op, tangents):
-    x, cond = op.operands
-    t = tangents[0]
-    y = op.results[0]
-    if "axis" not in op.attributes:
-        flat = b.reshape(t, [0, -1], [None, None])
-        return [b.op("Compress", [flat, cond], b.derivative_type(y), axis=1), None]
-    return [b.op("Compress", [t, cond], b.derivative_type(y), axis=_axis(op, rank(x)) + 1), None]
-
-
-@transpose("Compress")
-def _t_compress(b: Builder, op, cts, linear):
-    x, cond = op.operands
-    nz = b.op("NonZero", [cond], tensor_type([1, None], _i64()))
-    idx = b.reshape(nz, [-1], [None])
-    return [scatter_add_along(b, cts[0], x, idx, _axis(op, rank(x))), None]
-
-
 @jvp("Unique")
 def _unique(b: Builder, op, tangents):
     x = op.operands[0]
     t = tangents[0]
     first = op.results[1]
     if isinstance(first.type, ir.NoneType):
-        full = b.create("Unique", [x], [op.results[0].type] + [tensor_type([None], _i64())] * 3,
+        full = b.create("Unique", [x], [op.results[0].type] + [tensor_type([None], i64())] * 3,
                         **{k: attribute(op, k) for k in ("sorted", "axis") if k in op.attributes})
         first = full[1]
     y = op.results[0]
@@ -1466,7 +838,7 @@ def _unique(b: Builder, op, tangents):
         flat = b.reshape(t, [0, -1], [None, None])
         val = b.op("Gather", [flat, first], b.derivative_type(y), axis=1)
     else:
-        val = b.op("Gather", [t, first], b.derivative_type(y), axis=_axis(op, rank(x)) + 1)
+        val = b.op("Gather", [t, first], b.derivative_type(y), axis=axis_attribute(op, rank(x)) + 1)
     return [val, None, None, None]
 
 
@@ -1500,12 +872,12 @@ def _center_crop_pad(b: Builder, op, tangents):
     # them), the direction axis and the other axes keeping their extents.
     if r is None:
         raise UnsupportedOp("CenterCropPad with run-time sizes needs its input's rank")
-    i64 = _i64()
+    int64 = i64()
     pieces = [b.shape(t, 0, 1)]
     for i in range(r):
         if i in axes:
             j = axes.index(i)
-            pieces.append(b.slice(op.operands[1], [0], [j], [j + 1], tensor_type([1], i64)))
+            pieces.append(b.slice(op.operands[1], [0], [j], [j + 1], tensor_type([1], int64)))
         else:
             pieces.append(b.shape(x, i, i + 1))
     return [b.op("CenterCropPad", [t, b.concat(pieces, 0)], b.derivative_type(op.results[0])),
@@ -1530,7 +902,7 @@ def _dequantize(b: Builder, op, tangents):
     ts = tangents[1]
     if ts is None:
         return [None]
-    if (attribute(op, "block_size") or 0) > 0 and "block_size" in _op_attrs(op):
+    if (attribute(op, "block_size") or 0) > 0 and has_attribute(op, "block_size"):
         raise UnsupportedOp("DequantizeLinear with block_size: derivative in the scale")
     y = op.results[0]
     r = rank(x)
@@ -1538,7 +910,7 @@ def _dequantize(b: Builder, op, tangents):
     if zp is not None:
         xf = b.sub(xf, b.op("Cast", [zp], tensor_type(dims(zp), element_type(y)), to=_dtype(y)))
     if rank(scale) == 1 and r > 1:
-        ax = _axis(op, r) if "axis" in _op_attrs(op) else 1
+        ax = axis_attribute(op, r) if has_attribute(op, "axis") else 1
         ts = b.unsqueeze(ts, list(range(1, ax + 1)) + list(range(ax + 2, r + 1)))
     else:
         ts = b.align(ts, r)

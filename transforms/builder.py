@@ -614,7 +614,7 @@ class Builder:
         coefficient; None where a factor has no source but x."""
         i64 = ir.IntegerType.get_signless(64)
         out = self.ints([e[2]]) if e[2] != 1 else None
-        for f, n in e[1]:
+        for f, n in sorted(e[1], key=symdims.order_key):
             piece = self._at_source(f, x)
             if piece is None:
                 return None

@@ -75,6 +75,17 @@ def fresh() -> tuple:
     return ("?", next(_counter))
 
 
+def order_key(x) -> tuple:
+    """A total order of symbols and their parts that string hashing does not
+    change: what is built from a set of them (a product extent's factors)
+    comes out the same in every process."""
+    if isinstance(x, frozenset):
+        return (2, tuple(sorted(order_key(y) for y in x)))
+    if isinstance(x, tuple):
+        return (1, tuple(order_key(y) for y in x))
+    return (0, type(x).__name__, x if isinstance(x, (int, str)) else repr(x))
+
+
 # symbol -> (signature, value, axis): where the extent can be read at run time
 _source: dict = {}
 _sources_of: dict = {}  # value -> the symbols it is the source of (for forget)

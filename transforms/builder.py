@@ -207,6 +207,15 @@ def attribute(op: ir.Operation, name: str):
     return None if entry is None else entry[2]
 
 
+def verbatim_attributes(op: ir.Operation, drop: tuple = ()) -> dict:
+    """The op's ONNX attributes: not the passes' own marks (dotted names,
+    e.g. the region reversal's tag on the op computing a branch's yield,
+    which a copy on other operands must not carry)."""
+    attrs = op.attributes
+    named = [attrs[i] for i in range(len(attrs))]
+    return {na.name: na.attr for na in named if na.name not in drop and "." not in na.name}
+
+
 def has_attribute(op: ir.Operation, name: str) -> bool:
     """Whether the op's schema version has the attribute (set or defaulted)."""
     return name in _op_table.OPS[op.name.removeprefix("onnx.")]["attributes"]
@@ -925,6 +934,29 @@ class Builder:
             return self.op("Reshape", [t, self.shape(t, 1)], tensor_type(out, element_type(t)),
                            allowzero=1)
         return self.reshape(t, self.concat([self.ints([-1]), self.shape(t, 2)], 0), out)
+
+    def on_merged_batch(self, t: ir.Value, y: ir.Value,
+                        make: Callable[[ir.Value, ir.Type], ir.Value]) -> ir.Value:
+        """An op linear in its data operand, on that operand's derivative
+        t [k, N, ...] with k merged into the batch: make(merged, result type)
+        builds it, and its result is split back to [k] + y's extents."""
+        merged = self.merge_directions(t)
+        yd = dims(y)
+        res = make(merged, tensor_type(None if yd is None else [None] + yd[1:], element_type(t)))
+        symdims.alike(res, y)  # (so transposes read its extents off y, a primal value)
+        return self.reshape_k(res, t, y, None if yd is None else [None] + yd)
+
+    def node_on_merged_batch(self, op: ir.Operation, t: ir.Value,
+                             rest: Callable[[ir.Value], list] | None = None) -> ir.Value:
+        """The node itself (same op, attributes and other operands, or those
+        `rest` makes for the merged operand) on_merged_batch: for ops linear
+        in their data operand whose windows or scales need no static extents."""
+        def make(merged: ir.Value, result: ir.Type) -> ir.Value:
+            others = list(op.operands[1:]) if rest is None else rest(merged)
+            return ir.Operation.create(op.name, results=[result], operands=[merged] + others,
+                                       attributes=verbatim_attributes(op),
+                                       loc=self.location).results[0]
+        return self.on_merged_batch(t, op.results[0], make)
 
     def reshape_k(self, x: ir.Value, k_of: ir.Value, like: ir.Value, out: Dims | None) -> ir.Value:
         """x reshaped to [k] + shape(like), k read from axis 0 of `k_of`. The

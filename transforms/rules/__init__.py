@@ -1,7 +1,7 @@
 """Derivative rules, one module per op family; importing registers them."""
 from . import elementwise, linalg, reduction, shape  # noqa: F401
 from . import indexing  # noqa: F401  (after shape: reads its grid placements)
-from . import pooling  # noqa: F401
+from . import pooling, resampling  # noqa: F401
 from . import conv_fast  # noqa: F401  (after linalg: wraps its Conv transpose)
 from . import multilinear, normalization  # noqa: F401
 from . import control_flow  # noqa: F401,E402  (last: its fallbacks yield to family files)

@@ -264,15 +264,6 @@ def _scale_into_weight(b: Builder, op: ir.Operation, t: ir.Value) -> tuple[ir.Va
     return product, w
 
 
-def _conv_on_batch(b: Builder, kind: str, t: ir.Value, w: ir.Value, y: ir.Value,
-                   attrs: dict) -> ir.Value:
-    """kind(t, w) for a tangent t = [k, N, C, ...] of the data operand."""
-    merged = b.merge_directions(t)
-    yd = dims(y)
-    conv = b.op(kind, [merged, w, None], tensor_type(None if yd is None else [None] + yd[1:],
-                                                      element_type(t)), **attrs)
-    symdims.alike(conv, y)  # (so transposes read its extents off y, a primal value)
-    return b.reshape_k(conv, t, y, None if yd is None else [None] + yd)
 
 
 def _fold_conv(b: Builder, kind: str, x: ir.Value, t: ir.Value, y: ir.Value, attrs: dict,
@@ -425,7 +416,8 @@ def _conv_jvp(kind: str):
         terms = []
         if tangents[0] is not None:
             t, wt = _scale_into_weight(b, op, tangents[0])
-            terms.append(_conv_on_batch(b, kind, t, wt, y, attrs))
+            terms.append(b.on_merged_batch(t, y, lambda merged, result: b.op(
+                kind, [merged, wt, None], result, **attrs)))
         if tangents[1] is not None:
             terms.append(_conv_on_weight(b, kind, x, tangents[1], y, attrs))
         if len(tangents) > 2 and tangents[2] is not None and operand_or_none(op, 2) is not None:

@@ -100,13 +100,20 @@ def tensor_type(shape: Dims | None, elem: ir.Type) -> ir.Type:
     return hit
 
 
+# The element types derivatives are taken in: those ONNX's arithmetic ops
+# compute in. The float8 and float4 types are storage for quantized values:
+# a value of one is piecewise constant in what it was made from (zero
+# derivative, as through an integer), and no arithmetic op takes one.
+_DIFFERENTIABLE = (ir.F16Type, ir.BF16Type, ir.F32Type, ir.F64Type)
+
+
 def is_float(value: ir.Value) -> bool:
     t = value.type
     return isinstance(t, (ir.RankedTensorType, ir.UnrankedTensorType)) and \
-        isinstance(t.element_type, ir.FloatType)
+        isinstance(t.element_type, _DIFFERENTIABLE)
 
 
-_FLOAT_ELEMENTS = re.compile(r"[<x]b?f\d\w*>")
+_FLOAT_ELEMENTS = re.compile(r"[<x](?:b?f16|f32|f64)>")
 
 
 def carries_float(value: ir.Value) -> bool:

@@ -72,7 +72,8 @@ def select(names: list[str], values: list[ir.Value], wanted: list[str] | None,
     if wanted is None:
         chosen = [i for i, v in enumerate(values) if is_float(v)]
         if not chosen:
-            raise UnsupportedOp(f"the function has no floating-point {what} to differentiate")
+            raise UnsupportedOp(f"the function has no floating-point {what} to differentiate "
+                                f"(float16, bfloat16, float32 or float64)")
     else:
         chosen = []
         for name in wanted:

@@ -373,6 +373,62 @@ def _scatter_elements_before_11(b: "Builder", operands: Sequence[ir.Value],
     return b.create("Scatter", list(operands), [result_type], axis=attrs.get("axis", 0))[0]
 
 
+def _gather_elements_before_11(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type,
+                               axis: int = 0, **_) -> ir.Value:
+    """GatherElements before opset 11: the data with its axis moved last,
+    kept where OneHot(indices) is 1 (Where: an inf or NaN elsewhere in the
+    row stays out) and summed over that axis. Exact; dense in the axis'
+    extent. On the other axes the data is cut to the indices' extents."""
+    data, idx = operands
+    dd, idd = dims(data), dims(idx)
+    if b.opset < 9 or dd is None or idd is None:
+        raise UnsupportedOp("GatherElements before opset 11 needs OneHot and Where (opset 9) and "
+                            "known ranks")
+    r = len(dd)
+    sd, si = symdims.dims(data), symdims.dims(idx)  # (the direction axis: one symbol)
+    cut = [a for a in range(r) if a != axis and (dd[a] is None or dd[a] != idd[a]) and
+           (sd is None or si is None or sd[a] is None or
+            symdims.claimed(sd[a]) != symdims.claimed(si[a]))]
+    if cut:
+        if any(idd[a] is None for a in cut) and b.opset < 10:
+            raise UnsupportedOp("GatherElements at opset 9 needs static index extents")
+        if all(idd[a] is not None for a in cut):
+            data = b.slice(data, cut, [0] * len(cut), [idd[a] for a in cut],
+                           tensor_type([idd[a] if a in cut else e for a, e in enumerate(dd)],
+                                       element_type(data)))
+        else:
+            ends = b.op("Gather", [b.shape(idx), b.ints(cut)], tensor_type([len(cut)], i64()),
+                        axis=0)
+            data = b.op("Slice", [data, b.ints([0] * len(cut)), ends, b.ints(cut)],
+                        tensor_type([idd[a] if a in cut else e for a, e in enumerate(dd)],
+                                    element_type(data)))
+        dd = dims(data)
+    depth = dd[axis]
+    from .rules.scatter import onehot  # (it builds with this Builder)
+    hot = onehot(b, idx, depth if depth is not None else b.shape(data, axis, axis + 1), data)
+    mask = b.op("Cast", [hot], tensor_type(dims(hot), ir.IntegerType.get_signless(1)), to=9)
+    perm = [a for a in range(r) if a != axis] + [axis]
+    moved = b.unsqueeze(b.transpose(data, perm), [axis])
+    kept = b.where(mask, moved, b.scalar(0.0, data))
+    return b.reduce("ReduceSum", kept, [r], False)
+
+
+def _range_before_11(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type,
+                     **_) -> ir.Value:
+    """Range before opset 11, for the rules' int64 unit steps: start plus
+    the positions of max(limit - start, 0) ones (ConstantOfShape and
+    NonZero, opset 9)."""
+    start, limit, delta = operands
+    if b.opset < 9 or constant_ints(delta) != [1] or element_type(start) != i64():
+        raise UnsupportedOp("Range before opset 11 needs opset 9 and int64 unit steps")
+    n = b.op("Sub", [limit, start], tensor_type([], i64()))
+    n = b.where(b.compare("Less", n, b.int_scalar(0)), b.int_scalar(0), n)
+    ones = b.op("ConstantOfShape", [b.reshape(n, [1], [1])], tensor_type([None], i64()),
+                value=ir.DenseElementsAttr.get(np.ones(1, np.int64)))
+    positions = b.reshape(b.op("NonZero", [ones], tensor_type([1, None], i64())), [-1], [None])
+    return b.op("Add", [positions, start], result_type)
+
+
 # Ops the rules emit that an older opset lacks or restricts: (first opset of
 # the form the rules use, the same values in the ops the older one has).
 # Where before 9 stays refused here: its NaN guards have no exact arithmetic
@@ -380,6 +436,8 @@ def _scatter_elements_before_11(b: "Builder", operands: Sequence[ir.Value],
 _OLDER_FORMS: dict = {
     "Expand": (8, _expand_before_8), "Sign": (9, _sign_before_9),
     "ScatterElements": (11, _scatter_elements_before_11),
+    "GatherElements": (11, _gather_elements_before_11),
+    "Range": (11, _range_before_11),
     **{v: (8, lambda b, ops, t, v=v, **_: _variadic_before_8(b, v, ops, t))
        for v in ("Sum", "Mean", "Max", "Min")},
 }

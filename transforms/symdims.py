@@ -478,6 +478,14 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
         if extra and extra[0] != [0] or len(extra) > 1 and extra[1] != [1]:
             return None
         return src[starts[0]:ends[0]]
+    if ot == "Slice" and "starts" in op.attributes:  # Slice-1 (before opset 10)
+        src = shape_value(op.operands[0], dims_of)
+        starts, ends = _attr(op, "starts", None), _attr(op, "ends", None)
+        axes = _attr(op, "axes", None)
+        if src is None or starts is None or ends is None or len(starts) != 1 or \
+                axes not in (None, [0]):
+            return None
+        return src[starts[0]:ends[0]]
     if ot in ("Mul", "Div", "Add", "Sub"):
         a, b = shape_value(op.operands[0], dims_of), shape_value(op.operands[1], dims_of)
         a = None if a is None else [claimed(e) for e in a]

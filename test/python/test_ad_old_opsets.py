@@ -3,8 +3,9 @@ these opsets lack or restrict are written with the ones they have -- Expand
 (opset 8) as an Add of tiled zeros, Sign and OneHot (opset 9) by
 comparisons, Sum/Mean/Max/Min of operands of different shapes (opset 8) on
 operands brought to one shape, the activations' piecewise coefficients
-(Where, opset 9) by mask arithmetic. Checked against finite differences
-(float32: ONNX Runtime has few float64 kernels at these opsets)."""
+(Where, opset 9) by mask arithmetic; GatherElements (opset 11) at opsets 9
+and 10 by OneHot and Where. Checked against finite differences (float32:
+ONNX Runtime has few float64 kernels at these opsets)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ from onnx import TensorProto as TP
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from adcheck import check_derivatives
+from adcheck import check_derivatives, check_hessian
 
 X4 = [2, 4, 6, 6]
 
@@ -50,3 +51,55 @@ def test_classic_ops_at_opsets_7_and_8(case, opset):
     m.ir_version = 4
     x = np.random.default_rng(1).standard_normal(X4).astype(np.float32)
     check_derivatives(m, {"x": x})
+
+
+def _by_position(case: str, opset: int) -> tuple:
+    """TopK's tangent and Scatter's transpose (in its updates) gather by
+    position: GatherElements, opset 11. y = z * z, so the Hessian is not 0."""
+    idx = {"Scatter": [[0, 3], [4, 1], [2, 0]], "Scatter_fewer_rows": [[0, 3], [4, 1]]}
+    if case == "TopK":
+        k = [_c("k", [2], np.int64)] if opset >= 10 else []
+        node = h.make_node("TopK", ["x"] + ["k"] * bool(k), ["z", "i"], axis=1,
+                           **({} if k else {"k": 2}))
+        return [node], k, ["x"]
+    node = h.make_node("Scatter", ["x", "i", "u"], ["z"], axis=1)
+    return [node], [_c("i", idx[case], np.int64)], ["x", "u"]
+
+
+@pytest.mark.parametrize("opset", [9, 10])
+@pytest.mark.parametrize("case", ["TopK", "Scatter", "Scatter_fewer_rows"])
+def test_gathers_by_position_before_opset_11(case, opset):
+    """Before opset 11 GatherElements is a OneHot mask kept by Where and
+    summed; indices with fewer rows than the data cut the data first."""
+    nodes, inits, inputs = _by_position(case, opset)
+    rows = 2 if case == "Scatter_fewer_rows" else 3
+    shapes = {"x": [3, 5], "u": [rows, 2]}
+    g = h.make_graph(nodes + [h.make_node("Mul", ["z", "z"], ["y"])], "g",
+                     [h.make_tensor_value_info(n, TP.FLOAT, shapes[n]) for n in inputs],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 5
+    rng = np.random.default_rng(3)
+    feeds = {n: rng.standard_normal(shapes[n]).astype(np.float32) for n in inputs}
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)
+
+
+def test_a_slice_with_run_time_bounds_at_opset_10():
+    """y = sin(x)[:, 1:W-1]^2 with W read at run time: the Slice's transpose
+    places the cotangent at positions 1..W-2, a Range (opset 11) written as
+    the positions of ConstantOfShape's ones (NonZero)."""
+    one = _c("one", [1], np.int64)
+    nodes = [h.make_node("Shape", ["x"], ["s"]), h.make_node("Gather", ["s", "one"], ["w"], axis=0),
+             h.make_node("Sub", ["w", "one"], ["e"]), h.make_node("Sin", ["x"], ["z"]),
+             h.make_node("Slice", ["z", "one", "e", "one"], ["c"]),
+             h.make_node("Mul", ["c", "c"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, ["B", "W"])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)], [one])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 10)])
+    m.ir_version = 5
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 6)).astype(np.float32)}
+    produced = []
+    check_derivatives(m, feeds, produced=produced)
+    check_hessian(m, feeds)
+    assert any(n.op_type == "NonZero" for p in produced for n in p.graph.node)

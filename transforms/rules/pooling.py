@@ -431,12 +431,7 @@ def _maxpool_gather_transpose(b: Builder, gather: ir.Operation, ct: ir.Value):
     k = b.shape(ct, 0, 1)
     merged = b.reshape(ct, [-1] + yd[1:], [None] + yd[1:])                 # [k*N, C, *O]
     # Indices per direction: offset by kk * |x| so the merged batch stays flat.
-    if b.opset >= 11:
-        kk = b.op("Range", [b.int_scalar(0), b.squeeze(k, [0]), b.int_scalar(1)], tensor_type([None], i64))
-    else:  # no Range: the indices of k ones
-        ones = b.op("ConstantOfShape", [k], tensor_type([None], i64),
-                    value=ir.DenseElementsAttr.get(np.ones(1, np.int64)))
-        kk = b.reshape(b.op("NonZero", [ones], tensor_type([1, None], i64)), [-1], [None])
+    kk = b.op("Range", [b.int_scalar(0), b.squeeze(k, [0]), b.int_scalar(1)], tensor_type([None], i64))
     shift = b.reshape(b.mul(kk, b.int_scalar(total)), [-1] + [1] * len(yd), [None] + [1] * len(yd))
     ids = b.reshape(b.add(b.unsqueeze(idx, [0]), shift), [-1] + yd[1:], [None] + yd[1:])
     out_shape = b.concat([b.shape(merged, 0, 1), b.ints(xd[1:])], 0)

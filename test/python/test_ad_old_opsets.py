@@ -103,3 +103,27 @@ def test_a_slice_with_run_time_bounds_at_opset_10():
     check_derivatives(m, feeds, produced=produced)
     check_hessian(m, feeds)
     assert any(n.op_type == "NonZero" for p in produced for n in p.graph.node)
+
+
+@pytest.mark.parametrize("opset", [7, 9, 10])
+@pytest.mark.parametrize("constant", [True, False])
+def test_a_gather_at_negative_positions(opset, constant):
+    """Gather's transpose scatters by OneHot before opset 16; OneHot counts
+    negative indices from the end only from opset 11 (before: opsets 7 and 8
+    put their cotangent nowhere, a wrong gradient; 9 and 10 failed to load
+    with constant indices)."""
+    i = np.array([-1, 0, -4, 2], np.int64)
+    ins = [h.make_tensor_value_info("x", TP.FLOAT, [3, 5])]
+    if not constant:
+        ins.append(h.make_tensor_value_info("i", TP.INT64, [4]))
+    g = h.make_graph([h.make_node("Gather", ["x", "i"], ["z"], axis=1),
+                      h.make_node("Mul", ["z", "z"], ["y"])], "g", ins,
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)],
+                     [_c("i", i, np.int64)] if constant else [])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 4
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)}
+    if not constant:
+        feeds["i"] = i
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)

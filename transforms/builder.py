@@ -496,12 +496,40 @@ class Builder:
 
     def op(self, op_type_: str, operands: Sequence[ir.Value | None],
            result_type: ir.Type, **attrs) -> ir.Value:
-        if op_type_ == "Reshape" and self.opset < 14:
-            _check_zero_extents(operands[0], operands[1], result_type)
+        if op_type_ == "Reshape" and self.opset < 14 and \
+                _empty_by_allowzero(operands[0], operands[1], result_type):
+            # no data to move: zeros of the target's extents, its zeros that
+            # copy x's extents written out (Expand reads 0 as 0)
+            return self.zeros(self._copies_written(operands[0], operands[1], result_type),
+                              dims(result_type), operands[0])
         older = _OLDER_FORMS.get(op_type_)
         if older is not None and self.opset < older[0]:
             return older[1](self, operands, result_type, **attrs)
         return self.create(op_type_, operands, [result_type], **attrs)[0]
+
+    def _copies_written(self, x: ir.Value, target: ir.Value, result_type: ir.Type) -> ir.Value:
+        """A Reshape target (before opset 14: _empty_by_allowzero) with each 0
+        that copies x's extent replaced by that extent; the 0s the empty
+        result has stay."""
+        out = result_type.shape if isinstance(result_type, ir.RankedTensorType) else None
+        o = defining_op(target)
+        parts = list(o.operands) if o is not None and o.name.startswith("onnx.Concat") else [target]
+        pieces, at, xd = [], 0, dims(x)
+        for part in parts:
+            values = constant_ints(part)
+            if values is None:
+                pieces.append(part)
+            else:
+                for p, v in enumerate(values, start=at):
+                    copy = v == 0 and out is not None and p < len(out) and out[p] != 0
+                    pieces.append(self.ints([v]) if not copy else
+                                  self.ints([xd[p]]) if xd[p] is not None else self.shape(x, p, p + 1))
+            n = dims(part)
+            if n is None or len(n) != 1 or n[0] is None:
+                raise UnsupportedOp("an empty derivative reshaped to extent 0 needs Reshape's "
+                                    "allowzero (opset >= 14) or a target of known length")
+            at += n[0]
+        return self.concat(pieces, 0)
 
     def none(self) -> ir.Value:
         op = ir.Operation.create("onnx.NoValue", results=[ir.NoneType.get()],
@@ -1045,32 +1073,35 @@ class Builder:
         return self.concat([self.leading_k(ct, reshaped), self.shape(target, 1)], 0)
 
 
-def _check_zero_extents(x: ir.Value, target: ir.Value, result_type: ir.Type) -> None:
-    """Before opset 14 a 0 in Reshape's target copies x's extent there (one
-    past x's rank is invalid): the 0 extent an empty derivative needs (its
-    result's extent is 0) on an axis where x's is not known to be 0 cannot
-    be written (no allowzero). Refused, not exported wrong; the rules' other
-    zeros mean "copy". The target is a constant or a Concat of constants
-    and Shapes."""
+def _empty_by_allowzero(x: ir.Value, target: ir.Value, result_type: ir.Type) -> bool:
+    """Whether a Reshape needs allowzero (opset 14) for its empty result:
+    before 14 a 0 in the target copies x's extent there (one past x's rank
+    is invalid), so the 0 extent an empty derivative needs, on an axis where
+    x's is not known to be 0, cannot be written. The rules' other zeros mean
+    "copy", and they write no -1 beside a 0. The target is a constant or a
+    Concat of constants and Shapes. Refused where a constant part holds a
+    -1 (it needs the data's count)."""
     r, xd = rank(x), dims(x)
     out = result_type.shape if isinstance(result_type, ir.RankedTensorType) else None
     if r is None:
-        return
+        return False
     o = defining_op(target)
     parts = list(o.operands) if o is not None and o.name.startswith("onnx.Concat") else [target]
-    at = 0
+    at, empty, inferred = 0, False, False
     for part in parts:
         values, n = constant_ints(part), dims(part)
         if values is not None:
-            wrong = [p for p in range(at, at + len(values)) if values[p - at] == 0 and (
+            inferred = inferred or -1 in values
+            empty = empty or any(values[p - at] == 0 and (
                 p >= r or out is not None and p < len(out) and out[p] == 0 and
-                (xd is None or xd[p] != 0))]
-            if wrong:
-                raise UnsupportedOp(f"an empty derivative reshaped to extent 0 on axis {wrong[0]} "
-                                    "needs Reshape's allowzero (opset >= 14)")
+                (xd is None or xd[p] != 0)) for p in range(at, at + len(values)))
         if n is None or len(n) != 1 or n[0] is None:
-            return
+            break
         at += n[0]
+    if empty and inferred:
+        raise UnsupportedOp("an empty derivative reshaped to extent 0 beside a -1 needs Reshape's "
+                            "allowzero (opset >= 14)")
+    return empty
 
 
 def nested_ops(root: ir.Operation) -> list[ir.Operation]:

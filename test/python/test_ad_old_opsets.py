@@ -127,3 +127,21 @@ def test_a_gather_at_negative_positions(opset, constant):
         feeds["i"] = i
     check_derivatives(m, feeds)
     check_hessian(m, feeds)
+
+
+@pytest.mark.parametrize("opset", [10, 13])
+def test_empty_values_before_opset_14(opset):
+    """An empty derivative's Reshape to extent 0 needs allowzero (opset 14):
+    before, a 0 in the target copies the input's extent. It moves no data,
+    so it is written as zeros of the target's extents."""
+    g = h.make_graph([h.make_node("Flatten", ["e"], ["f"], axis=1), h.make_node("Sin", ["f"], ["y0"]),
+                      h.make_node("Sin", ["x"], ["y1"])], "g",
+                     [h.make_tensor_value_info("e", TP.FLOAT, [4, 2, 0]),
+                      h.make_tensor_value_info("x", TP.FLOAT, [3])],
+                     [h.make_tensor_value_info("y0", TP.FLOAT, [4, 0]),
+                      h.make_tensor_value_info("y1", TP.FLOAT, [3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 5
+    rng = np.random.default_rng(0)
+    feeds = {"e": np.zeros((4, 2, 0), np.float32), "x": rng.standard_normal(3).astype(np.float32)}
+    check_derivatives(m, feeds)

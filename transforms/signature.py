@@ -173,7 +173,7 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str,
     if layout == "onnx":
         return b.transpose(seed, [r] + list(range(r)))
     if _static_empty(b, d):
-        return zeros(b, primal, k, "the empty seed")
+        return zeros(b, primal, k)
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
         if d[0] in (None, 0) or d[1] is None:  # (a -1 is refused beside a 0)
             target = b.concat([b.shape(primal, 0, 1), k, b.shape(primal, 1, 2)], 0)
@@ -272,17 +272,10 @@ def seed_count(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.
     return b.ew("Div", cols, b.shape(primal, 1, 2))
 
 
-def zeros(b: Builder, primal: ir.Value, k: ir.Value, name: str) -> ir.Value:
+def zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
     """A zero derivative [k] + shape(primal), for requested results that do
-    not depend on the differentiated values (CasADi needs every result);
-    `name` is the derivative's, for the refusal."""
-    if b.opset < 8:
-        raise UnsupportedOp(f"'{name}' is zero (it does not depend on the differentiated "
-                            "values), and its zeros need Expand (opset 8)")
-    d = dims(primal)
-    target = b.concat([k, b.shape(primal)], 0)
-    zero = b.scalar(0.0, primal)
-    return b.expand(zero, target, [None] + d)
+    not depend on the differentiated values (CasADi needs every result)."""
+    return b.zeros_over(primal, k)
 
 
 Boundary = list  # [(name, dim params)] of appended arguments or results

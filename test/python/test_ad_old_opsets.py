@@ -15,6 +15,8 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from adcheck import check_derivatives, check_hessian
+from onnx_ad_mlir import forward, reverse
+from onnx_ad_mlir.errors import UnsupportedOp
 
 X4 = [2, 4, 6, 6]
 
@@ -145,3 +147,33 @@ def test_empty_values_before_opset_14(opset):
     rng = np.random.default_rng(0)
     feeds = {"e": np.zeros((4, 2, 0), np.float32), "x": rng.standard_normal(3).astype(np.float32)}
     check_derivatives(m, feeds)
+
+
+def test_zero_derivatives_at_opset_7():
+    """y = sin(a) does not depend on b: adj_b is zeros [k] + shape(b), an
+    Expand (opset 8) written as an Add of tiled zeros."""
+    g = h.make_graph([h.make_node("Sin", ["a"], ["y"]), h.make_node("Cos", ["b"], ["z"])], "g",
+                     [h.make_tensor_value_info("a", TP.FLOAT, [2, 3]),
+                      h.make_tensor_value_info("b", TP.FLOAT, [4])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [2, 3])], [])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 7)])
+    m.ir_version = 4
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((2, 3)).astype(np.float32),
+             "b": rng.standard_normal(4).astype(np.float32)}
+    check_derivatives(m, feeds)
+
+
+def test_recurrent_ops_before_opset_9_are_refused_by_name():
+    """Their derivatives are Scans over time; Scan-8 is batched (it once
+    built a Scan-8 with Scan-9's attributes: an MLIR verifier error)."""
+    g = h.make_graph([h.make_node("RNN", ["x", "W", "R"], ["y"], hidden_size=2)], "g",
+                     [h.make_tensor_value_info("x", TP.FLOAT, [3, 1, 2])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)],
+                     [_c("W", np.full((1, 2, 2), 0.3)), _c("R", np.full((1, 2, 2), 0.1))])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 8)])
+    m.ir_version = 4
+    for transform in (forward, reverse):
+        with pytest.raises(UnsupportedOp, match=r"onnx\.RNNV7 \(node ''\): its derivative is a "
+                                                r"Scan over time.*re-export at opset >= 9"):
+            transform(m)

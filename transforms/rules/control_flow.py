@@ -1144,8 +1144,8 @@ def _as_scan(b: Builder, rev: ir.Operation, guarded: bool) -> ir.Operation:
     on axis 1): unless the primal provably ran (not `guarded`), the Scan
     runs in an If on a positive trip count whose other branch passes the
     carried values through. rev itself when the body reads the iteration
-    number otherwise, nothing is stacked, or (opset < 9) Greater cannot
-    compare the trip count."""
+    number otherwise, nothing is stacked, or before opset 9 (Scan-8 is
+    batched)."""
     blk = rev.regions[0].blocks[0]
     i, cond = blk.arguments[0], blk.arguments[1]
     users = [u.owner.operation for u in i.uses]  # (idx = last - i, unless it died)
@@ -1164,7 +1164,7 @@ def _as_scan(b: Builder, rev: ir.Operation, guarded: bool) -> ir.Operation:
     stacks: dict = {}  # (stack, axis) -> its slice argument's type
     for g in gathers:
         stacks.setdefault((g.operands[0], attribute(g, "axis") or 0), g.results[0].type)
-    if guarded and b.opset < 9:
+    if b.opset < 9:  # (Scan-8 is batched; Greater compares no int64 before 9)
         return rev
     keys = list(stacks)
     carried = list(rev.operands[2:])

@@ -56,7 +56,7 @@ from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 from .. import symdims
 from ..builder import Builder, attribute, constant_ints, constant_uniform, constant_value, \
     defining_op, dims, element_type, operand_or_none, op_type, producer, rank, tensor_type
-from ..linearize import REGION_RULES, Tangents
+from ..linearize import REGION_RULES, STANDS_FOR, Tangents
 from ..registry import TRANSPOSE, mlir_names
 from . import control_flow as cf
 from .linalg import matmul
@@ -494,6 +494,9 @@ def _peephole_states(b: Builder, c: _Cell, a_i, a_f, g, c0, pi, pf):
 
 def _resolve_scan(b: Builder) -> str:
     from ..builder import resolve
+    if b.opset < 9:
+        raise UnsupportedOp("its derivative is a Scan over time, and before opset 9 Scan is "
+                            "batched (Scan-8) or missing; re-export at opset >= 9")
     return resolve("Scan", b.opset)
 
 
@@ -1009,7 +1012,7 @@ def _rule(op: ir.Operation, rewriter, state: Tangents) -> bool:
         else:
             primals = [Yp, _take(b, Yp, -1, 0)] + ([_take(b, c.C, -1, 0)] if c0 is not None
                                                    else [])
-            ty, th, tc = _standin(b, c, tA, tH0, tC0, primals)
+            ty, th, tc = _standin(b, op, c, tA, tH0, tC0, primals)
         if c.mask is not None:
             ty = b.mul(ty, c.mask)  # zero past each sequence's length
         ty = _porder(b, ty, 2, revs, c.lens)
@@ -1116,7 +1119,7 @@ def _sources(b: Builder, c: _Cell, t, tX):
     return out
 
 
-def _standin(b: Builder, c: _Cell, tA, th0, tc0, primals):
+def _standin(b: Builder, op: ir.Operation, c: _Cell, tA, th0, tc0, primals):
     """Reverse mode: the recurrence as an opaque linear op (tA, th0, tc0) ->
     (tYp, th_last, tc_last), transposed by _t_recurrence."""
     lstm = c.kind == "LSTM"
@@ -1129,7 +1132,7 @@ def _standin(b: Builder, c: _Cell, tA, th0, tc0, primals):
     ph = ir.Operation.create(
         cf.PLACEHOLDER, results=types, operands=inputs,
         attributes={cf.REGION_ID: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), ident),
-                    RECURRENCE: ir.UnitAttr.get()},
+                    RECURRENCE: ir.UnitAttr.get(), STANDS_FOR: ir.StringAttr.get(op.name)},
         loc=b.location)
     _RECURRENCES[ident] = {"cell": c, "has": (tA is not None, th0 is not None, tc0 is not None)}
     cf._PRIMALS[ident] = primals

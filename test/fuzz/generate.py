@@ -17,7 +17,8 @@ ReverseSequence/Compress/CumProd, ReduceProd/L1/LogSum, PRelu/Mean/Sum,
 global and Lp pools, Lp/MeanVariance normalization, RNN/GRU/LSTM; with 2,
 the shape-keeping ones of them inside If/Scan/Loop bodies too; with 3, values
 read piece by piece (Slices, Gathers) and concatenated back; with 4, also
-by strided Slices (x[j::step], a patch merge's quarters).
+by strided Slices (x[j::step], a patch merge's quarters); with 5, at opsets
+7-28 instead of 13-28 (each op in the form its opset has).
 
     generate(seed, sequences=0, wide=0) -> (model, feeds)
 
@@ -1054,7 +1055,7 @@ class Gen:
         self.dtype = self.r.choice([TP.FLOAT, TP.DOUBLE])
         self.npdtype = FLOATS[self.dtype]
         self.npdtype_proto = self.dtype
-        self.opset = self.r.choice(range(13, 29))
+        self.opset = self.r.choice(range(7 if wide > 4 else 13, 29))
         self.max_depth = self.r.choice([0, 1, 1, 2])
         self.counter = 0
         self.inputs: list[tuple[str, Shape]] = []

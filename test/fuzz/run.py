@@ -25,7 +25,8 @@ from 147 on lists read back inside their Loops too (WINDOW_SEEDS), from 188
 on the generator's wider op set (WIDE_SEEDS: indexing, recurrent, pools,
 the remaining activations), from 190 on inside bodies too (WIDE_BODY_SEEDS),
 from 253 on values read piece by piece and concatenated back (PIECES_SEEDS),
-from 259 on by strided Slices too (STRIDED_SEEDS).
+from 259 on by strided Slices too (STRIDED_SEEDS), from 266 on at opsets 7-28
+instead of 13-28 (OLD_OPSET_SEEDS).
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes
@@ -123,6 +124,7 @@ WIDE_SEEDS = 188
 WIDE_BODY_SEEDS = 190
 PIECES_SEEDS = 253
 STRIDED_SEEDS = 259
+OLD_OPSET_SEEDS = 266
 
 
 def sequence_level(base: int) -> int:
@@ -130,8 +132,9 @@ def sequence_level(base: int) -> int:
 
 
 def wide_level(base: int) -> int:
-    return 4 if base >= STRIDED_SEEDS else 3 if base >= PIECES_SEEDS else \
-        2 if base >= WIDE_BODY_SEEDS else 1 if base >= WIDE_SEEDS else 0
+    return 5 if base >= OLD_OPSET_SEEDS else 4 if base >= STRIDED_SEEDS else \
+        3 if base >= PIECES_SEEDS else 2 if base >= WIDE_BODY_SEEDS else \
+        1 if base >= WIDE_SEEDS else 0
 
 
 def case_kind(i: int) -> str:
@@ -241,6 +244,7 @@ def run_case(i: int, base: int, cli: bool | None = None) -> dict:
         rec.update(outcome="gen-rejected", detail=str(e)[:300])
         return rec
     rec["ops"] = sorted({n.op_type for n in model.graph.node} - {"Constant"})
+    rec["opset"] = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if kind == "gen" and i % 4 == 3:
         model = _dynamized(model)
         rec["kind"] = "gen:dynamic"

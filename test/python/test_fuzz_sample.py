@@ -89,3 +89,15 @@ def test_fuzz_sample_reading_values_by_strided_slices():
         return any(n.op_type == "Slice" and len(n.input) == 5 for n in model.graph.node)
     read = [r for r in results if r["outcome"] == "ok" and strided(r["seed"])]
     assert len(read) >= 3, fuzz.summary(results)
+
+
+def test_fuzz_sample_at_old_opsets():
+    """50 generated models from a base seed whose models are built at
+    opsets 7-28: the forms of each op the older opsets have, and the ops the
+    rules emit written with those opsets' ops."""
+    cases = [i for i in range(100) if fuzz.case_kind(i) == "gen"]
+    results = fuzz.run_cases(cases, base=fuzz.OLD_OPSET_SEEDS, jobs=1, timeout=60)
+    bugs = [r for r in results if r["outcome"] in fuzz.BUGS]
+    assert not bugs, fuzz.summary(results)
+    old = [r for r in results if r["outcome"] == "ok" and r["opset"] < 13]
+    assert len(old) >= 4, fuzz.summary(results)

@@ -521,7 +521,8 @@ class Builder:
                 pieces.append(part)
             else:
                 for p, v in enumerate(values, start=at):
-                    copy = v == 0 and out is not None and p < len(out) and out[p] != 0
+                    copy = v == 0 and p < len(xd) and out is not None and p < len(out) and \
+                        out[p] != 0
                     pieces.append(self.ints([v]) if not copy else
                                   self.ints([xd[p]]) if xd[p] is not None else self.shape(x, p, p + 1))
             n = dims(part)

@@ -120,7 +120,7 @@ def forward(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
             y = ret.operands[i]
             t = state.get(y)
             if t is None:
-                t = sig.zeros(b, y, k)
+                t = b.zeros_over(y, k)  # (CasADi needs every result)
             results.append(_at_boundary(f"the derivative of output '{out_names[i]}'",
                                         lambda: sig.pack(b, t, y, layout)))
     sig.append_results(f, results, [
@@ -202,7 +202,7 @@ def reverse(f: func.FuncOp, opset: int, inputs: list[str] | None = None,
     with ir.InsertionPoint(ret):
         results = []
         for i, x, ct in zip(xs, primal_x, cts):
-            ct = sig.zeros(b, x, k) if ct is None else b.fit(ct, x)
+            ct = b.zeros_over(x, k) if ct is None else b.fit(ct, x)
             results.append(_at_boundary(f"the derivative of input '{in_names[i]}'",
                                         lambda: sig.pack(b, ct, x, layout)))
     sig.append_results(f, results, [(prefix + in_names[i], p) for i, p in zip(xs, x_params)])

@@ -173,7 +173,7 @@ def unpack(b: Builder, seed: ir.Value, primal: ir.Value, layout: str,
     if layout == "onnx":
         return b.transpose(seed, [r] + list(range(r)))
     if _static_empty(b, d):
-        return zeros(b, primal, k)
+        return b.zeros_over(primal, k)
     if r == 2:  # [r, k*c] -> [r, k, c] -> [k, r, c]
         if d[0] in (None, 0) or d[1] is None:  # (a -1 is refused beside a 0)
             target = b.concat([b.shape(primal, 0, 1), k, b.shape(primal, 1, 2)], 0)
@@ -270,12 +270,6 @@ def seed_count(b: Builder, seed: ir.Value, primal: ir.Value, layout: str) -> ir.
         return b.shape(seed, 1, 2)
     cols = b.shape(seed, 1, 2)
     return b.ew("Div", cols, b.shape(primal, 1, 2))
-
-
-def zeros(b: Builder, primal: ir.Value, k: ir.Value) -> ir.Value:
-    """A zero derivative [k] + shape(primal), for requested results that do
-    not depend on the differentiated values (CasADi needs every result)."""
-    return b.zeros_over(primal, k)
 
 
 Boundary = list  # [(name, dim params)] of appended arguments or results

@@ -429,11 +429,20 @@ def _range_before_11(b: "Builder", operands: Sequence[ir.Value], result_type: ir
     return b.op("Add", [positions, start], result_type)
 
 
+def _where_before_9(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type,
+                    **_) -> ir.Value:
+    """Where before opset 9 has no exact form where a branch may hold a NaN
+    or an infinity (m * a + (1 - m) * c lets it through): refused
+    (elementwise._select lowers the activations' own piecewise selections)."""
+    raise UnsupportedOp(f"its derivative selects with Where (opset 9) to keep a NaN or an "
+                        f"infinity out of its result, which opset {b.opset} cannot write exactly; "
+                        f"re-export at opset >= 9")
+
+
 # Ops the rules emit that an older opset lacks or restricts: (first opset of
 # the form the rules use, the same values in the ops the older one has).
-# Where before 9 stays refused here: its NaN guards have no exact arithmetic
-# form (elementwise._select lowers the activations' own).
 _OLDER_FORMS: dict = {
+    "Where": (9, _where_before_9),
     "Expand": (8, _expand_before_8), "Sign": (9, _sign_before_9),
     "ScatterElements": (11, _scatter_elements_before_11),
     "GatherElements": (11, _gather_elements_before_11),

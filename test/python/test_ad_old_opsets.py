@@ -177,3 +177,15 @@ def test_recurrent_ops_before_opset_9_are_refused_by_name():
         with pytest.raises(UnsupportedOp, match=r"onnx\.RNNV7 \(node ''\): its derivative is a "
                                                 r"Scan over time.*re-export at opset >= 9"):
             transform(m)
+
+
+def test_a_guard_by_where_before_opset_9_is_refused_by_name():
+    """LpNormalization's derivative keeps a zero row's NaN out with Where."""
+    g = h.make_graph([h.make_node("LpNormalization", ["x"], ["y"], axis=1)], "g",
+                     [h.make_tensor_value_info("x", TP.FLOAT, [2, 3])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [2, 3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 8)])
+    m.ir_version = 4
+    with pytest.raises(UnsupportedOp, match=r"onnx\.LpNormalization \(node ''\): its derivative "
+                                            r"selects with Where \(opset 9\).*re-export"):
+        reverse(m)

@@ -24,6 +24,9 @@ _SAME_RANK = frozenset("""
     RMSNormalization Reciprocal Relu ReverseSequence Round ScatterElements ScatterND Selu
     Shrink Sigmoid Sign Sin Sinh Slice Softmax Softplus Softsign Split Sqrt Tan Tanh
     ThresholdedRelu Trilu Pad Tile Transpose
+    AveragePool Conv ConvTranspose CumProd DepthToSpace GatherElements GlobalAveragePool
+    GlobalLpPool GlobalMaxPool InstanceNormalization LpPool MaxPool MeanVarianceNormalization
+    Resize SpaceToDepth TopK Upsample
 """.split())
 
 # Multidirectional (numpy) broadcasting: the largest operand rank.
@@ -106,6 +109,9 @@ _RULES: dict[str, Callable[[onnx.NodeProto, Ranks, list[ir.Type]], int | None]] 
     "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "MatMul": _matmul, "Expand": _expand,
     "Gather": _gather, "Concat": _concat,
     "Reshape": lambda node, ranks, types: _length(types[1]),
+    "Flatten": lambda node, ranks, types: 2,
+    # along an axis, the data's rank; without one, the flattened data's 1
+    "Compress": lambda node, ranks, types: ranks[0] if _attr(node, "axis") is not None else 1,
 }
 
 

@@ -189,3 +189,19 @@ def test_a_guard_by_where_before_opset_9_is_refused_by_name():
     with pytest.raises(UnsupportedOp, match=r"onnx\.LpNormalization \(node ''\): its derivative "
                                             r"selects with Where \(opset 9\).*re-export"):
         reverse(m)
+
+
+@pytest.mark.parametrize("opset", [10, 11])
+def test_a_rank_shape_inference_leaves_open(opset):
+    """ONNX's inference gives Compress-9's result no rank; LogSoftmax after
+    it needs one (its axis -1): ranks.py gives it the data's."""
+    g = h.make_graph([h.make_node("Compress", ["x", "c"], ["z"], axis=0),
+                      h.make_node("LogSoftmax", ["z"], ["y"], axis=-1)], "g",
+                     [h.make_tensor_value_info("x", TP.FLOAT, [4])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)],
+                     [nh.from_array(np.array([True, False, True, True]), "c")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 5
+    feeds = {"x": np.array([0.5, -1.0, 2.0, 0.25], np.float32)}
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)

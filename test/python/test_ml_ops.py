@@ -299,8 +299,6 @@ def test_older_default_opsets(node, x_shape, opset):
      "by Equal on floats \\(opset 11\\); the model imports opset 10: re-export it at opset 11"),
     (encoder("LabelEncoder", keys_floats=[1.0], values_floats=[2.0]), 10,
      "node 'enc'.*Pad with operands \\(opset 11\\)"),
-    (h.make_node("Binarizer", ["x"], ["y"], domain=ML), 7,
-     "'fwd_y' is zero .*need Expand \\(opset 8\\)"),
     (h.make_node("FeatureVectorizer", ["x"], ["y"], name="vec", domain=ML, inputdimensions=[2]),
      10, "node 'vec'.*cut or padded to its width needs Slice and Pad with operands "
      "\\(opset 11\\)"),
@@ -312,6 +310,18 @@ def test_older_opsets_refused_naming_what_they_lack(node, opset, match):
                      opsets=[h.make_opsetid("", opset), h.make_opsetid(ML, 2)])
     with pytest.raises(UnsupportedOp, match=match):
         forward(model, inputs=["x"], outputs=["y"])
+
+
+def test_a_zero_derivative_at_opset_7():
+    """Binarizer is piecewise constant: its derivative is zeros, an Expand
+    (opset 8) written at opset 7 as an Add of tiled zeros (refused before)."""
+    model = ml_model([h.make_node("Binarizer", ["x"], ["y"], domain=ML)], T.FLOAT, [2, 3],
+                     opsets=[h.make_opsetid("", 7), h.make_opsetid(ML, 2)])
+    fwd = forward(model, inputs=["x"], outputs=["y"], layout="onnx")
+    onnx.checker.check_model(fwd, full_check=True)
+    seeds = np.ones((2, 3, 2), np.float32)
+    out = run(fwd, {"x": X, "fwd_x": seeds})
+    np.testing.assert_array_equal(out["fwd_y"], np.zeros((2, 3, 2), np.float32))
 
 
 def test_ml_only_model_refused():

@@ -205,3 +205,25 @@ def test_a_rank_shape_inference_leaves_open(opset):
     feeds = {"x": np.array([0.5, -1.0, 2.0, 0.25], np.float32)}
     check_derivatives(m, feeds)
     check_hessian(m, feeds)
+
+
+def test_a_concat_of_run_time_extents_transposed_at_opset_9():
+    """The pieces of a Concat whose extents the linear program knows only at
+    run time (behind an empty constant) are cut from its cotangent at
+    run-time offsets: Slice-1 takes constant bounds, so a Gather of the
+    positions (it built a Slice-1 with operands: an MLIR verifier error)."""
+    c = lambda n, v, t=np.int64: _c(n, v, t)
+    nodes = [h.make_node("Concat", ["e", "x", "x"], ["c"], axis=-1), h.make_node("Atan", ["c"], ["a"]),
+             h.make_node("Gather", ["a", "i0"], ["g0"], axis=0), h.make_node("Sin", ["g0"], ["s0"]),
+             h.make_node("Gather", ["a", "i1"], ["g1"], axis=0), h.make_node("Abs", ["g1"], ["s1"]),
+             h.make_node("Concat", ["s0", "s1"], ["d"], axis=0),
+             h.make_node("Gather", ["d", "i2"], ["y"], axis=0)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [4])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)],
+                     [c("e", np.zeros(0), np.float32), c("i0", [0, 1]), c("i1", [2, 3, 4]),
+                      c("i2", [[-4, -4]])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 9)])
+    m.ir_version = 4
+    feeds = {"x": np.array([0.3, -0.7, 1.1, 0.4], np.float32)}
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)

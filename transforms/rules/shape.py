@@ -212,8 +212,13 @@ def _t_concat(b: Builder, op, cts, linear):
         end = b.add(start, b.shape(x, axis, axis + 1))
         if lin:
             d = dims(x)
-            out.append(b.op("Slice", [ct, start, end, b.ints([axis])],
-                            tensor_type(None if d is None else [None] + d[1:], element_type(ct))))
+            t = tensor_type(None if d is None else [None] + d[1:], element_type(ct))
+            if b.opset >= 10:
+                out.append(b.op("Slice", [ct, start, end, b.ints([axis])], t))
+            else:  # Slice-1 takes constant bounds only: Gather the positions
+                at = b.op("Range", [b.reshape(start, [], []), b.reshape(end, [], []),
+                                    b.int_scalar(1)], tensor_type([None], i64()))
+                out.append(b.op("Gather", [ct, at], t, axis=axis))
         else:
             out.append(None)
         start = end

@@ -429,6 +429,24 @@ def _range_before_11(b: "Builder", operands: Sequence[ir.Value], result_type: ir
     return b.op("Add", [positions, start], result_type)
 
 
+def _slice_before_10(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type,
+                     **attrs) -> ir.Value:
+    """Slice with operands before opset 10: Slice-1 takes its bounds as
+    attributes, so constant ones become attributes (steps through
+    Builder.slice); bounds read at run time are refused."""
+    if len(operands) == 1:  # already Slice-1's form
+        return b.create("Slice", list(operands), [result_type], **attrs)[0]
+    x, *rest = operands
+    values = [constant_ints(v) for v in rest]
+    if any(v is None for v in values):
+        raise UnsupportedOp(f"its derivative slices at bounds read at run time, which Slice "
+                            f"takes from opset 10 on (the model imports {b.opset})")
+    starts, ends = values[0], values[1]
+    axes = values[2] if len(values) > 2 else list(range(len(starts)))
+    steps = values[3] if len(values) > 3 else None
+    return b.slice(x, axes, starts, ends, result_type, steps)
+
+
 def _where_before_9(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type,
                     **_) -> ir.Value:
     """Where before opset 9 has no exact form where a branch may hold a NaN
@@ -442,7 +460,7 @@ def _where_before_9(b: "Builder", operands: Sequence[ir.Value], result_type: ir.
 # Ops the rules emit that an older opset lacks or restricts: (first opset of
 # the form the rules use, the same values in the ops the older one has).
 _OLDER_FORMS: dict = {
-    "Where": (9, _where_before_9),
+    "Where": (9, _where_before_9), "Slice": (10, _slice_before_10),
     "Expand": (8, _expand_before_8), "Sign": (9, _sign_before_9),
     "ScatterElements": (11, _scatter_elements_before_11),
     "GatherElements": (11, _gather_elements_before_11),

@@ -227,3 +227,18 @@ def test_a_concat_of_run_time_extents_transposed_at_opset_9():
     feeds = {"x": np.array([0.3, -0.7, 1.1, 0.4], np.float32)}
     check_derivatives(m, feeds)
     check_hessian(m, feeds)
+
+
+def test_slices_at_run_time_bounds_before_opset_10_are_refused_by_name():
+    """A strided Conv over run-time extents transposes with a Slice at
+    bounds read at run time (Slice-10); at opset 9 it built a Slice-1 with
+    operands: an MLIR verifier error."""
+    g = h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2])],
+                     "g", [h.make_tensor_value_info("x", TP.FLOAT, [1, 2, "H", "W"])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)],
+                     [_c("w", np.ones((3, 2, 3, 3)))])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 9)])
+    m.ir_version = 4
+    with pytest.raises(UnsupportedOp, match=r"onnx\.Conv \(node ''\): its derivative slices at "
+                                            r"bounds read at run time.*opset 10"):
+        reverse(m)

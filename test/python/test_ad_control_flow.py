@@ -634,14 +634,10 @@ def test_sibling_scans_merge_exactly():
         assert_unique_node_names(d)
 
 
-@pytest.mark.parametrize("op", ["Flatten", "Hardmax"])
-def test_unranked_output_refused_in_both_modes(op):
-    """A differentiated output whose rank nothing knows (a Flatten or Hardmax
-    of a Loop result, output declared without a shape): both modes refuse it
-    naming the reason. Forward mode used to raise a TypeError building its
-    zero or packed derivative. (The body leaves the state's shape open:
-    with one shape throughout, the import would know the result's.)"""
-    from onnx_ad_mlir.errors import OnnxAdError
+def _unranked_loop_result_then(op: str, **attrs) -> onnx.ModelProto:
+    """`op` of a Loop result whose rank nothing knows (the body leaves the
+    state's shape open: with one shape throughout, the import would know
+    the result's), output declared without a shape."""
     body = h.make_graph([h.make_node("Identity", ["c"], ["co"]), h.make_node("Tanh", ["v"], ["vo"])],
                         "body", [h.make_tensor_value_info("i", TP.INT64, []),
                                  h.make_tensor_value_info("c", TP.BOOL, []),
@@ -651,13 +647,31 @@ def test_unranked_output_refused_in_both_modes(op):
     nodes = [h.make_node("Constant", [], ["n"], value=h.make_tensor("n", TP.INT64, [], [2])),
              h.make_node("Constant", [], ["t"], value=h.make_tensor("t", TP.BOOL, [], [1])),
              h.make_node("Loop", ["n", "t", "x"], ["l"], body=body),
-             h.make_node(op, ["l"], ["y"], axis=0)]
-    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 3, 4])],
-                                  [h.make_tensor_value_info("y", TP.FLOAT, None)]),
-                     opset_imports=[h.make_opsetid("", 18)])
+             h.make_node(op, ["l"], ["y"], **attrs)]
+    return h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 3, 4])],
+                                     [h.make_tensor_value_info("y", TP.FLOAT, None)]),
+                        opset_imports=[h.make_opsetid("", 18)])
+
+
+def test_unranked_output_refused_in_both_modes():
+    """Hardmax keeps its operand's unknown rank: both modes refuse the
+    output naming the reason. Forward mode used to raise a TypeError
+    building its zero or packed derivative."""
+    from onnx_ad_mlir.errors import OnnxAdError
+    m = _unranked_loop_result_then("Hardmax", axis=0)
     for mode in (forward, reverse):
         with pytest.raises(OnnxAdError, match="needs the rank"):
             mode(m, layout="onnx")
+
+
+@pytest.mark.parametrize("axis", [0, 2])
+def test_flatten_of_an_unranked_loop_result(axis):
+    """Flatten's result has rank 2 whatever its operand's (ranks.py), so its
+    derivative is taken (it was refused with Hardmax's)."""
+    m = _unranked_loop_result_then("Flatten", axis=axis)
+    feeds = {"x": _r(2, 3, 4).astype(np.float32)}
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)
 
 
 @pytest.mark.parametrize("op", ["Loop", "Scan"])

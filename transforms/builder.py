@@ -447,6 +447,19 @@ def _slice_before_10(b: "Builder", operands: Sequence[ir.Value], result_type: ir
     return b.slice(x, axes, starts, ends, result_type, steps)
 
 
+def _integer_extreme_before_12(b: "Builder", op_type_: str, operands: Sequence[ir.Value]
+                               ) -> ir.Value:
+    """Min and Max of integers (trip counts, extents) before opset 12, where
+    they take floats only: a Where of a comparison per operand (opset 9)."""
+    if b.opset < 9:
+        raise UnsupportedOp(f"{op_type_} of integers needs opset 12 (or Where, opset 9)")
+    keep = "Less" if op_type_ == "Min" else "Greater"
+    out = operands[0]
+    for v in operands[1:]:
+        out = b.where(b.compare(keep, out, v), out, v)
+    return out
+
+
 def _where_before_9(b: "Builder", operands: Sequence[ir.Value], result_type: ir.Type,
                     **_) -> ir.Value:
     """Where before opset 9 has no exact form where a branch may hold a NaN
@@ -529,6 +542,9 @@ class Builder:
             # copy x's extents written out (Expand reads 0 as 0)
             return self.zeros(self._copies_written(operands[0], operands[1], result_type),
                               dims(result_type), operands[0])
+        if op_type_ in ("Min", "Max") and self.opset < 12 and \
+                not isinstance(element_type(operands[0]), ir.FloatType):
+            return _integer_extreme_before_12(self, op_type_, operands)
         older = _OLDER_FORMS.get(op_type_)
         if older is not None and self.opset < older[0]:
             return older[1](self, operands, result_type, **attrs)

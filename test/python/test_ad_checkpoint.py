@@ -48,6 +48,15 @@ def runtime_trip_model():
     return m
 
 
+def while_opset11_model():
+    """while_model at opset 11, where Min takes floats only: the segments'
+    step count min(k, M - base) is written with Where (fuzz seed 267 case
+    470: the checker rejected the reverse model)."""
+    m = while_model()
+    m.opset_import[0].version = 11
+    return m
+
+
 def scan_empty_steps_model():
     """A Scan over 4 steps of statically empty [2, 0] slices beside a
     non-empty state: its segments' [q, k] + S reshapes would need literal 0
@@ -77,6 +86,8 @@ EXTRA = {
     "while_no_outputs": (while_model(), {"v0": np.array([0.3, 0.4]), "w": np.array([0.5, -0.2])}),
     "runtime_trip": (runtime_trip_model(), {"v0": np.array([0.1, 0.2]),
                                             "w": np.array([0.3, -0.1]), "M": np.array(9)}),
+    "while_opset11": (while_opset11_model(), {"v0": np.array([0.3, 0.4]),
+                                              "w": np.array([0.5, -0.2])}),
 }
 ALL = {**{k: v for k, v in CASES.items() if k != "loop_zero_iterations"}, **EXTRA}
 

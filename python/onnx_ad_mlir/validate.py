@@ -471,10 +471,10 @@ def _check_counts(node: onnx.NodeProto, op: str,
                   attrs: dict[str, onnx.AttributeProto]) -> None:
     """Element types, enumerations and counts that ONNX's checker lets
     through and ONNX Runtime refuses."""
-    dtype = _int_attr(attrs, _DTYPE_ATTRIBUTE.get(op, ""))
+    name = _DTYPE_ATTRIBUTE.get(op)
+    dtype = _int_attr(attrs, name) if name else None  # (not an attribute named "")
     if dtype is not None and dtype not in _ELEMENT_TYPES:
-        raise ImportFailure(f"{_label(node)}: {_DTYPE_ATTRIBUTE[op]} {dtype} is not an ONNX "
-                            "element type")
+        raise ImportFailure(f"{_label(node)}: {name} {dtype} is not an ONNX element type")
     for name, allowed in _ENUMS.get(op, {}).items():
         a = attrs.get(name)
         if a is not None and a.type == onnx.AttributeProto.STRING and \

@@ -793,12 +793,16 @@ def _check_operand_types(node: onnx.NodeProto, rules: tuple | None,
 def check_text(graph: onnx.GraphProto, rows: list[NodeRow] | None = None,
                inits: list[InitRow] | None = None) -> None:
     """Names must be text: protobuf hands back invalid UTF-8 as bytes, which
-    MLIR locations and attributes cannot hold. `rows`, `inits`: the graph's
-    node_fields and initializer_fields, when already read."""
+    MLIR locations and attributes cannot hold; and every graph needs one, as
+    ONNX's checker says. `rows`, `inits`: the graph's node_fields and
+    initializer_fields, when already read."""
     def bad(what: str, value) -> None:
         raise ImportFailure(f"{what} {value!r} is not valid UTF-8 text")
     if not isinstance(graph.name, str):
         bad("graph name", graph.name)
+    if not graph.name:
+        raise ImportFailure("a graph has no name, which ONNX requires (its checker refuses the "
+                            "model)")
     for v in list(graph.input) + list(graph.output) + list(graph.value_info):
         if not isinstance(v.name, str):
             bad("value name", v.name)

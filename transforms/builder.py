@@ -392,17 +392,14 @@ def _gather_elements_before_11(b: "Builder", operands: Sequence[ir.Value], resul
     if cut:
         if any(idd[a] is None for a in cut) and b.opset < 10:
             raise UnsupportedOp("GatherElements at opset 9 needs static index extents")
+        dd = [idd[a] if a in cut else e for a, e in enumerate(dd)]
+        t = tensor_type(dd, element_type(data))
         if all(idd[a] is not None for a in cut):
-            data = b.slice(data, cut, [0] * len(cut), [idd[a] for a in cut],
-                           tensor_type([idd[a] if a in cut else e for a, e in enumerate(dd)],
-                                       element_type(data)))
+            data = b.slice(data, cut, [0] * len(cut), [idd[a] for a in cut], t)
         else:
             ends = b.op("Gather", [b.shape(idx), b.ints(cut)], tensor_type([len(cut)], i64()),
                         axis=0)
-            data = b.op("Slice", [data, b.ints([0] * len(cut)), ends, b.ints(cut)],
-                        tensor_type([idd[a] if a in cut else e for a, e in enumerate(dd)],
-                                    element_type(data)))
-        dd = dims(data)
+            data = b.op("Slice", [data, b.ints([0] * len(cut)), ends, b.ints(cut)], t)
     depth = dd[axis]
     from .rules.scatter import onehot  # (it builds with this Builder)
     hot = onehot(b, idx, depth if depth is not None else b.shape(data, axis, axis + 1), data)
@@ -555,8 +552,7 @@ class Builder:
         that copies x's extent replaced by that extent; the 0s the empty
         result has stay."""
         out = result_type.shape if isinstance(result_type, ir.RankedTensorType) else None
-        o = defining_op(target)
-        parts = list(o.operands) if o is not None and o.name.startswith("onnx.Concat") else [target]
+        parts = _target_parts(target)
         pieces, at, xd = [], 0, dims(x)
         for part in parts:
             values = constant_ints(part)
@@ -1117,6 +1113,13 @@ class Builder:
         return self.concat([self.leading_k(ct, reshaped), self.shape(target, 1)], 0)
 
 
+def _target_parts(target: ir.Value) -> list[ir.Value]:
+    """A Reshape target's parts: the operands of the Concat that builds it,
+    or the target itself."""
+    o = defining_op(target)
+    return list(o.operands) if o is not None and o.name.startswith("onnx.Concat") else [target]
+
+
 def _empty_by_allowzero(x: ir.Value, target: ir.Value, result_type: ir.Type) -> bool:
     """Whether a Reshape needs allowzero (opset 14) for its empty result:
     before 14 a 0 in the target copies x's extent there (one past x's rank
@@ -1129,8 +1132,7 @@ def _empty_by_allowzero(x: ir.Value, target: ir.Value, result_type: ir.Type) -> 
     out = result_type.shape if isinstance(result_type, ir.RankedTensorType) else None
     if r is None:
         return False
-    o = defining_op(target)
-    parts = list(o.operands) if o is not None and o.name.startswith("onnx.Concat") else [target]
+    parts = _target_parts(target)
     at, empty, inferred = 0, False, False
     for part in parts:
         values, n = constant_ints(part), dims(part)

@@ -1146,6 +1146,8 @@ def _as_scan(b: Builder, rev: ir.Operation, guarded: bool) -> ir.Operation:
     carried values through. rev itself when the body reads the iteration
     number otherwise, nothing is stacked, or before opset 9 (Scan-8 is
     batched)."""
+    if b.opset < 9:  # (Scan-8 is batched; Greater compares no int64 before 9)
+        return rev
     blk = rev.regions[0].blocks[0]
     i, cond = blk.arguments[0], blk.arguments[1]
     users = [u.owner.operation for u in i.uses]  # (idx = last - i, unless it died)
@@ -1164,8 +1166,6 @@ def _as_scan(b: Builder, rev: ir.Operation, guarded: bool) -> ir.Operation:
     stacks: dict = {}  # (stack, axis) -> its slice argument's type
     for g in gathers:
         stacks.setdefault((g.operands[0], attribute(g, "axis") or 0), g.results[0].type)
-    if b.opset < 9:  # (Scan-8 is batched; Greater compares no int64 before 9)
-        return rev
     keys = list(stacks)
     carried = list(rev.operands[2:])
     attrs = {"num_scan_inputs": ir.IntegerAttr.get(ir.IntegerType.get_signed(64), len(keys)),

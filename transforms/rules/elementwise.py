@@ -380,7 +380,7 @@ def _power_coefficient(b: Builder, a: ir.Value, y: ir.Value, c: float) -> ir.Val
     if c == 2.0:
         return b.mul(a, _c(b, 2.0, a))
     if c == 3.0:
-        return b.mul(b.mul(a, a), _c(b, 3.0, a))
+        return b.mul(_square(b, a), _c(b, 3.0, a))
     if c == 4.0:
         return b.mul(b.ew("Pow", a, _c(b, 3.0, a)), _c(b, 4.0, a))
     if c == 0.5:

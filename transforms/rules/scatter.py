@@ -47,7 +47,7 @@ def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
     if element_type(idx) != i64():  # (nor int32 indices with an int64 depth: ONNX Runtime)
         idx = b.op("Cast", [idx], tensor_type(d, i64()), to=7)  # INT64
     if b.opset < 11:  # OneHot counts negative indices from the end from opset 11 on
-        idx = _from_the_front(b, idx, depth)
+        idx = _from_the_front(b, idx, depth, depth_v)
     if b.opset < 9:  # OneHot is opset 9: idx compared with 0..depth-1
         if not isinstance(depth, int) or d is None:
             raise UnsupportedOp("scatter-add before opset 9 needs a static extent and rank")
@@ -61,16 +61,15 @@ def onehot(b: Builder, idx: ir.Value, depth: int | ir.Value, like: ir.Value,
     return hot if isinstance(elem, ir.F32Type) else b.cast_like(hot, like)
 
 
-def _from_the_front(b: Builder, idx: ir.Value, depth: int | ir.Value) -> ir.Value:
+def _from_the_front(b: Builder, idx: ir.Value, depth: int | ir.Value, n: ir.Value) -> ir.Value:
     """int64 indices counted from the end where negative (a Gather's may be),
-    as depth + idx."""
+    as depth + idx; `n` is depth as a scalar value."""
     c = constant_ints(idx)
     if c is not None and isinstance(depth, int):
         if min(c, default=0) >= 0:
             return idx
         a = np.asarray(c, np.int64).reshape(dims(idx))
         return b.constant(ir.DenseElementsAttr.get(np.where(a < 0, a + depth, a)))
-    n = b.int_scalar(depth) if isinstance(depth, int) else b.reshape(depth, b.ints([]), [])
     if b.opset >= 9:
         return b.where(b.compare("Less", idx, b.int_scalar(0)), b.add(idx, n), idx)
     # Less before opset 9 compares floats only (exact for these indices)

@@ -126,10 +126,12 @@ class _Names:
 class _OpInfo:
     """What the exporter needs per onnx op name, derived once from `_op_table`."""
     __slots__ = ("mlir_name", "op_type", "op_type_field", "kinds", "regions", "simple",
-                 "attribute_fields", "written_defaults")
+                 "attribute_fields", "written_defaults", "own_extents")
 
-    def __init__(self, mlir_name: str, spec: dict):
+    def __init__(self, mlir_name: str, spec: dict, own_extents: bool = False):
         self.mlir_name = mlir_name
+        # results whose unknown extents are declared with names of their own
+        self.own_extents = own_extents
         self.op_type = spec["op_type"]
         self.op_type_field = _string_field(b"\x22", self.op_type)  # NodeProto.op_type
         self.kinds = spec["attributes"]
@@ -168,6 +170,12 @@ class _Exporter:
         # also graph inputs at IR 3, where every initializer must be one
         self._float_constants_only = opset is not None and opset < 9
         self._initializers_are_inputs = ir_version is not None and ir_version < 4
+        # ONNX's Slice-10 shape inference gives a sliced axis of unknown extent
+        # the input's symbolic extent: x[0:3:2] and x[1:3:2] would share one,
+        # and ONNX Runtime, planning buffer reuse by it, fails on such a model
+        # ("Shape mismatch attempting to re-use buffer"). A name of its own
+        # per unknown extent of a Slice result overrides that inference.
+        self._slices_own_extents = opset == 10
         self._main_graph: onnx.GraphProto | None = None
         self._main_fields: list[bytes] = []
 
@@ -329,7 +337,7 @@ class _Exporter:
         if spec is None:
             raise ExportFailure(f"op 'onnx.{mlir_name}' has no ONNX schema")
         self.op_names.add(mlir_name)
-        return _OpInfo(mlir_name, spec)
+        return _OpInfo(mlir_name, spec, self._slices_own_extents and mlir_name == "Slice")
 
     def _simple_node(self, op: ir.Operation, info: _OpInfo) -> bool:
         """Queues the common node as `_node` would, at a fraction of its cost,
@@ -361,7 +369,7 @@ class _Exporter:
             inputs.pop()
         t = r.type
         if isinstance(t, ir.RankedTensorType):
-            self._value_info(name, t)
+            self._value_info(name, t, info.own_extents)
         encoded = self._encoded
         parts = [b"\x0a" + encoded[n] for n in inputs]  # NodeProto fields as in _node
         parts.append(b"\x12" + encoded[name])
@@ -386,7 +394,7 @@ class _Exporter:
             if name and name not in graph_outputs:
                 t = r.type
                 if isinstance(t, ir.RankedTensorType):
-                    self._value_info(name, t)
+                    self._value_info(name, t, info.own_extents)
         if node_name:
             node_names = self.names.node_names
             if node_name in node_names:
@@ -447,14 +455,18 @@ class _Exporter:
                 parts.append(_message_field(b"\x2a", a.SerializeToString()))
         return b"".join(parts)
 
-    def _value_info(self, name: str, t: ir.Type) -> None:
-        """Queues the value_info entry (GraphProto field 13) of a block value."""
-        type_field = self._type_fields.get(t)
+    def _value_info(self, name: str, t: ir.RankedTensorType, own_extents: bool = False) -> None:
+        """Queues the value_info entry (GraphProto field 13) of a block value;
+        `own_extents`: its unknown extents named `<name>_dim<axis>`."""
+        type_field = None if own_extents else self._type_fields.get(t)
         if type_field is None:  # ValueInfoProto.type (field 2), built once per type
             tp = onnx.TypeProto()
-            fill_type_proto(tp, t)
+            fill_type_proto(tp, t, [f"{name}_dim{i}" for i in range(t.rank)] if own_extents
+                            else None)
             data = tp.SerializeToString()
-            type_field = self._type_fields[t] = b"\x12" + _varint(len(data)) + data
+            type_field = b"\x12" + _varint(len(data)) + data
+            if not own_extents:
+                self._type_fields[t] = type_field
         self._fields.append(_message_field(b"\x6a", b"\x0a" + self._encoded[name] + type_field))
 
     def _result_names(self, results: list[ir.Value], wanted: list[str]) -> list[str]:

@@ -107,6 +107,28 @@ def test_a_slice_with_run_time_bounds_at_opset_10():
     assert any(n.op_type == "NonZero" for p in produced for n in p.graph.node)
 
 
+def test_strided_slices_of_a_run_time_extent_at_opset_10():
+    """x[0:3:2] and x[1:3:2] along an extent known only at run time (fuzz
+    seed 267, case 1811): ONNX's Slice-10 shape inference gives both the
+    input's symbolic extent, and ONNX Runtime, reusing one's buffer for the
+    other by it, failed to run the derivative models. The exporter names
+    these extents apart."""
+    c = lambda n, v: _c(n, v, np.int64)
+    nodes = [h.make_node("Slice", ["x", "zero", "three", "zero", "two"], ["a"]),
+             h.make_node("Neg", ["a"], ["n"]),
+             h.make_node("Slice", ["x", "one", "three", "zero", "two"], ["b"]),
+             h.make_node("Tanh", ["b"], ["t"]),
+             h.make_node("Concat", ["n", "t"], ["y"], axis=0)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, ["A", "B"])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, None)],
+                     [c("zero", [0]), c("one", [1]), c("two", [2]), c("three", [3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 10)])
+    m.ir_version = 5
+    feeds = {"x": np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)}
+    check_derivatives(m, feeds)
+    check_hessian(m, feeds)
+
+
 @pytest.mark.parametrize("opset", [7, 9, 10])
 @pytest.mark.parametrize("constant", [True, False])
 def test_a_gather_at_negative_positions(opset, constant):

@@ -13,7 +13,7 @@ from mlir import ir
 
 from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
-from ..builder import (Builder, attribute, constant_ints, dims, op_type,
+from ..builder import (Builder, attribute, axis_attribute, constant_ints, dims, op_type,
                        operand_or_none, rank, tensor_type)
 from ..registry import jvp, transpose
 from .elementwise import zero_where_zero
@@ -323,11 +323,6 @@ def _directed_indices(b: Builder, idx: ir.Value, t: ir.Value) -> ir.Value:
     return b.expand(b.unsqueeze(idx, [0]), target, None if d is None else [None] + d)
 
 
-def _axis(op: ir.Operation, r: int) -> int:
-    a = attribute(op, "axis")
-    return a + r if a < 0 else a
-
-
 @jvp("TopK")
 def _topk(b: Builder, op, tangents):
     x, idx = op.operands[0], op.results[1]
@@ -337,13 +332,14 @@ def _topk(b: Builder, op, tangents):
     if r is None:
         raise UnsupportedOp("TopK needs its operand's rank")
     k = constant_ints(op.operands[1]) if len(op.operands) > 1 else [attribute(op, "k")]
-    extent = dims(x)[_axis(op, r)]
+    axis = axis_attribute(op, r)
+    extent = dims(x)[axis]
     if k is not None and len(k) == 1 and None not in (k[0], extent) and k[0] > extent:
         # an invalid model ONNX's inference types as given (ONNX Runtime refuses it)
         raise ImportFailure(f"K = {k[0]} is larger than the extent {extent} of axis "
                             f"{attribute(op, 'axis')}")
     return [_gather_elements(b, tangents[0], _directed_indices(b, idx, tangents[0]),
-                             _axis(op, r) + 1, op.results[0]), None]
+                             axis + 1, op.results[0]), None]
 
 
 def _gather_elements(b: Builder, t, idx, axis, primal) -> ir.Value:

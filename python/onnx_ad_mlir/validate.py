@@ -15,7 +15,7 @@ import onnx
 import onnx.numpy_helper
 
 from . import _op_table
-from .errors import ImportFailure
+from .errors import ImportFailure, UnsupportedOp
 
 # op -> (attribute, operand index whose rank bounds it, extra: axis may equal the rank)
 _AXIS_OPS = {
@@ -655,6 +655,12 @@ def check_opsets(model: onnx.ModelProto) -> None:
         if not 1 <= o.version < 2**31:
             raise ImportFailure(f"opset_import: version {o.version} of domain "
                                 f"'{o.domain or 'ai.onnx'}' is not a valid opset")
+        if o.domain in ("", "ai.onnx") and o.version > _op_table.MAX_OPSET:
+            # ONNX's checker takes any opset; its ops there may have versions
+            # the dialect lacks, and no opset can be exported for them
+            raise UnsupportedOp(f"opset_import: ai.onnx opset {o.version} is newer than the "
+                                f"newest the dialect has ({_op_table.MAX_OPSET}, from ONNX "
+                                f"{onnx.__version__})")
 
 
 def check_node_domains(model: onnx.ModelProto, rows: list[NodeRow]) -> None:

@@ -290,6 +290,21 @@ def test_export_refuses_ops_without_common_opset():
             export_onnx(module)
 
 
+def test_an_opset_newer_than_the_dialect_is_refused_at_import():
+    """ONNX's checker accepts any opset; at 99 the export found no opset for
+    the derivative's ops and said so in terms of ops the user never wrote."""
+    g = h.make_graph([h.make_node("Sin", ["x"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [3])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 99)])
+    onnx.checker.check_model(m, full_check=True)
+    with pytest.raises(UnsupportedOp, match=r"ai\.onnx opset 99 is newer than the newest "
+                                            r"the dialect has \(28"):
+        import_onnx(m)
+    m.opset_import[0].version = 28
+    import_onnx(m)
+
+
 def _ints(name: str, values: list[int], elem=T.INT64) -> onnx.NodeProto:
     return h.make_node("Constant", [], [name], value=h.make_tensor(name, elem, [len(values)],
                                                                    values))

@@ -14,10 +14,11 @@ from mlir import ir
 from onnx_ad_mlir.errors import ImportFailure, UnsupportedOp
 
 from ..builder import (Builder, attribute, axis_attribute, constant_ints, dims, element_type,
-                       has_attribute, i64, known_rank, op_type, producer, rank, tensor_type)
+                       has_attribute, i64, known_rank, onehot, op_type, producer, rank,
+                       tensor_type)
 from ..registry import jvp, transpose
 from .reduction import zero_aware
-from .scatter import onehot, onehot_scatter, scatter_add_at
+from .scatter import onehot_scatter, scatter_add_at
 from .shape import on_grid
 
 

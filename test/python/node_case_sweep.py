@@ -50,10 +50,18 @@ def float_cases() -> Iterator[tuple[str, onnx.ModelProto, dict[str, np.ndarray]]
         yield case.name, m, feeds
 
 
+# ONNX Runtime 1.32's float64 kernels that compute in float32 (Shrink(2 +
+# 1e-9) = 2): float64 finite differences of them are noise, so their cases
+# are judged in float32
+FLOAT32_INSIDE = {"Shrink"}
+
+
 def promoted(model: onnx.ModelProto, feeds: dict[str, np.ndarray], to: int = TP.DOUBLE
              ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """The model with float32/float16 tensors as float64 (or `to`), when ONNX
     Runtime runs it: finite differences need the precision."""
+    if to == TP.DOUBLE and any(n.op_type in FLOAT32_INSIDE for n in model.graph.node):
+        return model, feeds
     narrow = NARROW if to == TP.DOUBLE else {TP.FLOAT16}
     np_to = {TP.DOUBLE: np.float64, TP.FLOAT: np.float32}[to]
     m = onnx.ModelProto()

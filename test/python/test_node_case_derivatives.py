@@ -9,14 +9,6 @@ from onnx_ad_mlir import _op_table
 from onnx_ad_mlir.transforms.linearize import REGION_RULES
 from onnx_ad_mlir.transforms.registry import JVP, mlir_names
 
-# Cases whose finite-difference check fails for reasons outside the rules.
-KNOWN_FAILURES: dict[str, str] = {
-    **{f"test_shrink_{kind}": "ONNX Runtime 1.32's float64 Shrink rounds through float32 "
-                              "(Shrink(2 + 1e-9) = 2), so float64 finite differences of it are "
-                              "noise; test_ad_elementwise checks the rule in float32, and the "
-                              "expanded cases pass" for kind in ("hard", "soft")},
-}
-
 # Ops a derivative model may contain without a JVP rule of their own: they
 # produce no floating-point value a tangent could flow through.
 STRUCTURAL = {"Constant", "Shape", "Size", "NonZero", "ConstantOfShape"}
@@ -39,7 +31,7 @@ def test_node_cases_differentiate(capsys):
     outcomes = sweep(produced)
     with capsys.disabled():
         print("\n" + report(outcomes))
-    failures = [o for o in outcomes if o.status == "fail" and o.name not in KNOWN_FAILURES]
+    failures = [o for o in outcomes if o.status == "fail"]
     assert not failures, "\n".join(f"{o.name} [{o.op}]: {o.detail}" for o in failures)
     assert sum(o.status == "pass" for o in outcomes) > 0
 

@@ -18,7 +18,8 @@ global and Lp pools, Lp/MeanVariance normalization, RNN/GRU/LSTM; with 2,
 the shape-keeping ones of them inside If/Scan/Loop bodies too; with 3, values
 read piece by piece (Slices, Gathers) and concatenated back; with 4, also
 by strided Slices (x[j::step], a patch merge's quarters); with 5, at opsets
-7-28 instead of 13-28 (each op in the form its opset has).
+7-28 instead of 13-28 (each op in the form its opset has); with 6, also
+Det, CenterCropPad, DFT, AffineGrid and Col2Im.
 
     generate(seed, sequences=0, wide=0) -> (model, feeds)
 
@@ -794,6 +795,68 @@ class Graph:
             axes = sorted(r.sample(range(len(s)), r.randint(1, len(s))))
         return self.add(self.node(op, [x], axes=axes)[0], s)
 
+    def rare(self, x):
+        """Det (float32), CenterCropPad, DFT, AffineGrid and Col2Im (float32):
+        on x where its shape fits, else on a value of a shape that does (a
+        new input in the main graph). Each is smooth or linear in its float
+        operands."""
+        r = self.gen.r
+        s = self.pool[x]
+        f32, opset = self.gen.dtype == TP.FLOAT, self.gen.opset
+        ops = (["Det"] if f32 and opset >= 11 else []) + \
+            (["CenterCropPad"] if opset >= 18 else []) + \
+            (["DFT"] if opset >= 17 else []) + \
+            (["AffineGrid"] if f32 and opset >= 20 else []) + \
+            (["Col2Im"] if f32 and opset >= 18 else [])
+        if not ops:
+            return None
+        op = r.choice(ops)
+        if op == "Det":  # [..., n, n] -> [...]
+            if len(s) < 2 or s[-1] != s[-2] or not 1 <= s[-1] <= 3:
+                s = tuple(r.randint(1, 3) for _ in range(r.randint(0, 1))) + (r.randint(1, 3),) * 2
+                x = self._exact(s)
+            return self.add(self.node("Det", [x])[0], s[:-2])
+        if op == "CenterCropPad":  # each chosen axis cropped or padded about its centre
+            if not s:
+                return None
+            axes = sorted(r.sample(range(len(s)), r.randint(1, len(s))))
+            target = [max(1, s[a] + r.randint(-2, 2)) for a in axes]
+            out = list(s)
+            for a, t in zip(axes, target):
+                out[a] = t
+            attrs = {} if axes == list(range(len(s))) and r.random() < 0.5 else {"axes": axes}
+            return self.add(self.node("CenterCropPad", [x, self.i64(target)], **attrs)[0],
+                            tuple(out))
+        if op == "DFT":  # real [B, .., n, .., 1] -> complex [.., n', .., 2] along axis
+            if len(s) < 2 or 0 in s:
+                s = (r.randint(1, 2), r.randint(2, 5))
+                x = self._exact(s)
+            u = self.node("Unsqueeze", [x, self.i64([len(s)])])[0]
+            axis = r.randint(1, len(s) - 1)
+            onesided = r.choice([0, 1])
+            inverse = 0 if onesided else r.choice([0, 1])
+            n = s[axis]
+            out = s[:axis] + ((n // 2 + 1) if onesided else n,) + s[axis + 1:] + (2,)
+            attrs = {"onesided": onesided, "inverse": inverse}
+            if opset >= 20:
+                return self.add(self.node("DFT", [u, "", self.i64(axis)], **attrs)[0], out)
+            return self.add(self.node("DFT", [u], axis=axis, **attrs)[0], out)
+        if op == "AffineGrid":  # theta [N, 2, 3] over size [N, C, H, W]
+            n = r.randint(1, 2)
+            theta = self._exact((n, 2, 3))
+            hw = (r.randint(1, 4), r.randint(1, 4))
+            size = self.i64([n, r.randint(1, 2), *hw])
+            return self.add(self.node("AffineGrid", [theta, size],
+                                      align_corners=r.choice([0, 1]))[0], (n, *hw, 2))
+        # Col2Im: blocks [N, C*bh*bw, L] summed back into [N, C, H, W]
+        n, c = r.randint(1, 2), r.randint(1, 2)
+        hw = (r.randint(1, 4), r.randint(1, 4))
+        block = tuple(r.randint(1, d) for d in hw)
+        blocks = (hw[0] - block[0] + 1) * (hw[1] - block[1] + 1)
+        cols = self._exact((n, c * block[0] * block[1], blocks))
+        return self.add(self.node("Col2Im", [cols, self.i64(list(hw)), self.i64(list(block))])[0],
+                        (n, c, *hw))
+
     def recurrent(self, x):
         """RNN, GRU or LSTM (float32 in ONNX Runtime) over x [seq, batch,
         input] (or a new input of that form): directions, biases, initial
@@ -1087,7 +1150,8 @@ class Gen:
             ([g.more_unary, g.more_binary, g.indexing, g.indexing, g.norm_pool, g.recurrent]
              if self.wide else []) + \
             ([g.pieces, g.pieces] if self.wide > 2 else []) + \
-            ([g.strided_pieces, g.strided_pieces] if self.wide > 3 else [])
+            ([g.strided_pieces, g.strided_pieces] if self.wide > 3 else []) + \
+            ([g.rare, g.rare] if self.wide > 5 else [])
         last = None
         for _ in range(r.randint(1, 6)):
             x = last if last is not None and r.random() < 0.6 else g.pick()

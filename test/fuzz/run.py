@@ -26,7 +26,8 @@ on the generator's wider op set (WIDE_SEEDS: indexing, recurrent, pools,
 the remaining activations), from 190 on inside bodies too (WIDE_BODY_SEEDS),
 from 253 on values read piece by piece and concatenated back (PIECES_SEEDS),
 from 259 on by strided Slices too (STRIDED_SEEDS), from 266 on at opsets 7-28
-instead of 13-28 (OLD_OPSET_SEEDS).
+instead of 13-28 (OLD_OPSET_SEEDS), from 272 on with Det, CenterCropPad, DFT,
+AffineGrid and Col2Im too (RARE_SEEDS).
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes
@@ -125,6 +126,7 @@ WIDE_BODY_SEEDS = 190
 PIECES_SEEDS = 253
 STRIDED_SEEDS = 259
 OLD_OPSET_SEEDS = 266
+RARE_SEEDS = 272
 
 
 def sequence_level(base: int) -> int:
@@ -132,7 +134,8 @@ def sequence_level(base: int) -> int:
 
 
 def wide_level(base: int) -> int:
-    return 5 if base >= OLD_OPSET_SEEDS else 4 if base >= STRIDED_SEEDS else \
+    return 6 if base >= RARE_SEEDS else 5 if base >= OLD_OPSET_SEEDS else \
+        4 if base >= STRIDED_SEEDS else \
         3 if base >= PIECES_SEEDS else 2 if base >= WIDE_BODY_SEEDS else \
         1 if base >= WIDE_SEEDS else 0
 

@@ -101,3 +101,15 @@ def test_fuzz_sample_at_old_opsets():
     assert not bugs, fuzz.summary(results)
     old = [r for r in results if r["outcome"] == "ok" and r["opset"] < 13]
     assert len(old) >= 4, fuzz.summary(results)
+
+
+def test_fuzz_sample_with_rarer_ops():
+    """40 generated models from a base seed whose models also hold Det,
+    CenterCropPad, DFT, AffineGrid and Col2Im."""
+    rare = {"Det", "CenterCropPad", "DFT", "AffineGrid", "Col2Im"}
+    cases = [i for i in range(80) if fuzz.case_kind(i) == "gen"]
+    results = fuzz.run_cases(cases, base=fuzz.RARE_SEEDS, jobs=1, timeout=60)
+    bugs = [r for r in results if r["outcome"] in fuzz.BUGS]
+    assert not bugs, fuzz.summary(results)
+    held = [r for r in results if r["outcome"] == "ok" and rare & set(r.get("ops", []))]
+    assert len(held) >= 3, fuzz.summary(results)

@@ -19,7 +19,8 @@ the shape-keeping ones of them inside If/Scan/Loop bodies too; with 3, values
 read piece by piece (Slices, Gathers) and concatenated back; with 4, also
 by strided Slices (x[j::step], a patch merge's quarters); with 5, at opsets
 7-28 instead of 13-28 (each op in the form its opset has); with 6, also
-Det, CenterCropPad, DFT, AffineGrid and Col2Im.
+Det, CenterCropPad, DFT, AffineGrid, Col2Im, RoiAlign, MaxUnpool and
+GridSample.
 
     generate(seed, sequences=0, wide=0) -> (model, feeds)
 
@@ -796,10 +797,11 @@ class Graph:
         return self.add(self.node(op, [x], axes=axes)[0], s)
 
     def rare(self, x):
-        """Det (float32), CenterCropPad, DFT, AffineGrid and Col2Im (float32):
-        on x where its shape fits, else on a value of a shape that does (a
-        new input in the main graph). Each is smooth or linear in its float
-        operands."""
+        """Det (float32), CenterCropPad, DFT, AffineGrid and Col2Im (float32),
+        RoiAlign, MaxUnpool and GridSample (float32): on x where its shape
+        fits, else on a value of a shape that does (a new input in the main
+        graph). Each is smooth or linear in its float operands, or piecewise
+        so (GridSample's grid: kinks at pixel positions)."""
         r = self.gen.r
         s = self.pool[x]
         f32, opset = self.gen.dtype == TP.FLOAT, self.gen.opset
@@ -808,9 +810,14 @@ class Graph:
             (["DFT"] if opset >= 17 else []) + \
             (["AffineGrid"] if f32 and opset >= 20 else []) + \
             (["Col2Im"] if f32 and opset >= 18 else [])
+        ops += (["RoiAlign"] if opset >= 10 else []) + \
+            (["MaxUnpool"] if f32 and opset >= 11 else []) + \
+            (["GridSample"] if f32 and opset >= 16 else [])
         if not ops:
             return None
         op = r.choice(ops)
+        if op in ("RoiAlign", "MaxUnpool", "GridSample"):
+            return self._image_sampling(op, x)
         if op == "Det":  # [..., n, n] -> [...]
             if len(s) < 2 or s[-1] != s[-2] or not 1 <= s[-1] <= 3:
                 s = tuple(r.randint(1, 3) for _ in range(r.randint(0, 1))) + (r.randint(1, 3),) * 2
@@ -856,6 +863,44 @@ class Graph:
         cols = self._exact((n, c * block[0] * block[1], blocks))
         return self.add(self.node("Col2Im", [cols, self.i64(list(hw)), self.i64(list(block))])[0],
                         (n, c, *hw))
+
+    def _image_sampling(self, op: str, x: str):
+        """RoiAlign (average: linear in the image, constant boxes), MaxUnpool
+        of a MaxPool's values and Indices, GridSample (bilinear) at a grid
+        inside [-0.9, 0.9], on x [N, C, H, W] or a new image."""
+        r = self.gen.r
+        s = self.pool[x]
+        if len(s) != 4 or 0 in s or min(s[2:]) < 2:
+            s = (r.randint(1, 2), r.randint(1, 2), r.randint(2, 5), r.randint(2, 5))
+            x = self._exact(s)
+        n, c, hh, ww = s
+        if op == "RoiAlign":
+            k = r.randint(1, 3)
+            x1, y1 = self.gen.np.uniform(0, ww - 1, k), self.gen.np.uniform(0, hh - 1, k)
+            boxes = np.stack([x1, y1, np.minimum(x1 + self.gen.np.uniform(0.5, 2, k), ww - 1),
+                              np.minimum(y1 + self.gen.np.uniform(0.5, 2, k), hh - 1)], 1)
+            rois = self.const(boxes.astype(self.gen.npdtype), "rois")
+            index = self.i64([r.randrange(n) for _ in range(k)])
+            out = (r.randint(1, 3), r.randint(1, 3))
+            return self.add(self.node("RoiAlign", [x, rois, index], mode="avg",
+                                      output_height=out[0], output_width=out[1],
+                                      sampling_ratio=r.choice([0, 1, 2]))[0], (k, c, *out))
+        if op == "MaxUnpool":
+            kernel = [r.randint(1, 2), r.randint(1, 2)]
+            pooled = (n, c, hh // kernel[0], ww // kernel[1])
+            values, index = self.node("MaxPool", [x], n_out=2, kernel_shape=kernel,
+                                      strides=kernel)
+            values = self.node("Mul", [values, self.operand(pooled, allow_new=False)])[0]
+            out = (n, c, pooled[2] * kernel[0], pooled[3] * kernel[1])
+            return self.add(self.node("MaxUnpool", [values, index], kernel_shape=kernel,
+                                      strides=kernel)[0], out)
+        out = (r.randint(1, 3), r.randint(1, 3))
+        grid = self.node("Tanh", [self._exact((n, *out, 2))])[0]
+        grid = self.node("Mul", [grid, self.const(np.asarray(0.9, self.gen.npdtype))])[0]
+        mode = "bilinear" if self.gen.opset < 20 else "linear"
+        return self.add(self.node("GridSample", [x, grid], mode=mode,
+                                  padding_mode=r.choice(["zeros", "border", "reflection"]),
+                                  align_corners=r.choice([0, 1]))[0], (n, c, *out))
 
     def recurrent(self, x):
         """RNN, GRU or LSTM (float32 in ONNX Runtime) over x [seq, batch,

@@ -27,7 +27,7 @@ the remaining activations), from 190 on inside bodies too (WIDE_BODY_SEEDS),
 from 253 on values read piece by piece and concatenated back (PIECES_SEEDS),
 from 259 on by strided Slices too (STRIDED_SEEDS), from 266 on at opsets 7-28
 instead of 13-28 (OLD_OPSET_SEEDS), from 272 on with Det, CenterCropPad, DFT,
-AffineGrid and Col2Im too (RARE_SEEDS).
+AffineGrid, Col2Im, RoiAlign, MaxUnpool and GridSample too (RARE_SEEDS).
 
 Cases run in long-lived worker processes (one import of MLIR/ORT per worker,
 not per case); a worker that dies (signal, abort, non-zero exit) or takes

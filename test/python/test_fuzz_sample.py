@@ -105,8 +105,10 @@ def test_fuzz_sample_at_old_opsets():
 
 def test_fuzz_sample_with_rarer_ops():
     """40 generated models from a base seed whose models also hold Det,
-    CenterCropPad, DFT, AffineGrid and Col2Im."""
-    rare = {"Det", "CenterCropPad", "DFT", "AffineGrid", "Col2Im"}
+    CenterCropPad, DFT, AffineGrid, Col2Im, RoiAlign, MaxUnpool and
+    GridSample."""
+    rare = {"Det", "CenterCropPad", "DFT", "AffineGrid", "Col2Im", "RoiAlign", "MaxUnpool",
+            "GridSample"}
     cases = [i for i in range(80) if fuzz.case_kind(i) == "gen"]
     results = fuzz.run_cases(cases, base=fuzz.RARE_SEEDS, jobs=1, timeout=60)
     bugs = [r for r in results if r["outcome"] in fuzz.BUGS]

@@ -530,7 +530,8 @@ class Graph:
     def image_op(self, x):
         """On an [N, C, *S] float32 value: BatchNormalization (inference),
         InstanceNormalization, ConvTranspose, Resize (nearest or linear,
-        integer or fractional scales), DepthToSpace/SpaceToDepth, LRN."""
+        integer or fractional scales; Upsample before opset 10),
+        DepthToSpace/SpaceToDepth, LRN."""
         r = self.gen.r
         if self.gen.main is not self or self.gen.dtype != TP.FLOAT:  # ORT: float32 only
             return None
@@ -555,15 +556,23 @@ class Graph:
             out = tuple((e - 1) * t + kk for e, t, kk in zip(sp, st, k))
             ins = [x, self.fconst((c, m, *k), 0.5)] + ([self.fconst((m,))] if r.random() < 0.5 else [])
             return self.add(self.node(op, ins, kernel_shape=k, strides=st)[0], (n, m) + out)
-        if op == "Resize":
+        if op == "Resize":  # Upsample (scales >= 1) before opset 10, Resize-10 without roi
             mode = r.choice(["nearest", "linear"])
-            scales = [1.0, 1.0] + [r.choice([2.0, 1.5, 0.5]) for _ in sp]
+            opset = self.gen.opset
+            scales = [1.0, 1.0] + [r.choice([2.0, 1.5] if opset < 10 else [2.0, 1.5, 0.5])
+                                   for _ in sp]
             out = tuple(int(np.floor(e * f)) for e, f in zip(sp, scales[2:]))
             if min(out) < 1:
                 return None
+            given = self.const(np.asarray(scales, np.float32))
+            if opset < 9:
+                return self.add(self.node("Upsample", [x], mode=mode, scales=scales)[0],
+                                (n, c) + out)
+            if opset < 11:
+                return self.add(self.node("Upsample" if opset < 10 else op, [x, given],
+                                          mode=mode)[0], (n, c) + out)
             roi = self.const(np.zeros(0, np.float32))
-            return self.add(self.node(op, [x, roi, self.const(np.asarray(scales, np.float32))],
-                                      mode=mode)[0], (n, c) + out)
+            return self.add(self.node(op, [x, roi, given], mode=mode)[0], (n, c) + out)
         if op == "DepthToSpace" and len(sp) == 2:
             if c % 4 == 0:
                 return self.add(self.node(op, [x], blocksize=2, mode=r.choice(["DCR", "CRD"]))[0],
@@ -891,9 +900,10 @@ class Graph:
             values, index = self.node("MaxPool", [x], n_out=2, kernel_shape=kernel,
                                       strides=kernel)
             values = self.node("Mul", [values, self.operand(pooled, allow_new=False)])[0]
-            out = (n, c, pooled[2] * kernel[0], pooled[3] * kernel[1])
-            return self.add(self.node("MaxUnpool", [values, index], kernel_shape=kernel,
-                                      strides=kernel)[0], out)
+            # back onto x's extents (the Indices address them; a floor-cut
+            # window's would fall outside the default output)
+            return self.add(self.node("MaxUnpool", [values, index, self.i64(list(s))],
+                                      kernel_shape=kernel, strides=kernel)[0], s)
         out = (r.randint(1, 3), r.randint(1, 3))
         grid = self.node("Tanh", [self._exact((n, *out, 2))])[0]
         grid = self.node("Mul", [grid, self.const(np.asarray(0.9, self.gen.npdtype))])[0]

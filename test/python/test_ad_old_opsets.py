@@ -129,6 +129,23 @@ def test_strided_slices_of_a_run_time_extent_at_opset_10():
     check_hessian(m, feeds)
 
 
+@pytest.mark.parametrize("shape", [(1, 2, 3), (1, 2, 0)])
+def test_a_gather_at_a_scalar_index_over_run_time_extents_at_opset_13(shape):
+    """y = tanh(x[:, 1]) with every extent read at run time (fuzz seed 271,
+    case 931, x [1, 2, 0]): the transpose put the gathered axis back with a
+    Reshape to [k, A, 1, C] read at run time, and before opset 14 (no
+    allowzero) C = 0 there meant "copy the operand's extent": ONNX Runtime
+    failed the reverse model. An Unsqueeze does it at any extents."""
+    nodes = [h.make_node("Gather", ["x", "one"], ["g"], axis=1), h.make_node("Tanh", ["g"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.DOUBLE, ["A", "B", "C"])],
+                     [h.make_tensor_value_info("y", TP.DOUBLE, None)],
+                     [_c("one", 1, np.int64)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 7
+    feeds = {"x": np.random.default_rng(3).standard_normal(shape)}
+    check_derivatives(m, feeds)
+
+
 @pytest.mark.parametrize("opset", [7, 9, 10])
 @pytest.mark.parametrize("constant", [True, False])
 def test_a_gather_at_negative_positions(opset, constant):

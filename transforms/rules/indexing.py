@@ -58,15 +58,18 @@ def scatter_add_along(b: Builder, ct: ir.Value, data_lin: ir.Value, idx: ir.Valu
     dd = dims(data_lin)  # None: data of unknown rank (e.g. a Loop result)
     if mid == 0 or 0 in cd[axis + q:]:  # nothing gathered: nothing to scatter back
         return b.zeros(b.like_shape(ct, data_lin), None if dd is None else [None] + dd[1:], ct)
-    allow = {}
     if None not in cd[axis + q:] and mid is not None:  # a constant target keeps the rank visible
-        target = b.ints([0] * axis + [mid] + cd[axis + q:])
+        flat = b.reshape(ct, [0] * axis + [mid] + cd[axis + q:], flat_dims)
+    elif q <= 1:
+        # no Reshape at run-time extents: before opset 14 (no allowzero) an
+        # extent 0 in its target would be read as "copy the operand's"
+        flat = b.unsqueeze(ct, [axis]) if q == 0 else ct
     else:
         count = b.ints([mid]) if mid is not None else b.reshape(
             b.op("Size", [idx], tensor_type([], ir.IntegerType.get_signless(64))), [1], [1])
         target = b.concat([b.shape(ct, 0, axis), count, b.shape(ct, axis + q)], 0)
         allow = {"allowzero": 1} if b.opset >= 14 else {}
-    flat = b.op("Reshape", [ct, target], tensor_type(flat_dims, element_type(ct)), **allow)
+        flat = b.op("Reshape", [ct, target], tensor_type(flat_dims, element_type(ct)), **allow)
     if b.opset < 16:
         depth = dd[axis] if dd is not None and dd[axis] is not None else \
             b.shape(data_lin, axis, axis + 1)

@@ -879,7 +879,8 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "'Repeats' input has incorrect number of values",  # (Tile's)
                    "must not be larger than the rank of",  # (GatherND's index depth)
                    "has incorrect size",  # (LpPool's kernel_shape)
-                   "must be 1 instead of")  # (Squeeze of an axis of extent > 1)
+                   "must be 1 instead of",  # (Squeeze of an axis of extent > 1)
+                   "does not match the number of axes")  # (CenterCropPad's target shape)
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

@@ -601,6 +601,8 @@ def _narrow_judged(model, feeds, i) -> dict | None:
             return {"outcome": "wrong", "detail": _short(e)}
         except Exception as e:  # noqa: BLE001
             return {"outcome": "bad-export", "detail": f"{what}: " + _short(e)}
+        if _holds(dn.graph, _EVALUATOR_WIDENS):
+            continue
         try:  # (the evaluator in both types: its own gaps and quirks are in both)
             want = evaluate(d32, feeds_d32)
         except Exception:  # noqa: BLE001
@@ -619,6 +621,25 @@ def _narrow_judged(model, feeds, i) -> dict | None:
                 except AssertionError as e:
                     imprecise = {"outcome": "ok-low-precision", "detail": _short(e)}
     return imprecise
+
+
+# Ops whose result ONNX 1.23's reference evaluator gives in float32 for
+# float16 and bfloat16 operands (AffineGrid): a narrow derivative model that
+# feeds one into another op fails in the evaluator, not in the model.
+_EVALUATOR_WIDENS = {"AffineGrid"}
+
+
+def _holds(graph, op_types: set[str]) -> bool:
+    """Whether the graph or a subgraph holds a node of one of `op_types`."""
+    import onnx
+    for n in graph.node:
+        if n.op_type in op_types:
+            return True
+        for a in n.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            if any(_holds(g, op_types) for g in subs):
+                return True
+    return False
 
 
 def _short(e: BaseException) -> str:

@@ -305,6 +305,20 @@ def test_an_opset_newer_than_the_dialect_is_refused_at_import():
     import_onnx(m)
 
 
+def test_a_target_shape_of_other_length_than_the_axes_is_refused():
+    """CenterCropPad with a 2-element target over one axis (a fuzz mutation,
+    seed 272 case 1626): ONNX's checker rejects it, and import did not."""
+    g = h.make_graph([h.make_node("CenterCropPad", ["x", "s"], ["y"], axes=[0])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [3, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [numpy_helper.from_array(np.array([2, 2], np.int64), "s")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    with pytest.raises(ImportFailure, match=r"\(CenterCropPad\): strict ONNX shape inference "
+                                            r"rejects the model: .*does not match the number of "
+                                            r"axes"):
+        import_onnx(m)
+
+
 def _ints(name: str, values: list[int], elem=T.INT64) -> onnx.NodeProto:
     return h.make_node("Constant", [], [name], value=h.make_tensor(name, elem, [len(values)],
                                                                    values))

@@ -232,6 +232,19 @@ def test_roi_align_double():
     check_derivatives(m, {"x": x})
 
 
+def test_roi_align_over_huge_images_is_refused_by_name():
+    """Its derivative runs the node on H*W basis images: over a [4, 10**12]
+    image (a fuzz mutation, seed 273 case 1327) numpy's allocation failed
+    inside the rule (a RuleError)."""
+    rois = np.array([[0.5, 0.3, 3.2, 2.9]], np.float32)
+    nodes = [const("r", rois), const("bi", np.array([0])),
+             h.make_node("RoiAlign", ["x", "r", "bi"], ["y"], output_height=2, output_width=2)]
+    m = model(nodes, [("x", F, [1, 1, 4, 10**12])], [("y", F, None)])
+    with pytest.raises(UnsupportedOp, match=r"RoiAlign over 4 x 1000000000000 images: its "
+                                            r"derivative's .* too large"):
+        forward(m)
+
+
 def test_col2im():
     nodes = [const("img", np.array([4, 5])), const("blk", np.array([2, 3])),
              h.make_node("Col2Im", ["x", "img", "blk"], ["y"], strides=[1, 2], pads=[1, 0, 0, 1])]

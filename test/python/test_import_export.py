@@ -319,6 +319,19 @@ def test_a_target_shape_of_other_length_than_the_axes_is_refused():
         import_onnx(m)
 
 
+def test_a_one_sided_dft_of_a_complex_input_is_refused():
+    """A forward one-sided DFT of a complex input (last extent 2; a fuzz
+    mutation, seed 273 case 1066): ONNX's checker rejects it, and import
+    did not."""
+    g = h.make_graph([h.make_node("DFT", ["x"], ["y"], onesided=1, axis=1)], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 4, 2])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    with pytest.raises(ImportFailure, match=r"\(DFT\): strict ONNX shape inference rejects "
+                                            r"the model: one-sided DFT requires real input"):
+        import_onnx(m)
+
+
 def _ints(name: str, values: list[int], elem=T.INT64) -> onnx.NodeProto:
     return h.make_node("Constant", [], [name], value=h.make_tensor(name, elem, [len(values)],
                                                                    values))

@@ -346,6 +346,9 @@ def _roi_align(b: Builder, op, tangents):
         raise UnsupportedOp("RoiAlign needs static spatial extents")
     h, w = xd[2], xd[3]
     p = h * w
+    if p * p > MAX_MATRIX_ENTRIES:
+        raise UnsupportedOp(f"RoiAlign over {h} x {w} images: its derivative's {p} basis "
+                            f"images of {p} pixels are too large")
     elem = element_type(x)
     dtype = np.float64 if isinstance(elem, ir.F64Type) else np.float32
     basis = b.constant(ir.DenseElementsAttr.get(np.eye(p, dtype=dtype).reshape(1, p, h, w)))

@@ -881,7 +881,8 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "has incorrect size",  # (LpPool's kernel_shape)
                    "must be 1 instead of",  # (Squeeze of an axis of extent > 1)
                    "does not match the number of axes",  # (CenterCropPad's target shape)
-                   "one-sided DFT requires real input")
+                   "one-sided DFT requires real input",
+                   "must be the rank of the grid tensor")  # (GridSample's grid)
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

@@ -332,6 +332,20 @@ def test_a_one_sided_dft_of_a_complex_input_is_refused():
         import_onnx(m)
 
 
+def test_a_grid_of_other_width_than_its_spatial_rank_is_refused():
+    """GridSample with a grid [N, H, W, 3] over a 4-D image (a fuzz
+    mutation, seed 274 case 637): ONNX's checker rejects it, and import did
+    not."""
+    g = h.make_graph([h.make_node("GridSample", ["x", "g"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [1, 1, 4, 4]),
+                      h.make_tensor_value_info("g", T.FLOAT, [1, 2, 2, 3])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
+    with pytest.raises(ImportFailure, match=r"\(GridSample\): strict ONNX shape inference "
+                                            r"rejects the model: The last dimension of the grid"):
+        import_onnx(m)
+
+
 def _ints(name: str, values: list[int], elem=T.INT64) -> onnx.NodeProto:
     return h.make_node("Constant", [], [name], value=h.make_tensor(name, elem, [len(values)],
                                                                    values))

@@ -613,8 +613,12 @@ class Builder:
                 for p, v in enumerate(values, start=at):
                     copy = v == 0 and p < len(xd) and out is not None and p < len(out) and \
                         out[p] != 0
-                    pieces.append(self.ints([v]) if not copy else
-                                  self.ints([xd[p]]) if xd[p] is not None else self.shape(x, p, p + 1))
+                    if not copy:
+                        pieces.append(self.ints([v]))
+                    elif xd[p] is not None:
+                        pieces.append(self.ints([xd[p]]))
+                    else:
+                        pieces.append(self.shape(x, p, p + 1))
             n = dims(part)
             if n is None or len(n) != 1 or n[0] is None:
                 raise UnsupportedOp("an empty derivative reshaped to extent 0 needs Reshape's "

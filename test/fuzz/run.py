@@ -631,15 +631,9 @@ _EVALUATOR_WIDENS = {"AffineGrid"}
 
 def _holds(graph, op_types: set[str]) -> bool:
     """Whether the graph or a subgraph holds a node of one of `op_types`."""
-    import onnx
-    for n in graph.node:
-        if n.op_type in op_types:
-            return True
-        for a in n.attribute:
-            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-            if any(_holds(g, op_types) for g in subs):
-                return True
-    return False
+    from onnx_ad_mlir.validate import node_subgraphs
+    return any(n.op_type in op_types or any(_holds(g, op_types) for g in node_subgraphs(n))
+               for n in graph.node)
 
 
 def _short(e: BaseException) -> str:

@@ -4,7 +4,9 @@ these opsets lack or restrict are written with the ones they have -- Expand
 comparisons, Sum/Mean/Max/Min of operands of different shapes (opset 8) on
 operands brought to one shape, the activations' piecewise coefficients
 (Where, opset 9) by mask arithmetic; GatherElements (opset 11) at opsets 9
-and 10 by OneHot and Where. Checked against finite differences (float32:
+and 10 by OneHot and Where. Up to opset 13, what else an old opset
+changes: Slice-10's shape inference, Reshape without allowzero (before 14)
+on extents read at run time. Checked against finite differences (float32:
 ONNX Runtime has few float64 kernels at these opsets)."""
 from __future__ import annotations
 

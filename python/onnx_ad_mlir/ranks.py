@@ -6,7 +6,10 @@ axes, Split by computed sizes, Reshape to `Shape(x)` at opset 13); everything
 downstream is then unranked too. Derivative rules align broadcasts by rank,
 so they would refuse such models. The rank alone is usually still fixed by
 the operands' ranks: this table gives it (every dim unknown), and the
-importer applies it op by op, so ranks flow on through later ops."""
+importer applies it op by op, so ranks flow on through later ops. A DFT of
+a run-time length also keeps its other extents (where its axis is an
+attribute), and its last says whether the result is real (1) or complex
+(2): its adjoint needs that."""
 from __future__ import annotations
 
 from typing import Callable
@@ -128,11 +131,29 @@ def _rank(node: onnx.NodeProto, operands: list[ir.Value]) -> int | None:
     return rule(node, ranks, types) if rule else None
 
 
+def _dft_dims(node: onnx.NodeProto, operands: list[ir.Value]) -> list[int] | None:
+    """A DFT result's extents: the input's, but for the transformed axis
+    (unknown) and the last (1 for an inverse onesided DFT, else 2)."""
+    x = operands[0].type if operands else None
+    if not isinstance(x, ir.RankedTensorType) or x.rank < 2:
+        return None
+    dyn = ir.ShapedType.get_dynamic_size()
+    out = [dyn] * x.rank
+    axis = _attr(node, "axis")  # (DFT-17's; DFT-20's is an operand, -2 when absent)
+    if axis is not None and -x.rank <= axis < x.rank - 1:
+        out = [x.get_dim_size(i) if i != axis % x.rank else dyn for i in range(x.rank)]
+    out[-1] = 1 if _attr(node, "inverse", 0) and _attr(node, "onesided", 0) else 2
+    return out
+
+
 def refine_rank(node: onnx.NodeProto, t: ir.Type, operands: list[ir.Value]) -> ir.Type:
     """`t` with the rank the op and its operands' ranks imply, when `t` is
     unranked and they do; else `t`."""
     if not isinstance(t, ir.UnrankedTensorType):
         return t
+    if node.op_type == "DFT":
+        out = _dft_dims(node, operands)
+        return t if out is None else ir.RankedTensorType.get(out, t.element_type)
     rank = _rank(node, operands)
     if rank is None or rank < 0:
         return t

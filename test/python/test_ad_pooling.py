@@ -278,6 +278,37 @@ def test_dft(name, opset, shape, attrs, length):
     check_hessian(m, {"x": x}, output="z")
 
 
+@pytest.mark.parametrize("name,opset,shape,attrs,length", DFT, ids=[c[0] for c in DFT])
+def test_dft_run_time_lengths(name, opset, shape, attrs, length):
+    """The same DFTs with the batch and signal extents named (a Fourier layer
+    exported for any resolution): the signal length is read at run time
+    (was refused in reverse mode); at two lengths, with a Hessian."""
+    nodes, ins = [], ["x"]
+    if length is not None:  # read off x's extent m at run time, as a * m + c
+        # (m bins to 2m - 2 samples for the inverse onesided one: ONNX Runtime's
+        # irfft departs from ONNX's reference where m is not n // 2 + 1)
+        a, c = (2, -2) if attrs.get("inverse") and attrs.get("onesided") else (1, length - shape[1])
+        nodes += [h.make_node("Shape", ["x"], ["s"], start=1, end=2), const("a", np.array([a])),
+                  const("c", np.array([c])), h.make_node("Mul", ["s", "a"], ["am"]),
+                  h.make_node("Add", ["am", "c"], ["l1"]), h.make_node("Squeeze", ["l1"], ["n"])]
+        ins.append("n")
+    elif opset >= 20:
+        ins.append("")
+    if opset >= 20:
+        nodes.append(const("ax", np.array(0 if name == "axis-opset20" else 1)))
+        ins.append("ax")
+    nodes.append(h.make_node("DFT", ins, ["y"], **attrs))
+    nodes.append(h.make_node("Mul", ["y", "y"], ["z"]))
+    m = model(nodes, [("x", TP.DOUBLE, ["a", "b", shape[2]])], [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)],
+              opset=opset)
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape)
+    check_derivatives(m, {"x": x})
+    check_hessian(m, {"x": x}, output="z")
+    longer = (shape[0], shape[1] + 3, shape[2])
+    check_derivatives(m, {"x": rng.standard_normal(longer)})
+
+
 @pytest.mark.parametrize("name,shape,attrs", MAXPOOL[:3], ids=[c[0] for c in MAXPOOL[:3]])
 def test_max_pool_before_opset16(name, shape, attrs):
     """Overlapping windows, no scatter-add: window masks instead of Indices."""

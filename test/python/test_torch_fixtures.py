@@ -22,7 +22,7 @@ NAMES = ["mlp", "gelu_mlp", "mlp_dynamo", "cnn", "transformer_block", "transform
          "attention", "vit", "unet", "pads", "neural_ode", "gru", "lstm",
          "lstm_batch_first_dynamo", "gru_stacked_dynamo", "fpn", "fpn_dynamo", "euler_list",
          "split_list", "while_list", "adams_bashforth", "fno_dynamo", "fno_dynamo_batch",
-         "positional_dynamo_seq"]
+         "fno_dynamo_hw", "positional_dynamo_seq"]
 
 
 def load(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

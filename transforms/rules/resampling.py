@@ -469,18 +469,25 @@ def _dft(b: Builder, op, tangents):
 def _t_dft(b: Builder, op, cts, linear):
     x, y = op.operands[0], op.results[0]
     xd, yd = dims(x), dims(y)
+    if xd is None or yd is None:
+        raise UnsupportedOp("transposing DFT needs its input's and result's ranks")
     r = len(xd)
     axis = _dft_axis(op, r)
     ln = operand_or_none(op, 1)
     n = xd[axis] if ln is None else (constant_ints(ln) or [None])[0]
     m = xd[axis]
-    if n is None or m is None or xd[-1] is None or yd[axis] is None:
-        raise UnsupportedOp("transposing DFT needs static signal lengths")
     inverse, onesided = attribute(op, "inverse") or 0, attribute(op, "onesided") or 0
+    if xd[-1] not in (1, 2):
+        raise UnsupportedOp("transposing DFT needs its input's last extent (1: real, 2: complex)")
+    if inverse and onesided and xd[-1] != 2:
+        raise UnsupportedOp("transposing an inverse onesided DFT needs a complex input")
+    rest = [None] * (len(op.operands) - 1)
+    if n is None or m is None or yd[axis] is None:
+        return [_t_dft_at_run_time(b, op, cts[0], axis, inverse, onesided)] + rest
     ct = cts[0]
     elem = element_type(ct)
     if inverse and onesided:
-        return [_t_irfft(b, ct, xd, yd, axis)] + [None] * (len(op.operands) - 1)
+        return [_t_irfft(b, ct, xd, yd, axis)] + rest
     if onesided and yd[axis] < n:
         ct = _fit_axis(b, ct, axis, n)
     back = _emit_dft(b, ct, b.int_scalar(n), axis, 1 - inverse, 0,
@@ -490,7 +497,7 @@ def _t_dft(b: Builder, op, cts, linear):
         cd = list(dims(back))
         cd[-1] = 1
         back = b.slice(back, [r - 1], [0], [1], tensor_type(cd, elem))
-    return [_fit_axis(b, back, axis, m)] + [None] * (len(op.operands) - 1)
+    return [_fit_axis(b, back, axis, m)] + rest
 
 
 def _fit_axis(b: Builder, v: ir.Value, axis: int, m: int) -> ir.Value:
@@ -511,10 +518,11 @@ def _t_irfft(b: Builder, ct: ir.Value, xd: list, yd: list, axis: int) -> ir.Valu
     """Adjoint of the inverse onesided DFT (irfft: m half-spectrum bins -> n
     real samples, y_j = 1/n sum_k c_k Re(X_k e^{2 pi i kj/n}) with c_k = 1 for
     k = 0 and k = n/2, else 2): the onesided forward DFT of the real
-    cotangent, bin k scaled by c_k / n, cut or zero-padded to m bins."""
+    cotangent, bin k scaled by c_k / n, cut or zero-padded to m bins.
+    That map is ONNX's reference (numpy's irfft). ONNX Runtime 1.32 computes
+    it where m = n // 2 + 1, the half spectrum an rfft gives, but another map
+    at most other m (measured for n < 12): there this is the reference's adjoint."""
     n, m = yd[axis], xd[axis]
-    if yd[-1] != 1 or xd[-1] != 2:
-        raise UnsupportedOp("transposing an inverse onesided DFT needs a complex input and real output")
     r = len(xd)
     elem = element_type(ct)
     h = n // 2 + 1
@@ -530,3 +538,64 @@ def _t_irfft(b: Builder, ct: ir.Value, xd: list, yd: list, axis: int) -> ir.Valu
         if not isinstance(elem, ir.F64Type) else \
         b.constant(ir.DenseElementsAttr.get(c.reshape(shape)))
     return _fit_axis(b, b.mul(spec, scale), axis, m)
+
+
+# With a signal length known only at run time (a Fourier layer exported for
+# any resolution), the same adjoints read n and m off the values' shapes.
+
+def _t_dft_at_run_time(b: Builder, op, ct: ir.Value, axis: int, inverse: int,
+                       onesided: int) -> ir.Value:
+    x = op.operands[0]
+    elem = element_type(ct)
+    r = rank(x)
+    m = b.shape(x, axis, axis + 1)
+    ln = operand_or_none(op, 1)
+    if inverse and onesided:
+        back = _t_irfft_at_run_time(b, ct, axis)
+    else:
+        if onesided:  # the half spectrum zero-padded back to all n bins
+            n = m if ln is None else b.reshape(ln, [1], [1])
+            ct = _fit_axis_at_run_time(b, ct, axis, n)
+        back = _emit_dft(b, ct, None, axis, 1 - inverse, 0, tensor_type(_unknown_at(ct, axis), elem))
+        n = b.cast_like(b.shape(back, axis, axis + 1), back)
+        back = b.div(back, n) if inverse else b.mul(back, n)
+        if dims(x)[-1] == 1:
+            back = b.slice(back, [r - 1], [0], [1], tensor_type(dims(back)[:-1] + [1], elem))
+        if ln is None:
+            return back
+    return _fit_axis_at_run_time(b, back, axis, m)
+
+
+def _t_irfft_at_run_time(b: Builder, ct: ir.Value, axis: int) -> ir.Value:
+    """_t_irfft with n read off the cotangent and the bin weights c_k / n
+    built at run time: 1 at k = 0 and at 2k = n, else 2."""
+    r = rank(ct)
+    spec_dims = _unknown_at(ct, axis)
+    spec_dims[-1] = 2
+    spec = _emit_dft(b, ct, None, axis, 0, 1, tensor_type(spec_dims, element_type(ct)))
+    n = b.shape(ct, axis, axis + 1)
+    bins = b.op("Range", [b.int_scalar(0), b.squeeze(b.shape(spec, axis, axis + 1), [0]),
+                          b.int_scalar(1)], tensor_type([None], i64()))
+    ends = b.ew("Or", b.compare("Equal", bins, b.ints([0])),
+                b.compare("Equal", b.add(bins, bins), n))
+    c = b.where(ends, b.scalar(1.0, spec), b.scalar(2.0, spec))
+    c = b.div(c, b.cast_like(n, spec))
+    c = b.unsqueeze(c, list(range(1, r - axis)))
+    return b.mul(spec, c)
+
+
+def _unknown_at(v: ir.Value, axis: int) -> list:
+    d = list(dims(v))
+    d[axis] = None
+    return d
+
+
+def _fit_axis_at_run_time(b: Builder, v: ir.Value, axis: int, m: ir.Value) -> ir.Value:
+    """v cut to, or zero-padded up to, m entries along axis (m: a 1-D i64
+    value of one element)."""
+    r = rank(v)
+    more = b.ew("Max", b.sub(m, b.shape(v, axis, axis + 1)), b.ints([0]))
+    pads = b.concat([b.ints([0] * (r + axis)), more, b.ints([0] * (r - axis - 1))], 0)
+    out = tensor_type(_unknown_at(v, axis), element_type(v))
+    padded = b.op("Pad", [v, pads], out)
+    return b.op("Slice", [padded, b.ints([0]), m, b.ints([axis])], out)

@@ -973,10 +973,12 @@ class Builder:
         if pd is not None and rank(t) == len(pd) + 1 and \
                 (None in pd or None in dims(t)[1:]) and \
                 all(p is None or e == p for e, p in zip(dims(t)[1:], pd)) and \
-                [symdims.claimed(e) for e in symdims.dims(t)[1:]] == \
-                [symdims.claimed(e) for e in symdims.dims(primal)]:
+                [symdims.claimed(e) for e in symdims.dims(primal)] == \
+                [symdims.claimed(e) for e in symdims.dims(t)[1:]]:
             # the same extents, `?` included (symdims.py), and t's type as
-            # static as primal's (rules read static extents off types)
+            # static as primal's (rules read static extents off types). The
+            # primal's first: a symbol both have is then read off the primal
+            # (symdims.source), and reverse mode's linear program can die.
             return t
         return self.expand_directions(t, primal, 0, None if pd is None else [None] + pd)
 

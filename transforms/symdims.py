@@ -93,15 +93,23 @@ _sources_of: dict = {}  # value -> the symbols it is the source of (for forget)
 
 # Extents that are no value's to read: a proved one ("=", n) is shared by
 # values in any region, a joint one may first appear in a region its other
-# users cannot see, a product of extents or a slice's ("min", n, extent)
-# anywhere in a function, after its users too (a product is read as its
-# factors', builder.shape; the others off the value at hand).
-_NO_SOURCE = ("=", "bc", "prod", "min")
+# users cannot see, a product of extents, a slice's ("min", n, extent) or
+# ("slice", ...) or a floor division anywhere in a function, after its users
+# too (reverse mode reaches a stacked GRU's second layer first; a product is
+# read as its factors', builder.shape; the others off the value at hand).
+_NO_SOURCE = ("=", "bc", "prod", "min", "slice", "floordiv")
+_SHARED = ("slice", "floordiv")  # (nor is a symbol built of them: a stack's "cat")
+
+
+def _built_of_shared(d: tuple) -> bool:
+    return any(isinstance(p, tuple) and (bool(p) and p[0] in _SHARED or _built_of_shared(p))
+               for p in d)
 
 
 def _note_sources(v: ir.Value, out: list, sig=None) -> None:
     for i, d in enumerate(out):
-        if isinstance(d, tuple) and d[0] not in _NO_SOURCE and d not in _source:
+        if isinstance(d, tuple) and d[0] not in _NO_SOURCE and d not in _source and \
+                not (d[0] in ("cat", "win") and _built_of_shared(d)):
             _source[d] = (sig if sig is not None else _signature(v), v, i)
             _sources_of.setdefault(v, []).append(d)
 
@@ -493,10 +501,17 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
         if a is None or b is None or len(a) != len(b):
             return None
         if ot in ("Mul", "Div") and not all(isinstance(e, (int, np.integer)) for e in a + b):
-            # symbolic products (dynamo's batch * heads): exact quotients only
+            # symbolic products (dynamo's batch * heads): exact quotients, else
+            # a floor division by a positive constant (torch's n // 2)
             fa, fb = [_factors(e) for e in a], [_factors(e) for e in b]
-            return [_quotient([x, y], []) if ot == "Mul" else _quotient([x], [y])
-                    for x, y in zip(fa, fb)]
+            if ot == "Mul":
+                return [_quotient([fx, fy], []) for fx, fy in zip(fa, fb)]
+            exact = [_quotient([fx], [fy]) for fx, fy in zip(fa, fb)]
+            return [_floordiv(x, y) if q is None else q for q, x, y in zip(exact, a, b)]
+        if ot in ("Add", "Sub") and not all(isinstance(e, (int, np.integer)) for e in a + b):
+            return [_offset(x, y if ot == "Add" else -y) if isinstance(y, _INTS) else
+                    _offset(y, x) if ot == "Add" and isinstance(x, _INTS) else None
+                    for x, y in zip(a, b)]
         if not all(isinstance(e, (int, np.integer)) for e in a + b):
             return None
         if ot == "Div" and any(y == 0 or x % y and (x < 0 or y < 0) for x, y in zip(a, b)):
@@ -504,6 +519,23 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
         f = {"Mul": lambda x, y: x * y, "Div": lambda x, y: x // y,
              "Add": lambda x, y: x + y, "Sub": lambda x, y: x - y}[ot]
         return [f(x, y) for x, y in zip(a, b)]
+    return None
+
+
+def _floordiv(e, c):
+    """floor(e / c) of a symbolic extent e by a positive constant c (C's
+    truncation agrees: e >= 0), a symbol; None otherwise."""
+    if e is None or isinstance(e, _INTS) or not isinstance(c, _INTS) or c <= 0:
+        return None
+    return ("floordiv", e, int(c))
+
+
+def _offset(e, k: int):
+    """e + k where e is floor(n / c): floor((n + c (k - 1)) / c) + 1, the
+    window extents' symbol (an onesided DFT's n // 2 + 1 bins, computed by
+    torch's shape arithmetic); None for other symbols."""
+    if isinstance(e, tuple) and e[0] == "floordiv":
+        return ("win", e[1], e[2] * (int(k) - 1), e[2])
     return None
 
 
@@ -854,9 +886,7 @@ def _rule(ot, op, idx, ins) -> list | None:
             axis = -2 if isinstance(ins[2].type, ir.NoneType) else (_ints(ins[2]) or [None])[0]
         if a is None or axis is None or not -len(a) <= axis < len(a) - 1:
             return None
-        out = list(a)
-        out[axis % len(a)] = out[-1] = None  # (the type's static extents, else fresh)
-        return out
+        return _dft_dims(op, ins, a, axis % len(a))
     if ot == "Tile":  # (Bloom's ALiBi: heads tiled over a run-time batch)
         a, reps = _of(ins[0]), shape_value(ins[1])
         if a is None or reps is None or len(reps) != len(a):
@@ -954,16 +984,19 @@ def _sliced(e, start, end, step):
     """The extent of [start:end:step] of an axis of extent e: e itself from 0
     by steps of 1 to past it or to an end proved equal to it; the first
     `end` of a static e > 1, `end` a symbol (position embeddings sliced to
-    the sequence length), ("min", end, e); else None (the type's, or
-    fresh)."""
-    if start != 0 or step != 1 or end is None:
-        return None
+    the sequence length), ("min", end, e); constant bounds on a symbolic e,
+    a symbol made of e and the bounds, the same for every Slice with them
+    (a Fourier layer's lowest modes, and their tangent's); else None (the
+    type's, or fresh)."""
     ext = claimed(e)
-    if end == ext or isinstance(end, _INTS) and \
-            (end >= 2 ** 62 or isinstance(ext, _INTS) and end >= ext):
-        return e
-    if isinstance(ext, _INTS) and ext > 1 and isinstance(end, tuple) and end[0] != "=":
-        return ("min", end, int(ext))
+    if start == 0 and step == 1 and end is not None:
+        if end == ext or isinstance(end, _INTS) and \
+                (end >= 2 ** 62 or isinstance(ext, _INTS) and end >= ext):
+            return e
+        if isinstance(ext, _INTS) and ext > 1 and isinstance(end, tuple) and end[0] != "=":
+            return ("min", end, int(ext))
+    if not isinstance(ext, _INTS) and all(isinstance(v, _INTS) for v in (start, end, step)):
+        return ("slice", ext, int(start), int(end), int(step))
     return None
 
 
@@ -1010,6 +1043,28 @@ def _window_extent(op, ins, i: int, n: int, e):
     # floor((e + offset) / stride) + 1: one symbol for the windows that
     # agree on it (a residual block's strided 3x3 padded by 1 and 1x1 skip)
     return ("win", claimed(e), total - dil * (kernel[i] - 1) - 1, stride)
+
+
+def _dft_dims(op, ins, a: list, axis: int) -> list:
+    """A DFT's result extents: its input's but on the transformed axis, the
+    signal length n (dft_length, else the input's extent) or n // 2 + 1 bins
+    of a onesided one (an inverse onesided one without dft_length: unknown),
+    and the last: 1 for an inverse onesided one (real), else 2."""
+    inverse, onesided = _attr(op, "inverse", 0), _attr(op, "onesided", 0)
+    length = ins[1] if len(ins) > 1 and not isinstance(ins[1].type, ir.NoneType) else None
+    n = a[axis]
+    if length is not None:
+        value = shape_value(length)
+        n = value[0] if value is not None and len(value) == 1 else None
+    out = list(a)
+    if inverse and onesided:
+        out[axis], out[-1] = (n if length is not None else None), 1
+        return out
+    if onesided and n is not None:
+        n = claimed(n)
+        n = n // 2 + 1 if isinstance(n, (int, np.integer)) else ("win", n, 0, 2)
+    out[axis], out[-1] = n, 2
+    return out
 
 
 def claimed(e):

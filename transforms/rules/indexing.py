@@ -487,9 +487,9 @@ def _scatter_nd(b: Builder, op, tangents):
         td = None if td is None else b.mul(td, wx)
         tu = None if tu is None else b.mul(tu, wu)
     if td is None:
-        td = b.zeros(b.concat([k, b.shape(data)], 0), [None] * (rank(data) + 1), upd)
+        td = b.zeros(b.concat([k, b.shape(data)], 0), [None] + dims(data), upd)
     if tu is None:
-        tu = b.zeros(b.concat([k, b.shape(upd)], 0), [None] * (rank(upd) + 1), data)
+        tu = b.zeros(b.concat([k, b.shape(upd)], 0), [None] + dims(upd), data)
     rd = rank(data)
     dm = _moved(b, td, _nd_perm(q, rd, 0))
     lead = rank(idx) - 1

@@ -327,6 +327,37 @@ def _slice_indices(b: Builder, op, x: ir.Value, i: int, a: int) -> ir.Value:
                           None if st is None else pick(st)], tensor_type([None], i64()))
 
 
+def _zero_padded_back(b: Builder, ct: ir.Value, x: ir.Value, starts: list, ends: list,
+                      axes: list) -> ir.Value:
+    """The transpose of a Slice by steps of 1 and constant bounds: the
+    cotangent zero-padded back to x's extents. A sliced axis of extent n
+    known only at run time has its bounds clamped to [0, n] at run time
+    (a Fourier layer's lowest modes of a signal of any length)."""
+    d = dims(x)
+    r = len(d)
+    pads: list = [0] * (2 * r)
+    for s, e, a in zip(starts, ends, axes):
+        n = d[a]
+        if n is not None:
+            s = max(0, min(n, s + n if s < 0 else s))
+            e = max(0, min(n, e + n if e < 0 else e))
+            pads[a], pads[r + a] = s, n - max(e, s)
+            continue
+        nv = b.shape(x, a, a + 1)
+
+        def clamped(v: int) -> ir.Value:
+            at = b.add(nv, b.ints([v])) if v < 0 else b.ints([min(v, 2**62)])
+            return b.ew("Min", b.ew("Max", at, b.ints([0])), nv)
+        begin = b.ints([0]) if s == 0 else clamped(s)
+        pads[a] = begin
+        pads[r + a] = b.sub(nv, b.ew("Max", clamped(e), begin))
+    out = tensor_type([None] + d[1:], element_type(ct))
+    if all(isinstance(p, int) for p in pads):
+        return b.pad(ct, pads, out)
+    pieces = [b.ints([p]) if isinstance(p, int) else p for p in pads]
+    return b.op("Pad", [ct, b.concat(pieces, 0)], out)
+
+
 @transpose("Slice")
 def _t_slice(b: Builder, op, cts, linear):
     x = op.operands[0]
@@ -361,15 +392,9 @@ def _t_slice(b: Builder, op, cts, linear):
                                   for s, e, st in zip(starts, ends, steps)):
         # full reversals (start -1, end -inf, step -1): their own transpose
         return [b.slice(cts[0], axes, starts, ends, cts[0].type, steps)] + tail
-    if starts is not None and all(st == 1 for st in steps) and None not in d[1:]:
-        pads = [0] * (2 * len(d))
-        for s, e, a in zip(starts, ends, axes):
-            n = d[a]
-            s = max(0, min(n, s + n if s < 0 else s))
-            e = max(0, min(n, e + n if e < 0 else e))
-            pads[a], pads[len(d) + a] = s, n - max(e, s)
-        return [b.pad(cts[0], pads, tensor_type([None] + d[1:], element_type(cts[0])))] \
-            + tail
+    if starts is not None and all(st == 1 for st in steps) and \
+            (all(d[a] is not None for a in axes) or b.opset >= 12):
+        return [_zero_padded_back(b, cts[0], x, starts, ends, axes)] + tail
     # Steps != 1 or run-time bounds: the axes with static bounds and positive
     # steps on one grid (one axis at a time if the grid's Reshape cannot be
     # built), then one scatter-add per other sliced axis, last axis first.

@@ -16,6 +16,7 @@ from .errors import ExportFailure
 from .export_opset import model_versions
 from .onnx_types import fill_type_proto
 from .portable import make_portable
+from .relu_clip import fold_relu_into_clip
 from .tensors import ResourceReader, array_to_tensor
 
 _A = onnx.AttributeProto
@@ -45,6 +46,7 @@ def _export(module: ir.Module, func: ir.Operation, model: onnx.ModelProto) -> No
     exporter.main_graph(func, model.graph)
     _restore_model_fields(module.operation.attributes, model, exporter.op_names)
     make_portable(model)
+    fold_relu_into_clip(model)
 
 
 def _main_function(module: ir.Module) -> ir.Operation:

@@ -42,21 +42,21 @@ def make_portable(model: onnx.ModelProto) -> None:
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < 11 or not any(node_subgraphs(n) for n in model.graph.node):
         return  # (no Slice steps before opset 10, no Range before 11)
-    names = _all_names(model.graph)
+    names = all_names(model.graph)
     rewriter = _Rewriter(names)
     rewriter.graph(model.graph, {})
     if rewriter.copied:
         _drop_unread(model.graph, rewriter.copied, _read_names(model.graph))
 
 
-def _all_names(graph: onnx.GraphProto) -> set[str]:
+def all_names(graph: onnx.GraphProto) -> set[str]:
     found = {v.name for v in list(graph.input) + list(graph.output) + list(graph.value_info)}
     found |= {t.name for t in graph.initializer}
     for n in graph.node:
         found |= set(n.input) | set(n.output)
         found.add(n.name)
         for sub in node_subgraphs(n):
-            found |= _all_names(sub)
+            found |= all_names(sub)
     return found
 
 

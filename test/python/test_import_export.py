@@ -156,6 +156,28 @@ def test_local_functions_are_inlined():
     assert [n.op_type for n in exported.graph.node] == ["Add"]
 
 
+@pytest.mark.parametrize("elem", [T.DOUBLE, T.INT64])
+def test_relu_into_clip_where_onnx_runtime_cannot_load_the_pair(elem):
+    """ONNX Runtime 1.32 fails to create a session for a Relu feeding only a
+    Clip with a constant min of a type other than float/float16: its
+    Relu+Clip fusion reads the min as float. The exporter folds
+    the Relu into the Clip's min; the model computes what ONNX's reference
+    evaluator computes for the original (fuzz seed 276, case 90: unrolled
+    Scans put a Relu next to a Clip)."""
+    from onnx.reference import ReferenceEvaluator
+    dtype = {T.DOUBLE: np.float64, T.INT64: np.int64}[elem]
+    inits = [numpy_helper.from_array(np.array(v, dtype), n) for n, v in (("lo", -2), ("hi", 3))]
+    model = _model([h.make_node("Relu", ["x"], ["r"]), h.make_node("Clip", ["r", "lo", "hi"], ["y"])],
+                   [_vi("x", [5], elem)], [_vi("y", [5], elem)], inits)
+    with pytest.raises(Exception, match="Unexpected data type for Clip 'min' input"):
+        session(model)
+    exported = round_trip(model)
+    assert [n.op_type for n in exported.graph.node] == ["Clip"]
+    x = np.array([-4, -1, 0, 2, 5], dtype)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(run(session(exported), {"x": x})[0], want)
+
+
 # ----------------------------------------------------------------- control flow
 def _if_model(inner_name: str = "t_in") -> onnx.ModelProto:
     # Branches capture outer x and y; with inner_name="t" the else branch

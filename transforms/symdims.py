@@ -509,8 +509,9 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
             exact = [_quotient([fx], [fy]) for fx, fy in zip(fa, fb)]
             return [_floordiv(x, y) if q is None else q for q, x, y in zip(exact, a, b)]
         if ot in ("Add", "Sub") and not all(isinstance(e, (int, np.integer)) for e in a + b):
-            return [_offset(x, y if ot == "Add" else -y) if isinstance(y, _INTS) else
-                    _offset(y, x) if ot == "Add" and isinstance(x, _INTS) else None
+            sign = 1 if ot == "Add" else -1
+            return [_offset(x, sign * y) if isinstance(y, _INTS) else
+                    _offset(y, x) if sign == 1 and isinstance(x, _INTS) else None
                     for x, y in zip(a, b)]
         if not all(isinstance(e, (int, np.integer)) for e in a + b):
             return None
@@ -523,17 +524,21 @@ def shape_value(v: ir.Value, dims_of: Callable[[ir.Value], list | None] | None =
 
 
 def _floordiv(e, c):
-    """floor(e / c) of a symbolic extent e by a positive constant c (C's
-    truncation agrees: e >= 0), a symbol; None otherwise."""
-    if e is None or isinstance(e, _INTS) or not isinstance(c, _INTS) or c <= 0:
+    """floor(e / c) of an extent e by a positive constant c (C's truncation
+    agrees: e >= 0): a number, or a symbol; None where unknown."""
+    if e is None or not isinstance(c, _INTS) or c <= 0:
         return None
+    if isinstance(e, _INTS):
+        return int(e) // int(c) if e >= 0 else None
     return ("floordiv", e, int(c))
 
 
 def _offset(e, k: int):
-    """e + k where e is floor(n / c): floor((n + c (k - 1)) / c) + 1, the
-    window extents' symbol (an onesided DFT's n // 2 + 1 bins, computed by
-    torch's shape arithmetic); None for other symbols."""
+    """e + k: a number for a number e; where e is floor(n / c), floor((n +
+    c (k - 1)) / c) + 1, the window extents' symbol (an onesided DFT's
+    n // 2 + 1 bins, as torch's shape arithmetic computes them); else None."""
+    if isinstance(e, _INTS):
+        return int(e) + int(k)
     if isinstance(e, tuple) and e[0] == "floordiv":
         return ("win", e[1], e[2] * (int(k) - 1), e[2])
     return None

@@ -882,7 +882,8 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "must be 1 instead of",  # (Squeeze of an axis of extent > 1)
                    "does not match the number of axes",  # (CenterCropPad's target shape)
                    "one-sided DFT requires real input",
-                   "must be the rank of the grid tensor")  # (GridSample's grid)
+                   "must be the rank of the grid tensor",  # (GridSample's grid)
+                   "must be same as rank of input")  # (Resize's scales or sizes)
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

@@ -4,6 +4,7 @@ clean errors on bad input."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -327,44 +328,34 @@ def test_an_opset_newer_than_the_dialect_is_refused_at_import():
     import_onnx(m)
 
 
-def test_a_target_shape_of_other_length_than_the_axes_is_refused():
-    """CenterCropPad with a 2-element target over one axis (a fuzz mutation,
-    seed 272 case 1626): ONNX's checker rejects it, and import did not."""
-    g = h.make_graph([h.make_node("CenterCropPad", ["x", "s"], ["y"], axes=[0])], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, [3, 4])],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)],
-                     [numpy_helper.from_array(np.array([2, 2], np.int64), "s")])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
-    with pytest.raises(ImportFailure, match=r"\(CenterCropPad\): strict ONNX shape inference "
-                                            r"rejects the model: .*does not match the number of "
-                                            r"axes"):
-        import_onnx(m)
+_CONTRADICTIONS = {  # op: (node, inputs, initializers, opset, what ONNX's inference says)
+    # a 2-element target over one axis (seed 272, case 1626)
+    "CenterCropPad": (h.make_node("CenterCropPad", ["x", "s"], ["y"], axes=[0]), {"x": [3, 4]},
+                      [numpy_helper.from_array(np.array([2, 2], np.int64), "s")], 18,
+                      "does not match the number of axes"),
+    # a forward one-sided DFT of a complex input (seed 273, case 1066)
+    "DFT": (h.make_node("DFT", ["x"], ["y"], onesided=1, axis=1), {"x": [2, 4, 2]}, [], 17,
+            "one-sided DFT requires real input"),
+    # a grid [N, H, W, 3] over a 4-D image (seed 274, case 637)
+    "GridSample": (h.make_node("GridSample", ["x", "g"], ["y"]),
+                   {"x": [1, 1, 4, 4], "g": [1, 2, 2, 3]}, [], 20, "The last dimension of the grid"),
+    # three scales for a 1-D input (seed 276, case 1846)
+    "Resize": (h.make_node("Resize", ["x", "", "sc"], ["y"]), {"x": [3]},
+               [numpy_helper.from_array(np.array([1, 1, 0.5], np.float32), "sc")], 20,
+               "Number of elements of input 'scales' must be same as rank of input 'X'"),
+}
 
 
-def test_a_one_sided_dft_of_a_complex_input_is_refused():
-    """A forward one-sided DFT of a complex input (last extent 2; a fuzz
-    mutation, seed 273 case 1066): ONNX's checker rejects it, and import
-    did not."""
-    g = h.make_graph([h.make_node("DFT", ["x"], ["y"], onesided=1, axis=1)], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, [2, 4, 2])],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    with pytest.raises(ImportFailure, match=r"\(DFT\): strict ONNX shape inference rejects "
-                                            r"the model: one-sided DFT requires real input"):
-        import_onnx(m)
-
-
-def test_a_grid_of_other_width_than_its_spatial_rank_is_refused():
-    """GridSample with a grid [N, H, W, 3] over a 4-D image (a fuzz
-    mutation, seed 274 case 637): ONNX's checker rejects it, and import did
-    not."""
-    g = h.make_graph([h.make_node("GridSample", ["x", "g"], ["y"])], "g",
-                     [h.make_tensor_value_info("x", T.FLOAT, [1, 1, 4, 4]),
-                      h.make_tensor_value_info("g", T.FLOAT, [1, 2, 2, 3])],
-                     [h.make_tensor_value_info("y", T.FLOAT, None)])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 20)])
-    with pytest.raises(ImportFailure, match=r"\(GridSample\): strict ONNX shape inference "
-                                            r"rejects the model: The last dimension of the grid"):
+@pytest.mark.parametrize("op", sorted(_CONTRADICTIONS))
+def test_a_node_that_contradicts_its_schema_is_refused(op):
+    """Fuzz mutations ONNX's checker rejects that import accepted: strict
+    inference's message counts as a contradiction, naming the node."""
+    node, inputs, inits, opset, says = _CONTRADICTIONS[op]
+    g = h.make_graph([node], "g", [h.make_tensor_value_info(n, T.FLOAT, d) for n, d in inputs.items()],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    with pytest.raises(ImportFailure, match=rf"\({op}\): strict ONNX shape inference rejects the "
+                                            rf"model: .*{re.escape(says)}"):
         import_onnx(m)
 
 

@@ -344,18 +344,21 @@ def _zero_padded_back(b: Builder, ct: ir.Value, x: ir.Value, starts: list, ends:
             pads[a], pads[r + a] = s, n - max(e, s)
             continue
         nv = b.shape(x, a, a + 1)
-
-        def clamped(v: int) -> ir.Value:
-            at = b.add(nv, b.ints([v])) if v < 0 else b.ints([min(v, 2**62)])
-            return b.ew("Min", b.ew("Max", at, b.ints([0])), nv)
-        begin = b.ints([0]) if s == 0 else clamped(s)
+        begin = b.ints([0]) if s == 0 else _bound_in(b, s, nv)
         pads[a] = begin
-        pads[r + a] = b.sub(nv, b.ew("Max", clamped(e), begin))
+        pads[r + a] = b.sub(nv, b.ew("Max", _bound_in(b, e, nv), begin))
     out = tensor_type([None] + d[1:], element_type(ct))
     if all(isinstance(p, int) for p in pads):
         return b.pad(ct, pads, out)
     pieces = [b.ints([p]) if isinstance(p, int) else p for p in pads]
     return b.op("Pad", [ct, b.concat(pieces, 0)], out)
+
+
+def _bound_in(b: Builder, v: int, n: ir.Value) -> ir.Value:
+    """A Slice bound v (from the end where negative) clamped to [0, n], n a
+    1-D extent read at run time."""
+    at = b.add(n, b.ints([v])) if v < 0 else b.ints([min(v, 2**62)])
+    return b.ew("Min", b.ew("Max", at, b.ints([0])), n)
 
 
 @transpose("Slice")

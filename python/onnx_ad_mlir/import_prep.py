@@ -75,6 +75,7 @@ def prepare_model(model: onnx.ModelProto | bytes | str | os.PathLike
     # before inference: ONNX's own shape inference aborts the process on a
     # negative declared extent (std::clamp assertion, onnx 1.23.2)
     validate.check_dims(model.graph, rows=rows)
+    validate.check_extent_attributes(model.graph, rows)
     model = validate.clear_negative_subgraph_dims(model, rows)
     if not _in_order(model.graph, rows):
         model = sorted_copy(model)

@@ -515,6 +515,7 @@ def _check_counts(node: onnx.NodeProto, op: str,
             raise ImportFailure(f"{_label(node)}: {name} {size} is not positive")
 
 
+
 def _int_attr(attrs: dict[str, onnx.AttributeProto], name: str) -> int | None:
     a = attrs.get(name)
     return a.i if a is not None and a.type == onnx.AttributeProto.INT else None
@@ -588,6 +589,29 @@ def check_dims(graph: onnx.GraphProto, nested: bool = False,
                                     f"{bad[1]}, outside [0, 2**53]")
     for g in _subgraphs(graph, rows):
         check_dims(g, nested=True)
+
+
+def check_extent_attributes(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> None:
+    """Attributes that are a result's extents, negative: ONNX's shape
+    inference gives the result that extent and then aborts the process in
+    the ops after it (a Slice's std::clamp assertion: fuzz seed 277 case 906,
+    a RoiAlign's output_width), so they are refused before it runs.
+    ONNX Runtime refuses them too (and RoiAlign's negative sampling_ratio)."""
+    for node, op, domain, _, _, _, _, attributes, _ in node_fields(graph) if rows is None else rows:
+        if op not in ("RoiAlign", "MaxRoiPool") or domain not in ("", "ai.onnx"):
+            continue
+        attrs = {a.name: a for a in attributes}
+        for name in ("output_height", "output_width", "sampling_ratio") if op == "RoiAlign" \
+                else ():
+            size = _int_attr(attrs, name)
+            if size is not None and size < 0:
+                raise ImportFailure(f"{_label(node)}: {name} {size} is negative")
+        pooled = attrs.get("pooled_shape")
+        if op == "MaxRoiPool" and pooled is not None and any(v < 1 for v in pooled.ints):
+            raise ImportFailure(f"{_label(node)}: pooled_shape {list(pooled.ints)} is not "
+                                "positive")
+    for g in _subgraphs(graph, rows):
+        check_extent_attributes(g)
 
 
 @functools.lru_cache(maxsize=4096)

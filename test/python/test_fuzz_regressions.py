@@ -414,6 +414,11 @@ INVALID = {
     # an Attention whose expansion folds a division by zero (next test)
     "bad_attention_fold_divides_by_zero.onnx": "node 'n_Attention6/Expand' (Expand): strict ONNX "
                                                "shape inference rejects the model",
+    # a RoiAlign's output_width -2**62 (a mutated attribute), then a Slice:
+    # ONNX's shape inference aborted the process (std::clamp assertion; fuzz
+    # seed 277 case 906)
+    "bad_roialign_negative_output_width.onnx": "node 'n_RoiAlign23' (RoiAlign): output_width "
+                                               "-4611686018427387904 is negative",
 }
 
 _CHILD = r"""

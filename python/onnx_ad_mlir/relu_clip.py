@@ -4,9 +4,10 @@ cannot load the pair.
 ONNX Runtime 1.32's Relu+Clip fusion reads a Clip's constant min as float
 or float16 only. A Relu with no other user followed by a Clip of another
 type (double, int32, int64, int8) with a constant min fails the session's
-creation: "Unexpected data type for Clip 'min' input". Unrolled loops put such pairs side by side (a Relu ending a
-Scan body, a Clip after the Scan). Clip(Relu(x), lo, hi) is Clip(x,
-max(lo, 0), hi) exactly, and the exporter writes that instead.
+creation: "Unexpected data type for Clip 'min' input". Unrolled loops put
+such pairs side by side (a Relu ending a Scan body, a Clip after the Scan).
+Clip(Relu(x), lo, hi) is Clip(x, max(lo, 0), hi) exactly, and the exporter
+writes that instead.
 """
 from __future__ import annotations
 

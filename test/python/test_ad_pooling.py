@@ -299,8 +299,8 @@ def test_dft_run_time_lengths(name, opset, shape, attrs, length):
         ins.append("ax")
     nodes.append(h.make_node("DFT", ins, ["y"], **attrs))
     nodes.append(h.make_node("Mul", ["y", "y"], ["z"]))
-    m = model(nodes, [("x", TP.DOUBLE, ["a", "b", shape[2]])], [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)],
-              opset=opset)
+    m = model(nodes, [("x", TP.DOUBLE, ["a", "b", shape[2]])],
+              [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)], opset=opset)
     rng = np.random.default_rng(6)
     x = rng.standard_normal(shape)
     check_derivatives(m, {"x": x})

@@ -338,7 +338,8 @@ _CONTRADICTIONS = {  # op: (node, inputs, initializers, opset, what ONNX's infer
             "one-sided DFT requires real input"),
     # a grid [N, H, W, 3] over a 4-D image (seed 274, case 637)
     "GridSample": (h.make_node("GridSample", ["x", "g"], ["y"]),
-                   {"x": [1, 1, 4, 4], "g": [1, 2, 2, 3]}, [], 20, "The last dimension of the grid"),
+                   {"x": [1, 1, 4, 4], "g": [1, 2, 2, 3]}, [], 20,
+                   "The last dimension of the grid"),
     # three scales for a 1-D input (seed 276, case 1846)
     "Resize": (h.make_node("Resize", ["x", "", "sc"], ["y"]), {"x": [3]},
                [numpy_helper.from_array(np.array([1, 1, 0.5], np.float32), "sc")], 20,
@@ -351,7 +352,8 @@ def test_a_node_that_contradicts_its_schema_is_refused(op):
     """Fuzz mutations ONNX's checker rejects that import accepted: strict
     inference's message counts as a contradiction, naming the node."""
     node, inputs, inits, opset, says = _CONTRADICTIONS[op]
-    g = h.make_graph([node], "g", [h.make_tensor_value_info(n, T.FLOAT, d) for n, d in inputs.items()],
+    g = h.make_graph([node], "g",
+                     [h.make_tensor_value_info(n, T.FLOAT, d) for n, d in inputs.items()],
                      [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
     with pytest.raises(ImportFailure, match=rf"\({op}\): strict ONNX shape inference rejects the "

@@ -556,7 +556,8 @@ def _t_dft_at_run_time(b: Builder, op, ct: ir.Value, axis: int, inverse: int,
         if onesided:  # the half spectrum zero-padded back to all n bins
             n = m if ln is None else b.reshape(ln, [1], [1])
             ct = _fit_axis_at_run_time(b, ct, axis, n)
-        back = _emit_dft(b, ct, None, axis, 1 - inverse, 0, tensor_type(_unknown_at(ct, axis), elem))
+        back = _emit_dft(b, ct, None, axis, 1 - inverse, 0,
+                         tensor_type(_unknown_at(ct, axis), elem))
         n = b.cast_like(b.shape(back, axis, axis + 1), back)
         back = b.div(back, n) if inverse else b.mul(back, n)
         if dims(x)[-1] == 1:

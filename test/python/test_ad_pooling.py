@@ -232,6 +232,34 @@ def test_roi_align_double():
     check_derivatives(m, {"x": x})
 
 
+ROI_ALIGN = [({"sampling_ratio": 2}, 16), ({"sampling_ratio": 0}, 16),
+             ({"coordinate_transformation_mode": "output_half_pixel"}, 16),
+             ({"sampling_ratio": 2}, 10)]
+
+
+@pytest.mark.parametrize("attrs, opset", ROI_ALIGN,
+                         ids=["ratio-2", "adaptive", "output-half-pixel", "opset-10"])
+def test_roi_align_over_run_time_extents(attrs, opset):
+    """H and W known only at run time (a detector exported for any image
+    size; refused before): the bilinear weights factor into rows and
+    columns, read off the node run on row, column and ones images. A roi
+    outside the image has no weights at all (0 / 0 there must give 0). At
+    two image sizes, with the Hessian of y * y."""
+    rois = np.array([[0.5, 0.3, 3.2, 2.9], [1.0, 1.5, 2.5, 3.5], [0.0, 0.0, 1.5, 1.0],
+                     [6.0, 7.0, 9.0, 9.5]], np.float64)
+    nodes = [const("r", rois), const("bi", np.array([1, 0, 1, 0])),
+             h.make_node("RoiAlign", ["x", "r", "bi"], ["y"], output_height=2, output_width=3,
+                         spatial_scale=1.0, **attrs),
+             h.make_node("Mul", ["y", "y"], ["z"])]
+    m = model(nodes, [("x", TP.DOUBLE, ["n", 3, "h", "w"])],
+              [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)], opset=opset)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4, 5))
+    check_derivatives(m, {"x": x})
+    check_hessian(m, {"x": x}, output="z")
+    check_derivatives(m, {"x": rng.standard_normal((2, 3, 7, 3))})
+
+
 def test_roi_align_over_huge_images_is_refused_by_name():
     """Its derivative runs the node on H*W basis images: over a [4, 10**12]
     image (a fuzz mutation, seed 273 case 1327) numpy's allocation failed

@@ -342,8 +342,10 @@ def _roi_align(b: Builder, op, tangents):
     if (attribute(op, "mode") or "avg") != "avg":
         raise UnsupportedOp("RoiAlign with mode='max'")
     xd, yd = dims(x), dims(y)
-    if xd is None or yd is None or None in xd[2:]:
-        raise UnsupportedOp("RoiAlign needs static spatial extents")
+    if xd is None or yd is None or len(xd) != 4:
+        raise UnsupportedOp("RoiAlign needs its input's rank (4)")
+    if None in xd[2:]:
+        return [_roi_align_at_run_time(b, op, t)]
     h, w = xd[2], xd[3]
     p = h * w
     if p * p > MAX_MATRIX_ENTRIES:
@@ -363,6 +365,53 @@ def _roi_align(b: Builder, op, tangents):
     tr = b.reshape(tg, [0, 0, 0, -1], [None, yd[0], xd[1], p])
     prod = matmul(b, tr, mr)
     return [b.reshape_k(prod, t, y, [None] + yd)]
+
+
+def _roi_align_at_run_time(b: Builder, op, t: ir.Value) -> ir.Value:
+    """The same map over H x W known only at run time, without its H*W x H*W
+    basis: RoiAlign's bilinear weights, its out-of-image test and its sample
+    count factor into a row part A[ph, h] and a column part B[pw, w] (y = A
+    x B^T per roi and channel). Run on the H row images (P = A Sb, Sb the
+    row sums of B), the W column images (Q = Sa B) and a ones image (O = Sa
+    Sb), the node gives A[ph, h] B[pw, w] = P Q / O, and 0 where O is 0 (the
+    weights are not negative: A's or B's row is 0 there)."""
+    x, rois, bi = op.operands
+    y = op.results[0]
+    xd, yd = dims(x), dims(y)
+    elem = element_type(x)
+    hv, wv = b.shape(x, 2, 3), b.shape(x, 3, 4)
+    one = b.ints([1])
+    zeros = b.expand(b.int_scalar(0), b.shape(bi), dims(bi))
+
+    def run_on(images: ir.Value, n: int | None) -> ir.Value:
+        return b.op("RoiAlign", [images, rois, zeros], tensor_type([yd[0], n] + yd[2:], elem),
+                    **verbatim_attributes(op))
+    rows = b.expand(b.unsqueeze(_identity(b, hv, x), [0, 3]),  # image j: 1 on row j
+                    b.concat([one, hv, hv, wv], 0), [1, None, None, None])
+    cols = b.expand(b.unsqueeze(_identity(b, wv, x), [0, 2]),  # image j: 1 on column j
+                    b.concat([one, wv, hv, wv], 0), [1, None, None, None])
+    ones = b.expand(b.scalar(1.0, x), b.concat([one, one, hv, wv], 0), [1, 1, None, None])
+    p, q, o = run_on(rows, None), run_on(cols, None), run_on(ones, 1)
+    empty = b.compare("Equal", o, b.scalar(0.0, o))
+    p = b.mul(p, b.where(empty, b.scalar(0.0, o), b.div(b.scalar(1.0, o), o)))
+    tg = b.op("Gather", [t, bi], tensor_type([None, yd[0]] + xd[1:], elem), axis=1)
+    # sum_h P[r, h, ij] sum_w T[k, r, c, h, w] Q[r, w, ij]: a MatMul, then a
+    # product summed over h (no Einsum before opset 12)
+    o2 = yd[2] * yd[3]
+
+    def flat(v: ir.Value) -> ir.Value:  # [R, n, oh, ow] -> [1, R, 1, n, oh * ow]
+        return b.unsqueeze(b.reshape(v, [0, 0, -1], [yd[0], None, o2]), [0, 2])
+    by_w = matmul(b, tg, flat(q))
+    summed = b.reduce("ReduceSum", b.mul(by_w, flat(p)), [3], False)
+    return b.reshape(summed, b.concat([b.shape(summed, 0, 3), b.ints(yd[2:])], 0), [None] + yd)
+
+
+def _identity(b: Builder, n: ir.Value, like: ir.Value) -> ir.Value:
+    """The n x n identity (n a 1-D extent read at run time) in like's type."""
+    iota = b.op("Range", [b.int_scalar(0), b.squeeze(n, [0]), b.int_scalar(1)],
+                tensor_type([None], i64()))
+    eye = b.compare("Equal", b.unsqueeze(iota, [1]), b.unsqueeze(iota, [0]))
+    return b.cast_like(eye, like)
 
 
 # ---- Col2Im ---------------------------------------------------------------------------

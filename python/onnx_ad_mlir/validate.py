@@ -515,7 +515,6 @@ def _check_counts(node: onnx.NodeProto, op: str,
             raise ImportFailure(f"{_label(node)}: {name} {size} is not positive")
 
 
-
 def _int_attr(attrs: dict[str, onnx.AttributeProto], name: str) -> int | None:
     a = attrs.get(name)
     return a.i if a is not None and a.type == onnx.AttributeProto.INT else None
@@ -592,11 +591,11 @@ def check_dims(graph: onnx.GraphProto, nested: bool = False,
 
 
 def check_extent_attributes(graph: onnx.GraphProto, rows: list[NodeRow] | None = None) -> None:
-    """Attributes that are a result's extents, negative: ONNX's shape
-    inference gives the result that extent and then aborts the process in
-    the ops after it (a Slice's std::clamp assertion: fuzz seed 277 case 906,
-    a RoiAlign's output_width), so they are refused before it runs.
-    ONNX Runtime refuses them too (and RoiAlign's negative sampling_ratio)."""
+    """Attributes that set a result's extents, refused when negative before
+    ONNX's shape inference runs: it gives the result that extent and then
+    aborts the process in the ops after it (a Slice's std::clamp assertion
+    after a RoiAlign's output_width -2**62: fuzz seed 277 case 906). ONNX
+    Runtime refuses them too, and RoiAlign's negative sampling_ratio."""
     for node, op, domain, _, _, _, _, attributes, _ in node_fields(graph) if rows is None else rows:
         if op not in ("RoiAlign", "MaxRoiPool") or domain not in ("", "ai.onnx"):
             continue

@@ -310,7 +310,7 @@ def test_dft(name, opset, shape, attrs, length):
 def test_dft_run_time_lengths(name, opset, shape, attrs, length):
     """The same DFTs with the batch and signal extents named (a Fourier layer
     exported for any resolution): the signal length is read at run time
-    (was refused in reverse mode); at two lengths, with a Hessian."""
+    (was refused); at two lengths, with a Hessian."""
     nodes, ins = [], ["x"]
     if length is not None:  # read off x's extent m at run time, as a * m + c
         # (m bins to 2m - 2 samples for the inverse onesided one: ONNX Runtime's

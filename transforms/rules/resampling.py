@@ -374,7 +374,8 @@ def _roi_align_at_run_time(b: Builder, op, t: ir.Value) -> ir.Value:
     x B^T per roi and channel). Run on the H row images (P = A Sb, Sb the
     row sums of B), the W column images (Q = Sa B) and a ones image (O = Sa
     Sb), the node gives A[ph, h] B[pw, w] = P Q / O, and 0 where O is 0 (the
-    weights are not negative: A's or B's row is 0 there)."""
+    weights are not negative: A's or B's row is 0 there). The H + W + 1
+    images hold H W (H + W + 1) entries, against (H W)^2 for the basis."""
     x, rois, bi = op.operands
     y = op.results[0]
     xd, yd = dims(x), dims(y)

@@ -28,7 +28,8 @@ _SAME_RANK = frozenset("""
     Shrink Sigmoid Sign Sin Sinh Slice Softmax Softplus Softsign Split Sqrt Tan Tanh
     ThresholdedRelu Trilu Pad Tile Transpose
     AveragePool Conv ConvTranspose CumProd DepthToSpace GatherElements GlobalAveragePool
-    GlobalLpPool GlobalMaxPool InstanceNormalization LpPool MaxPool MeanVarianceNormalization
+    GlobalLpPool GlobalMaxPool InstanceNormalization LpPool MaxPool MaxUnpool
+    MeanVarianceNormalization
     Resize SpaceToDepth TopK Upsample
 """.split())
 

@@ -152,6 +152,21 @@ def test_max_unpool():
     check_derivatives(m, feeds)
 
 
+def test_max_unpool_to_an_output_shape_then_reverse_sequence():
+    """MaxUnpool with an output_shape operand: ONNX's inference leaves its
+    result unranked, and the ReverseSequence rule after it failed (a
+    TypeError, fuzz seed 278 case 1864). The result has its input's rank."""
+    nodes = [h.make_node("MaxPool", ["x"], ["p", "i"], kernel_shape=[1, 2], strides=[1, 2]),
+             const("shape", np.array([2, 3, 2, 4])),
+             h.make_node("MaxUnpool", ["p", "i", "shape"], ["u"], kernel_shape=[1, 2],
+                         strides=[1, 2]),
+             const("lens", np.array([3, 1])),
+             h.make_node("ReverseSequence", ["u", "lens"], ["y"], batch_axis=0, time_axis=1)]
+    m = model(nodes, [("x", F, [2, 3, 2, 4])], [("y", F, [2, 3, 2, 4])])
+    x = np.random.default_rng(8).permutation(48).reshape(2, 3, 2, 4).astype(np.float32)
+    check_derivatives(m, {"x": x})
+
+
 RESIZE = [
     ("nearest-up", (1, 2, 3, 4), [1, 1, 2, 1.5], {"mode": "nearest"}),
     ("linear-up", (1, 2, 3, 4), [1, 1, 2, 2], {"mode": "linear"}),

@@ -789,6 +789,8 @@ def _range(b: Builder, op, tangents):
 @jvp("ReverseSequence")
 def _reverse_sequence(b: Builder, op, tangents):
     r = rank(op.operands[0])
+    if r is None:
+        raise UnsupportedOp("ReverseSequence needs its input's rank")
     d, lens = dims(op.operands[0]), constant_ints(op.operands[1])
     # (ONNX accepts these; ONNX Runtime fails when running: fuzz seed 228 case
     # 876, seed 229 case 627)

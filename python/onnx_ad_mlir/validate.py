@@ -906,7 +906,8 @@ _CONTRADICTIONS = ("Inferred shape and existing shape differ", "Can't merge shap
                    "does not match the number of axes",  # (CenterCropPad's target shape)
                    "one-sided DFT requires real input",
                    "must be the rank of the grid tensor",  # (GridSample's grid)
-                   "must be same as rank of input")  # (Resize's scales or sizes)
+                   "must be same as rank of input",  # (Resize's scales or sizes)
+                   "does not match the equation indices")  # (Einsum's operand ranks)
 
 
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:

@@ -340,6 +340,9 @@ _CONTRADICTIONS = {  # op: (node, inputs, initializers, opset, what ONNX's infer
     "GridSample": (h.make_node("GridSample", ["x", "g"], ["y"]),
                    {"x": [1, 1, 4, 4], "g": [1, 2, 2, 3]}, [], 20,
                    "The last dimension of the grid"),
+    # a 4-D operand of an equation term of one index (seed 279, case 436)
+    "Einsum": (h.make_node("Einsum", ["x"], ["y"], equation="i->i"), {"x": [1, 2, 3, 4]}, [], 17,
+               "Rank of input 0 (4) does not match the equation indices (1)"),
     # three scales for a 1-D input (seed 276, case 1846)
     "Resize": (h.make_node("Resize", ["x", "", "sc"], ["y"]), {"x": [3]},
                [numpy_helper.from_array(np.array([1, 1, 0.5], np.float32), "sc")], 20,

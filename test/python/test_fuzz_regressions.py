@@ -369,10 +369,11 @@ INVALID = {
                                            "its rank-1 input 'loop30'",
     # an input's rank mutated under an Einsum and a Tile: ONNX's inference
     # rejects both, the import went on without it and the rules took the
-    # equation and repeats as fitting (seed 67 cases 2317, 2537); the Tile's
-    # rule refused it until import did (Tile's inference error counts as a
-    # contradiction since seed 176 case 1968, next)
-    "bad_einsum_term_rank.onnx": "term 'ab' has 2 subscripts for operand 0 of rank 3",
+    # equation and repeats as fitting (seed 67 cases 2317, 2537); the rules
+    # refused them until import did (Tile's inference error counts as a
+    # contradiction since seed 176 case 1968, Einsum's since seed 279 case 436)
+    "bad_einsum_term_rank.onnx": "node 'n_Einsum6' (Einsum): strict ONNX shape inference "
+                                 "rejects the model: Rank of input 0 (3) does not match",
     "bad_tile_repeats_length.onnx": "node 'n_Tile5' (Tile): strict ONNX shape inference "
                                     "rejects the model: 'Repeats' input has incorrect",
     # a Tile of repeats of the wrong length listed before the Gather it reads

@@ -886,13 +886,26 @@ class Builder:
             operands.append(self.ints(steps))
         return self.op("Slice", operands, result_type)
 
-    def pad(self, x: ir.Value, pads: Sequence[int], result_type: ir.Type,
+    def pad(self, x: ir.Value, pads: Sequence[int | ir.Value], result_type: ir.Type,
             value: float | None = None) -> ir.Value:
-        """Constant-mode Pad by constant pads (attributes before opset 11)."""
-        if self.opset < 11:
-            extra = {} if value is None else {"value": float(value)}
-            return self.op("Pad", [x], result_type, pads=[int(p) for p in pads], **extra)
-        operands = [x, self.ints(pads)] + ([self.scalar(value, x)] if value is not None else [])
+        """Constant-mode Pad (attributes before opset 11). A pad may be a 1-D
+        i64 value of one element read at run time (opset >= 11)."""
+        if all(isinstance(p, int) for p in pads):
+            if self.opset < 11:
+                extra = {} if value is None else {"value": float(value)}
+                return self.op("Pad", [x], result_type, pads=[int(p) for p in pads], **extra)
+            pads_v = self.ints(pads)
+        else:
+            if self.opset < 11:
+                raise UnsupportedOp("a Pad by pads read at run time needs opset >= 11")
+            pieces: list = []  # runs of constants as one constant
+            for p in pads:
+                if isinstance(p, int) and pieces and isinstance(pieces[-1], list):
+                    pieces[-1].append(p)
+                else:
+                    pieces.append([p] if isinstance(p, int) else p)
+            pads_v = self.concat([self.ints(p) if isinstance(p, list) else p for p in pieces], 0)
+        operands = [x, pads_v] + ([self.scalar(value, x)] if value is not None else [])
         return self.op("Pad", operands, result_type)
 
     def _gather_steps(self, x: ir.Value, axes: Sequence[int], starts: Sequence[int],

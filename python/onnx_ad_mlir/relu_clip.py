@@ -65,7 +65,7 @@ def _graph(graph: onnx.GraphProto, names: _Names) -> None:
     constants = {t.name: t for t in graph.initializer}
     constants.update({n.output[0]: constant_tensor(n) for n in graph.node
                       if constant_tensor(n) is not None})
-    folded, replaced = set(), set()
+    folded, replaced = set(), Counter()
     for n in graph.node:
         relu = relus.get(n.input[0]) if n.op_type == "Clip" and n.input else None
         if relu is None or reads[n.input[0]] != 1 or n.domain not in ("", "ai.onnx"):
@@ -77,15 +77,15 @@ def _graph(graph: onnx.GraphProto, names: _Names) -> None:
         name = names.fresh(f"{n.input[1]}_nonnegative")
         graph.initializer.append(numpy_helper.from_array(
             np.maximum(value, 0).astype(value.dtype), name))
-        replaced.add(n.input[1])
+        replaced[n.input[1]] += 1
         n.input[1] = name
         n.input[0] = relu.input[0]
         folded.add(id(relu))
     if not folded:
         return
     gone = {n.output[0] for n in graph.node if id(n) in folded}
-    after = _reads(graph)
-    gone |= {name for name in replaced if not after[name]}  # (ONNX Runtime warns of them)
+    # the mins no node reads any more (ONNX Runtime warns of them)
+    gone |= {name for name, count in replaced.items() if reads[name] == count}
     keep = [n for n in graph.node if not n.output or n.output[0] not in gone]
     del graph.node[:]
     graph.node.extend(keep)

@@ -303,19 +303,25 @@ DFT = [("complex", 17, (2, 5, 2), {}, None), ("real-onesided", 17, (2, 6, 1), {"
        ("inverse-onesided", 17, (2, 4, 2), {"inverse": 1, "onesided": 1}, 6)]
 
 
-@pytest.mark.parametrize("name,opset,shape,attrs,length", DFT, ids=[c[0] for c in DFT])
-def test_dft(name, opset, shape, attrs, length):
-    nodes, ins = [], ["x"]
-    if length is not None or opset >= 20:
-        nodes.append(const("n", np.array(length if length is not None else shape[1])))
-        ins.append("n")
+def _dft_model(name, opset, attrs, x_dims, length_nodes):
+    """y = DFT(x) and z = y * y, its length "n" made by length_nodes (none:
+    no length operand); opset 20 with its axis operand."""
+    ins = ["x", "n" if length_nodes else ""] if length_nodes or opset >= 20 else ["x"]
+    nodes = list(length_nodes)
     if opset >= 20:
         nodes.append(const("ax", np.array(0 if name == "axis-opset20" else 1)))
         ins.append("ax")
     nodes.append(h.make_node("DFT", ins, ["y"], **attrs))
     nodes.append(h.make_node("Mul", ["y", "y"], ["z"]))
-    m = model(nodes, [("x", TP.DOUBLE, list(shape))], [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)],
-              opset=opset)
+    return model(nodes, [("x", TP.DOUBLE, x_dims)],
+                 [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)], opset=opset)
+
+
+@pytest.mark.parametrize("name,opset,shape,attrs,length", DFT, ids=[c[0] for c in DFT])
+def test_dft(name, opset, shape, attrs, length):
+    n = [const("n", np.array(length if length is not None else shape[1]))] \
+        if length is not None or opset >= 20 else []
+    m = _dft_model(name, opset, attrs, list(shape), n)
     x = np.random.default_rng(6).standard_normal(shape)
     check_derivatives(m, {"x": x})
     check_hessian(m, {"x": x}, output="z")
@@ -326,24 +332,15 @@ def test_dft_run_time_lengths(name, opset, shape, attrs, length):
     """The same DFTs with the batch and signal extents named (a Fourier layer
     exported for any resolution): the signal length is read at run time
     (was refused); at two lengths, with a Hessian."""
-    nodes, ins = [], ["x"]
+    n = []
     if length is not None:  # read off x's extent m at run time, as a * m + c
         # (m bins to 2m - 2 samples for the inverse onesided one: ONNX Runtime's
         # irfft departs from ONNX's reference where m is not n // 2 + 1)
         a, c = (2, -2) if attrs.get("inverse") and attrs.get("onesided") else (1, length - shape[1])
-        nodes += [h.make_node("Shape", ["x"], ["s"], start=1, end=2), const("a", np.array([a])),
-                  const("c", np.array([c])), h.make_node("Mul", ["s", "a"], ["am"]),
-                  h.make_node("Add", ["am", "c"], ["l1"]), h.make_node("Squeeze", ["l1"], ["n"])]
-        ins.append("n")
-    elif opset >= 20:
-        ins.append("")
-    if opset >= 20:
-        nodes.append(const("ax", np.array(0 if name == "axis-opset20" else 1)))
-        ins.append("ax")
-    nodes.append(h.make_node("DFT", ins, ["y"], **attrs))
-    nodes.append(h.make_node("Mul", ["y", "y"], ["z"]))
-    m = model(nodes, [("x", TP.DOUBLE, ["a", "b", shape[2]])],
-              [("y", TP.DOUBLE, None), ("z", TP.DOUBLE, None)], opset=opset)
+        n = [h.make_node("Shape", ["x"], ["s"], start=1, end=2), const("a", np.array([a])),
+             const("c", np.array([c])), h.make_node("Mul", ["s", "a"], ["am"]),
+             h.make_node("Add", ["am", "c"], ["l1"]), h.make_node("Squeeze", ["l1"], ["n"])]
+    m = _dft_model(name, opset, attrs, ["a", "b", shape[2]], n)
     rng = np.random.default_rng(6)
     x = rng.standard_normal(shape)
     check_derivatives(m, {"x": x})

@@ -16,6 +16,7 @@ grid of an identity theta (its sizes may be known only at run time).
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 from mlir import ir
@@ -332,7 +333,7 @@ def _roi_align(b: Builder, op, tangents):
     """Linear in X for fixed rois: per roi a matrix M [H*W, oh*ow], obtained by
     running the node on the H*W basis images; the tangent gathered at each
     roi's batch index is multiplied by it (Gather and MatMul transpose)."""
-    x, rois, bi = op.operands
+    x, _, bi = op.operands
     y = op.results[0]
     if tangents[1] is not None:
         raise UnsupportedOp("RoiAlign: derivative with respect to the rois")
@@ -356,15 +357,25 @@ def _roi_align(b: Builder, op, tangents):
     basis = b.constant(ir.DenseElementsAttr.get(np.eye(p, dtype=dtype).reshape(1, p, h, w)))
     if not isinstance(elem, (ir.F64Type, ir.F32Type)):
         basis = b.cast_like(basis, x)
-    zeros = b.expand(b.int_scalar(0), b.shape(bi), dims(bi))
-    m = b.op("RoiAlign", [basis, rois, zeros], tensor_type([yd[0], p] + yd[2:], elem),
-             **verbatim_attributes(op))
+    m = _on_images(b, op)(basis, p)
     o = None if None in yd[2:] else yd[2] * yd[3]
     mr = b.reshape(m, [0, p, -1], [yd[0], p, o])
     tg = b.op("Gather", [t, bi], tensor_type([None, yd[0]] + xd[1:], elem), axis=1)
     tr = b.reshape(tg, [0, 0, 0, -1], [None, yd[0], xd[1], p])
     prod = matmul(b, tr, mr)
     return [b.reshape_k(prod, t, y, [None] + yd)]
+
+
+def _on_images(b: Builder, op) -> Callable[[ir.Value, int | None], ir.Value]:
+    """The node with its rois and attributes, as a function of images [1, n,
+    H, W] and n: every roi reads image 0, so its result [R, n, oh, ow] holds
+    each roi's weights applied to each of the n images."""
+    _, rois, bi = op.operands
+    yd = dims(op.results[0])
+    zeros = b.expand(b.int_scalar(0), b.shape(bi), dims(bi))
+    return lambda images, n: b.op("RoiAlign", [images, rois, zeros],
+                                  tensor_type([yd[0], n] + yd[2:], element_type(images)),
+                                  **verbatim_attributes(op))
 
 
 def _roi_align_at_run_time(b: Builder, op, t: ir.Value) -> ir.Value:
@@ -376,17 +387,13 @@ def _roi_align_at_run_time(b: Builder, op, t: ir.Value) -> ir.Value:
     Sb), the node gives A[ph, h] B[pw, w] = P Q / O, and 0 where O is 0 (the
     weights are not negative: A's or B's row is 0 there). The H + W + 1
     images hold H W (H + W + 1) entries, against (H W)^2 for the basis."""
-    x, rois, bi = op.operands
+    x, _, bi = op.operands
     y = op.results[0]
     xd, yd = dims(x), dims(y)
     elem = element_type(x)
     hv, wv = b.shape(x, 2, 3), b.shape(x, 3, 4)
     one = b.ints([1])
-    zeros = b.expand(b.int_scalar(0), b.shape(bi), dims(bi))
-
-    def run_on(images: ir.Value, n: int | None) -> ir.Value:
-        return b.op("RoiAlign", [images, rois, zeros], tensor_type([yd[0], n] + yd[2:], elem),
-                    **verbatim_attributes(op))
+    run_on = _on_images(b, op)
     rows = b.expand(b.unsqueeze(_identity(b, hv, x), [0, 3]),  # image j: 1 on row j
                     b.concat([one, hv, hv, wv], 0), [1, None, None, None])
     cols = b.expand(b.unsqueeze(_identity(b, wv, x), [0, 2]),  # image j: 1 on column j
@@ -645,8 +652,8 @@ def _fit_axis_at_run_time(b: Builder, v: ir.Value, axis: int, m: ir.Value) -> ir
     """v cut to, or zero-padded up to, m entries along axis (m: a 1-D i64
     value of one element)."""
     r = rank(v)
-    more = b.ew("Max", b.sub(m, b.shape(v, axis, axis + 1)), b.ints([0]))
-    pads = b.concat([b.ints([0] * (r + axis)), more, b.ints([0] * (r - axis - 1))], 0)
+    pads: list = [0] * (2 * r)
+    pads[r + axis] = b.ew("Max", b.sub(m, b.shape(v, axis, axis + 1)), b.ints([0]))
     out = tensor_type(_unknown_at(v, axis), element_type(v))
-    padded = b.op("Pad", [v, pads], out)
+    padded = b.pad(v, pads, out)
     return b.op("Slice", [padded, b.ints([0]), m, b.ints([axis])], out)

@@ -344,14 +344,12 @@ def _zero_padded_back(b: Builder, ct: ir.Value, x: ir.Value, starts: list, ends:
             pads[a], pads[r + a] = s, n - max(e, s)
             continue
         nv = b.shape(x, a, a + 1)
-        begin = b.ints([0]) if s == 0 else _bound_in(b, s, nv)
-        pads[a] = begin
-        pads[r + a] = b.sub(nv, b.ew("Max", _bound_in(b, e, nv), begin))
-    out = tensor_type([None] + d[1:], element_type(ct))
-    if all(isinstance(p, int) for p in pads):
-        return b.pad(ct, pads, out)
-    pieces = [b.ints([p]) if isinstance(p, int) else p for p in pads]
-    return b.op("Pad", [ct, b.concat(pieces, 0)], out)
+        end = _bound_in(b, e, nv)
+        if s != 0:
+            pads[a] = _bound_in(b, s, nv)
+            end = b.ew("Max", end, pads[a])
+        pads[r + a] = b.sub(nv, end)
+    return b.pad(ct, pads, tensor_type([None] + d[1:], element_type(ct)))
 
 
 def _bound_in(b: Builder, v: int, n: ir.Value) -> ir.Value:
